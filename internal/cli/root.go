@@ -1,0 +1,114 @@
+// Package cli builds the kubevol command tree. Each subcommand lives in its own file and
+// turns validated flags into a call into the package that does the work.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/version"
+)
+
+// Exit codes. Bad flags or arguments exit 2, as upstream sidecars and most Unix tools do.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// UsageError marks an error caused by the command line rather than by the work.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// usageErrorf returns a *UsageError, which makes the command exit 2.
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// errNotImplemented is returned by subcommands whose issue has not landed yet.
+var errNotImplemented = &UsageError{Err: errors.New("not implemented yet")}
+
+// NewRootCommand returns the `kubevol` command with every subcommand attached.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubevol",
+		Short:         "kubevol: the Kubernetes volume lifecycle (provisioning, attach, node mount)",
+		Version:       version.Get(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetVersionTemplate(version.String() + "\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
+
+	// klog's flags (-v, --vmodule, ...) are global, as in every Kubernetes component.
+	goflags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(goflags)
+	root.PersistentFlags().AddGoFlagSet(goflags)
+
+	root.AddCommand(
+		newUpCommand(),
+		newProvisionerCommand(),
+		newAttacherCommand(),
+		newNodeCommand(),
+		newDriverCommand(),
+		newBenchCommand(),
+		newVersionCommand(),
+	)
+	for _, c := range root.Commands() {
+		if c.Args == nil {
+			c.Args = noArgs
+		}
+	}
+	return root
+}
+
+// Execute runs the command line and returns the process exit code.
+func Execute(args []string) int {
+	root := NewRootCommand()
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, err := root.ExecuteContextC(ctx)
+	defer klog.Flush()
+	if err == nil {
+		return exitOK
+	}
+	name := "kubevol"
+	if cmd != nil {
+		name = cmd.CommandPath()
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	var ue *UsageError
+	if errors.As(err, &ue) || isCobraUsageError(err) {
+		if cmd != nil && !errors.Is(err, errNotImplemented) {
+			fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// isCobraUsageError recognises the errors cobra builds itself for an unknown subcommand,
+// which do not pass through the flag error func.
+func isCobraUsageError(err error) bool {
+	return strings.HasPrefix(err.Error(), "unknown command ")
+}
+
+// noArgs rejects positional arguments with a usage error: every kubevol command takes flags only.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("unexpected argument %q: %s takes flags only", args[0], cmd.CommandPath())
+	}
+	return nil
+}

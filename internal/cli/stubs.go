@@ -1,0 +1,34 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// The component subcommands below are filled in by their own issues. Until then they
+// exist, answer --help and exit 2 with "not implemented yet".
+
+func newProvisionerCommand() *cobra.Command {
+	return notImplemented("provisioner", "CSI external provisioner: PVCs to CreateVolume and PVs")
+}
+
+func newAttacherCommand() *cobra.Command {
+	return notImplemented("attacher", "CSI attacher: VolumeAttachments to ControllerPublish/Unpublish")
+}
+
+func newNodeCommand() *cobra.Command {
+	return notImplemented("node", "node agent: the kubelet volume manager for one node")
+}
+
+func newDriverCommand() *cobra.Command {
+	return notImplemented("driver", "local-storage CSI driver backed by directories and loop devices")
+}
+
+func newBenchCommand() *cobra.Command {
+	return notImplemented("bench", "benchmarks of the kubevol components")
+}
+
+func notImplemented(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE:  func(*cobra.Command, []string) error { return errNotImplemented },
+	}
+}

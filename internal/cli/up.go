@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/kubevol/kubevol/internal/localcluster"
+)
+
+type upOptions struct {
+	dir            string
+	reset          bool
+	demo           bool
+	clusterBinary  string
+	statusInterval time.Duration
+}
+
+func newUpCommand() *cobra.Command {
+	o := upOptions{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a local single-node cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with kubevol",
+		Long: `up starts a real single-node Kubernetes control plane on loopback, built from upstream
+Kubernetes ` + localcluster.UpstreamVersion + ` (built once, on first run), then the kubevol components.
+State is kept in --dir, so a second start is fast and keeps its objects; --reset wipes it.
+Ctrl-C or SIGTERM stops everything.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", "/var/lib/kubevol/up", "state directory: certificates, etcd data, kubeconfig, logs")
+	f.BoolVar(&o.reset, "reset", false, "wipe the state directory before starting")
+	f.BoolVar(&o.demo, "demo", false, "also apply the examples (reserved: not implemented yet)")
+	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
+	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
+	return cmd
+}
+
+func (o *upOptions) validate() error {
+	if o.dir == "" {
+		return usageErrorf("--dir must not be empty")
+	}
+	if o.demo {
+		return usageErrorf("--demo: not implemented yet")
+	}
+	if o.statusInterval < 100*time.Millisecond {
+		return usageErrorf("--status-interval must be at least 100ms, got %s", o.statusInterval)
+	}
+	abs, err := filepath.Abs(o.dir)
+	if err != nil {
+		return usageErrorf("--dir: %v", err)
+	}
+	if o.reset && abs == "/" {
+		return usageErrorf("--reset refuses to wipe %q", abs)
+	}
+	o.dir = abs
+	return nil
+}
+
+func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if o.reset {
+		fmt.Fprintf(stderr, "wiping %s\n", o.dir)
+		if err := os.RemoveAll(o.dir); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.dir, Binary: o.clusterBinary, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(stderr, "\nstopping…")
+		if err := cluster.Stop(); err != nil {
+			fmt.Fprintf(stderr, "stop: %v\n", err)
+		} else {
+			fmt.Fprintln(stderr, "stopped; state kept in "+o.dir)
+		}
+	}()
+	fmt.Fprintf(stderr, "cluster ready in %s; logs in %s\n", time.Since(start).Round(100*time.Millisecond), filepath.Join(o.dir, "logs"))
+	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", cluster.KubeconfigPath())
+
+	exited := cluster.Exited()
+	tty := isTerminal(stderr)
+	ticker := time.NewTicker(o.statusInterval)
+	defer ticker.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case name := <-exited:
+			return fmt.Errorf("%s exited unexpectedly; see %s", name, cluster.LogPath(name))
+		case <-ticker.C:
+			line := statusLine(cluster.Status(ctx), time.Since(start))
+			switch {
+			case tty:
+				fmt.Fprintf(stderr, "\r\033[K%s", line)
+			case stripUptime(line) != stripUptime(last):
+				fmt.Fprintln(stderr, line)
+			}
+			last = line
+		}
+	}
+}
+
+// statusLine renders one compact line, e.g. "etcd ✓  kube-apiserver ✓  ...  up 3m2s".
+func statusLine(st []localcluster.ComponentStatus, uptime time.Duration) string {
+	var b strings.Builder
+	for _, s := range st {
+		mark := "✓"
+		if !s.Healthy {
+			mark = "✗ (" + truncate(s.Detail, 60) + ")"
+		}
+		fmt.Fprintf(&b, "%s %s  ", s.Name, mark)
+	}
+	fmt.Fprintf(&b, "| up %s", uptime.Round(time.Second))
+	return b.String()
+}
+
+func stripUptime(line string) string {
+	if i := strings.LastIndex(line, "| up "); i >= 0 {
+		return line[:i]
+	}
+	return line
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

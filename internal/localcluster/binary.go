@@ -1,0 +1,208 @@
+package localcluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	modulePath = "github.com/kubevol/kubevol"
+	clusterPkg = "./cmd/kubevol-cluster"
+	// BinaryEnv names an explicit kubevol-cluster binary, which is then used as is.
+	BinaryEnv = "KUBEVOL_CLUSTER_BINARY"
+	// CacheDirEnv overrides where built binaries are kept (default: the user cache dir).
+	CacheDirEnv = "KUBEVOL_CACHE_DIR"
+	// UpstreamVersion is the Kubernetes release the control plane is built from.
+	UpstreamVersion = "v1.37.2"
+)
+
+// EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
+// It builds one through the Go build cache when none exists for the current go.mod, go.sum
+// and cmd/kubevol-cluster sources, and only then. Concurrent callers (parallel test packages,
+// `kubevol up`) wait for a single build. Progress goes to progress.
+func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
+	if p := os.Getenv(BinaryEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", BinaryEnv, p, err)
+		}
+		return p, nil
+	}
+	root, err := FindModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	key, err := sourceKey(root)
+	if err != nil {
+		return "", err
+	}
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(cache, "kubevol-cluster-"+key)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+
+	lock, err := os.OpenFile(filepath.Join(cache, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil // another process built it while we waited
+	}
+	if err := build(ctx, root, bin, progress); err != nil {
+		return "", err
+	}
+	removeStaleBinaries(cache, bin)
+	return bin, nil
+}
+
+// FindModuleRoot walks up from the working directory, then from the running executable,
+// to the kubevol module root.
+func FindModuleRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
+	}
+	for _, dir := range starts {
+		for {
+			data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+			if err == nil && strings.HasPrefix(strings.TrimSpace(string(data)), "module "+modulePath+"\n") {
+				return dir, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("kubevol-cluster binary not found: set %s, or run from the kubevol source tree so it can be built", BinaryEnv)
+}
+
+// sourceKey fingerprints everything that decides the binary's content.
+func sourceKey(root string) (string, error) {
+	files := []string{"go.mod", "go.sum"}
+	srcs, err := filepath.Glob(filepath.Join(root, clusterPkg, "*.go"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(srcs)
+	for _, s := range srcs {
+		rel, _ := filepath.Rel(root, s)
+		files = append(files, rel)
+	}
+	h := sha256.New()
+	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("the Go toolchain is needed to build kubevol-cluster: %w", err)
+	}
+	h.Write(goVersion)
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", f, len(data))
+		h.Write(data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+func cacheDir() (string, error) {
+	dir := os.Getenv(CacheDirEnv)
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("no cache directory (set %s): %w", CacheDirEnv, err)
+		}
+		dir = filepath.Join(base, "kubevol")
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// build runs `go build -v` and turns its package lines into a progress report.
+func build(ctx context.Context, root, out string, progress io.Writer) error {
+	if progress == nil {
+		progress = io.Discard
+	}
+	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
+	total := countPackages(ctx, root)
+	tmp := out + ".tmp"
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-o", tmp, clusterPkg)
+	cmd.Dir = root
+	// The environment is left as is: the same settings as `go test` share the build cache.
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var tail []string
+	built, last := 0, time.Now()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || strings.Contains(line, ": ") {
+			tail = append(tail, line) // compiler diagnostics, kept for the error
+			continue
+		}
+		built++
+		if time.Since(last) >= 15*time.Second {
+			last = time.Now()
+			if total > 0 {
+				fmt.Fprintf(progress, "  building: %d/%d packages compiled, %s elapsed\n", built, total, time.Since(start).Round(time.Second))
+			} else {
+				fmt.Fprintf(progress, "  building: %d packages compiled, %s elapsed\n", built, time.Since(start).Round(time.Second))
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("go build %s: %w\n%s", clusterPkg, err, strings.Join(tail, "\n"))
+	}
+	fmt.Fprintf(progress, "built kubevol-cluster in %s\n", time.Since(start).Round(time.Second))
+	return os.Rename(tmp, out)
+}
+
+func countPackages(ctx context.Context, root string) int {
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", clusterPkg)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(out), "\n")
+}
+
+// removeStaleBinaries deletes binaries built for older sources; each is about 200 MB.
+func removeStaleBinaries(cache, keep string) {
+	old, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
+	for _, o := range old {
+		if o != keep && !strings.HasSuffix(o, ".tmp") {
+			_ = os.Remove(o) // a running cluster keeps its unlinked binary
+		}
+	}
+}

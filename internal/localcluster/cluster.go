@@ -1,0 +1,502 @@
+// Package localcluster runs a real, single-node Kubernetes control plane on loopback: upstream
+// etcd, kube-apiserver, kube-controller-manager and kube-scheduler, linked into the
+// kubevol-cluster multi-call binary. `kubevol up` and every end-to-end test use it.
+//
+// All state lives in one directory (certificates, etcd data, kubeconfigs, logs, ports), so a
+// restarted cluster keeps its objects and its kubeconfig stays valid.
+package localcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Component names, also the kubevol-cluster subcommands.
+const (
+	Etcd              = "etcd"
+	APIServer         = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+)
+
+// Controllers are the kube-controller-manager controllers the volume lifecycle needs, and
+// those they depend on: namespaces and service accounts for pods, garbage collection for
+// owner references, node lifecycle for node conditions.
+var Controllers = []string{
+	"persistentvolume-binder-controller",
+	"attachdetach-controller",
+	"persistentvolume-expander-controller",
+	"persistentvolume-protection-controller",
+	"persistentvolumeclaim-protection-controller",
+	"ephemeral-volume-controller",
+	"garbage-collector-controller",
+	"namespace-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+	"root-ca-certificate-publisher-controller",
+	"node-lifecycle-controller",
+	"pod-garbage-collector-controller",
+}
+
+// Options configure Start.
+type Options struct {
+	// Dir holds all cluster state. Required.
+	Dir string
+	// Binary is the kubevol-cluster binary; empty means EnsureBinary.
+	Binary string
+	// Progress receives human-readable progress (build, start). Nil discards it.
+	Progress io.Writer
+	// UnsafeNoFsync makes etcd skip fsync: much faster, and fine for tests whose state is
+	// thrown away. Never for state a user keeps.
+	UnsafeNoFsync bool
+	// ReadyTimeout bounds the wait for each component; zero means two minutes.
+	ReadyTimeout time.Duration
+}
+
+// Ports are the loopback ports of a cluster. They are kept across restarts when still free.
+type Ports struct {
+	Etcd              int `json:"etcd"`
+	EtcdPeer          int `json:"etcdPeer"`
+	APIServer         int `json:"apiserver"`
+	ControllerManager int `json:"controllerManager"`
+	Scheduler         int `json:"scheduler"`
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	opts  Options
+	pki   *PKI
+	ports Ports
+
+	mu    sync.Mutex
+	procs []*process // in start order
+}
+
+// Start brings up etcd, kube-apiserver, kube-controller-manager and kube-scheduler and waits
+// until each is healthy. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("localcluster: Options.Dir is required")
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	for _, d := range []string{dir, filepath.Join(dir, "logs"), filepath.Join(dir, "etcd")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Binary == "" {
+		if opts.Binary, err = EnsureBinary(ctx, opts.Progress); err != nil {
+			return nil, err
+		}
+	}
+	pki, err := LoadOrCreatePKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, pki: pki}
+
+	// A port taken between our check and the component's bind is retried with fresh ports.
+	for attempt := 1; ; attempt++ {
+		if err := c.choosePorts(attempt > 1); err != nil {
+			return nil, err
+		}
+		err = c.startAll(ctx)
+		if err == nil {
+			return c, nil
+		}
+		_ = c.Stop()
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		fmt.Fprintf(opts.Progress, "port conflict, retrying with new ports: %v\n", err)
+	}
+}
+
+func (c *Cluster) startAll(ctx context.Context) error {
+	start := time.Now()
+	steps := []struct {
+		name  string
+		args  []string
+		ready func(context.Context) error
+	}{
+		{Etcd, c.etcdArgs(), c.etcdReady},
+		{APIServer, c.apiserverArgs(), c.httpsReady(c.ports.APIServer, "/readyz", true)},
+		{ControllerManager, c.controllerManagerArgs(), c.httpsReady(c.ports.ControllerManager, "/healthz", false)},
+		{Scheduler, c.schedulerArgs(), c.httpsReady(c.ports.Scheduler, "/healthz", false)},
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		p, err := startProcess(c.opts.Binary, s.name, s.args, c.LogPath(s.name))
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.procs = append(c.procs, p)
+		c.mu.Unlock()
+		if err := waitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
+			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.logPath, logTail(p.logPath, 15))
+		}
+		fmt.Fprintf(c.opts.Progress, "%s ready (%s)\n", s.name, time.Since(start).Round(100*time.Millisecond))
+	}
+	return nil
+}
+
+// waitReady polls ready until it succeeds, the process dies, or the timeout passes. The
+// poll runs only during start-up.
+func waitReady(ctx context.Context, p *process, timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		last = ready(rctx)
+		rcancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%w (%v)", errExited, p.exitErr)
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %v", timeout, last)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop terminates the components in reverse start order and waits for each to exit.
+// It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(20 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PIDs returns the process IDs of the running components, for leak checks.
+func (c *Cluster) PIDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pids []int
+	for _, p := range c.procs {
+		pids = append(pids, p.pid())
+	}
+	return pids
+}
+
+// Dir is the state directory.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
+// PKI is the cluster's certificate authority, for issuing component identities.
+func (c *Cluster) PKI() *PKI { return c.pki }
+
+// Ports returns the ports in use.
+func (c *Cluster) Ports() Ports { return c.ports }
+
+// Server is the apiserver URL.
+func (c *Cluster) Server() string { return fmt.Sprintf("https://127.0.0.1:%d", c.ports.APIServer) }
+
+// KubeconfigPath is the admin kubeconfig.
+func (c *Cluster) KubeconfigPath() string { return filepath.Join(c.opts.Dir, "kubeconfig") }
+
+// LogPath is the log file of a component.
+func (c *Cluster) LogPath(component string) string {
+	return filepath.Join(c.opts.Dir, "logs", component+".log")
+}
+
+// RESTConfig is an admin client config with client-side throttling off: the tests and
+// benchmarks measure kubevol, not client-go's default 5 QPS.
+func (c *Cluster) RESTConfig() *rest.Config {
+	cfg := c.pki.RESTConfig(c.Server(), AdminIdentity)
+	cfg.QPS, cfg.Burst = -1, 0
+	return cfg
+}
+
+// ComponentStatus is one line of `kubevol up`'s status.
+type ComponentStatus struct {
+	Name    string
+	PID     int
+	Running bool
+	Healthy bool
+	Detail  string
+}
+
+// Status probes every component once.
+func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
+	c.mu.Lock()
+	procs := append([]*process(nil), c.procs...)
+	c.mu.Unlock()
+	probes := map[string]func(context.Context) error{
+		Etcd:              c.etcdReady,
+		APIServer:         c.httpsReady(c.ports.APIServer, "/readyz", true),
+		ControllerManager: c.httpsReady(c.ports.ControllerManager, "/healthz", false),
+		Scheduler:         c.httpsReady(c.ports.Scheduler, "/healthz", false),
+	}
+	var out []ComponentStatus
+	for _, p := range procs {
+		s := ComponentStatus{Name: p.name, PID: p.pid(), Running: !p.exited()}
+		if !s.Running {
+			s.Detail = fmt.Sprintf("exited: %v", p.exitErr)
+		} else if err := probes[p.name](ctx); err != nil {
+			s.Detail = err.Error()
+		} else {
+			s.Healthy = true
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Exited returns a channel that receives the name of the first component that exits.
+func (c *Cluster) Exited() <-chan string {
+	c.mu.Lock()
+	procs := append([]*process(nil), c.procs...)
+	c.mu.Unlock()
+	ch := make(chan string, len(procs))
+	for _, p := range procs {
+		go func() { <-p.done; ch <- p.name }()
+	}
+	return ch
+}
+
+func (c *Cluster) path(parts ...string) string {
+	return filepath.Join(append([]string{c.opts.Dir}, parts...)...)
+}
+
+func (c *Cluster) writeKubeconfigs() error {
+	if err := c.pki.WriteKubeconfig(c.KubeconfigPath(), c.Server(), AdminIdentity); err != nil {
+		return err
+	}
+	for _, id := range []Identity{controllerManagerIdentity, schedulerIdentity} {
+		if err := c.pki.WriteKubeconfig(c.path(id.Name+".kubeconfig"), c.Server(), id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) etcdArgs() []string {
+	client := fmt.Sprintf("http://127.0.0.1:%d", c.ports.Etcd)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", c.ports.EtcdPeer)
+	args := []string{
+		"--name=kubevol",
+		"--data-dir=" + c.path("etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=kubevol=" + peer,
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	}
+	if c.opts.UnsafeNoFsync {
+		args = append(args, "--unsafe-no-fsync=true")
+	}
+	return args
+}
+
+func (c *Cluster) apiserverArgs() []string {
+	p := c.pki
+	return []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports.Etcd),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.APIServer),
+		"--tls-cert-file=" + p.CertFile("serving"),
+		"--tls-private-key-file=" + p.KeyFile("serving"),
+		"--client-ca-file=" + p.CAFile(),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.ServiceAccountPublicKeyFile(),
+		"--service-account-signing-key-file=" + p.ServiceAccountKeyFile(),
+		"--authorization-mode=Node,RBAC",
+		// The default admission plugins stay on (ServiceAccount, DefaultStorageClass,
+		// StorageObjectInUseProtection, ...); NodeRestriction is what a real cluster adds.
+		"--enable-admission-plugins=NodeRestriction",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// No kube-proxy or endpoints here, and loopback is not a valid endpoint address.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--cert-dir=" + c.path("apiserver-certs"),
+	}
+}
+
+func (c *Cluster) controllerManagerArgs() []string {
+	kc := c.path(controllerManagerIdentity.Name + ".kubeconfig")
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.ControllerManager),
+		"--tls-cert-file=" + c.pki.CertFile("serving"),
+		"--tls-private-key-file=" + c.pki.KeyFile("serving"),
+		"--controllers=" + strings.Join(Controllers, ","),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + c.pki.ServiceAccountKeyFile(),
+		"--root-ca-file=" + c.pki.CAFile(),
+		"--leader-elect=false",
+		// The upstream defaults (20/30) throttle the PV controller in benchmarks.
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+		"--profiling=false",
+	}
+}
+
+func (c *Cluster) schedulerArgs() []string {
+	kc := c.path(schedulerIdentity.Name + ".kubeconfig")
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", c.ports.Scheduler),
+		"--tls-cert-file=" + c.pki.CertFile("serving"),
+		"--tls-private-key-file=" + c.pki.KeyFile("serving"),
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}
+
+func (c *Cluster) etcdReady(ctx context.Context) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", c.ports.Etcd), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"health":"true"`) {
+		return fmt.Errorf("etcd /health: %s %s", resp.Status, body)
+	}
+	return nil
+}
+
+// httpsReady returns a probe of a component's health endpoint, verified against the
+// cluster CA, optionally authenticated as admin.
+func (c *Cluster) httpsReady(port int, path string, asAdmin bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		client, err := c.httpClient(asAdmin)
+		if err != nil {
+			return err
+		}
+		url := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s %s", path, resp.Status, strings.TrimSpace(string(body)))
+		}
+		return nil
+	}
+}
+
+func (c *Cluster) httpClient(asAdmin bool) (*http.Client, error) {
+	pool := x509.NewCertPool()
+	pool.AddCert(c.pki.CACert)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if asAdmin {
+		cert, err := tls.LoadX509KeyPair(c.pki.CertFile(AdminIdentity.Name), c.pki.KeyFile(AdminIdentity.Name))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}, Timeout: 5 * time.Second}, nil
+}
+
+// choosePorts reuses the ports of the last run when they are all free, so an existing
+// kubeconfig keeps working, and otherwise picks fresh ones.
+func (c *Cluster) choosePorts(fresh bool) error {
+	file := c.path("ports.json")
+	if !fresh {
+		var saved Ports
+		if data, err := os.ReadFile(file); err == nil && json.Unmarshal(data, &saved) == nil {
+			if allFree(saved.Etcd, saved.EtcdPeer, saved.APIServer, saved.ControllerManager, saved.Scheduler) {
+				c.ports = saved
+				return nil
+			}
+		}
+	}
+	free, err := freePorts(5)
+	if err != nil {
+		return err
+	}
+	c.ports = Ports{Etcd: free[0], EtcdPeer: free[1], APIServer: free[2], ControllerManager: free[3], Scheduler: free[4]}
+	data, _ := json.MarshalIndent(c.ports, "", "  ")
+	return writeFileAtomic(file, data, 0o644)
+}
+
+func allFree(ports ...int) bool {
+	for _, p := range ports {
+		if p == 0 {
+			return false
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return false
+		}
+		l.Close()
+	}
+	return true
+}
+
+// freePorts asks the kernel for n distinct free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
