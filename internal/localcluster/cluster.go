@@ -161,7 +161,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		c.procs = append(c.procs, p)
 		c.mu.Unlock()
 		if err := waitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
-			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.logPath, logTail(p.logPath, 15))
+			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.logPath, LogTail(p.logPath, 15))
 		}
 		fmt.Fprintf(c.opts.Progress, "%s ready (%s)\n", s.name, time.Since(start).Round(100*time.Millisecond))
 	}

@@ -77,8 +77,8 @@ func (p *process) stop(grace time.Duration) error {
 	return nil
 }
 
-// logTail returns the last n lines of the component's log, for error messages.
-func logTail(path string, n int) string {
+// LogTail returns the last n lines of a log file, for error messages.
+func LogTail(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
