@@ -21,8 +21,12 @@ func newDriverCommand() *cobra.Command {
 	return notImplemented("driver", "local-storage CSI driver backed by directories and loop devices")
 }
 
-func newBenchCommand() *cobra.Command {
-	return notImplemented("bench", "benchmarks of the kubevol components")
+func newBenchProvisionCommand() *cobra.Command {
+	return notImplemented("provision", "provisioning throughput and latency against a cluster")
+}
+
+func newBenchNodeCommand() *cobra.Command {
+	return notImplemented("node", "node volume manager: time to mount, update propagation, idle CPU")
 }
 
 func notImplemented(use, short string) *cobra.Command {
