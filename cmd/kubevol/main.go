@@ -9,5 +9,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Execute(os.Args[1:]))
+	os.Exit(cli.Execute(os.Args[1:], os.Stdout, os.Stderr))
 }

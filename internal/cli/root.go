@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -74,9 +75,11 @@ func NewRootCommand() *cobra.Command {
 }
 
 // Execute runs the command line and returns the process exit code.
-func Execute(args []string) int {
+func Execute(args []string, stdout, stderr io.Writer) int {
 	root := NewRootCommand()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd, err := root.ExecuteContextC(ctx)
@@ -88,11 +91,11 @@ func Execute(args []string) int {
 	if cmd != nil {
 		name = cmd.CommandPath()
 	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue *UsageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
 		if cmd != nil && !errors.Is(err, errNotImplemented) {
-			fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return exitUsage
 	}

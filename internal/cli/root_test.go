@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestFlagValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string // substring of stderr
+	}{
+		{"version", []string{"version"}, exitOK, ""},
+		{"unknown subcommand", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"up", "--no-such-flag"}, exitUsage, "unknown flag: --no-such-flag"},
+		{"bad duration", []string{"up", "--status-interval=soon"}, exitUsage, "invalid argument"},
+		{"too short interval", []string{"up", "--status-interval=1ms"}, exitUsage, "--status-interval must be at least 100ms"},
+		{"empty dir", []string{"up", "--dir="}, exitUsage, "--dir must not be empty"},
+		{"reset root", []string{"up", "--dir=/", "--reset"}, exitUsage, "refuses to wipe"},
+		{"stray argument", []string{"up", "now"}, exitUsage, `unexpected argument "now"`},
+		{"bad klog verbosity", []string{"version", "-v=loud"}, exitUsage, "invalid argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Execute(tc.args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if tc.wantErr == "" {
+				return
+			}
+			first, _, _ := strings.Cut(stderr.String(), "\n")
+			if !strings.Contains(first, tc.wantErr) {
+				t.Errorf("first stderr line %q does not contain %q", first, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestEverySubcommandHasHelp(t *testing.T) {
+	root := NewRootCommand()
+	for _, c := range root.Commands() {
+		args := []string{c.Name(), "--help"}
+		var stdout, stderr bytes.Buffer
+		if code := Execute(args, &stdout, &stderr); code != exitOK {
+			t.Errorf("kubevol %s --help: exit %d: %s", c.Name(), code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "Usage:") {
+			t.Errorf("kubevol %s --help printed no usage:\n%s", c.Name(), stdout.String())
+		}
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Execute([]string{"--version"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "kubevol ") {
+		t.Errorf("--version printed %q", stdout.String())
+	}
+}
