@@ -129,4 +129,3 @@ func (p *Process) Exited() bool {
 		return false
 	}
 }
-
