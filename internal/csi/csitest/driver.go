@@ -1,0 +1,198 @@
+// Package csitest is an in-memory CSI controller for unit tests: it creates and deletes
+// volumes idempotently by name, as a real driver must, and lets a test inject errors and
+// delays per call.
+package csitest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Driver is a fake CSI driver serving Identity and Controller on a unix socket.
+type Driver struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedControllerServer
+
+	Name string
+	// ControllerCaps are announced by ControllerGetCapabilities; CREATE_DELETE_VOLUME by default.
+	ControllerCaps []csipb.ControllerServiceCapability_RPC_Type
+	// Topology enables VOLUME_ACCESSIBILITY_CONSTRAINTS; created volumes are accessible from
+	// the first preferred (else requisite) segment.
+	Topology bool
+	// Capacity is what GetCapacity returns.
+	Capacity int64
+
+	mu      sync.Mutex
+	volumes map[string]*csipb.Volume // by name
+	calls   map[string]int
+	hooks   map[string]func(req any) error
+	Address string
+}
+
+// Start serves the driver on a socket in a temporary directory until the test ends.
+func Start(t testing.TB, d *Driver) *Driver {
+	t.Helper()
+	if d.Name == "" {
+		d.Name = "fake.csi.kubevol.io"
+	}
+	if d.ControllerCaps == nil {
+		d.ControllerCaps = []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
+	}
+	d.volumes = map[string]*csipb.Volume{}
+	d.calls = map[string]int{}
+	d.hooks = map[string]func(any) error{}
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csipb.RegisterIdentityServer(srv, d)
+	csipb.RegisterControllerServer(srv, d)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	d.Address = "unix://" + sock
+	return d
+}
+
+// Hook makes every call of method (e.g. "CreateVolume") run f first; a non-nil error from f
+// is returned to the caller instead of doing the work. f may block to simulate a slow call.
+func (d *Driver) Hook(method string, f func(req any) error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.hooks[method] = f
+}
+
+// Calls returns how often method was called.
+func (d *Driver) Calls(method string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[method]
+}
+
+// Volumes returns the names of the existing volumes, sorted.
+func (d *Driver) Volumes() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for n := range d.volumes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (d *Driver) enter(method string, req any) error {
+	d.mu.Lock()
+	d.calls[method]++
+	h := d.hooks[method]
+	d.mu.Unlock()
+	if h != nil {
+		return h(req)
+	}
+	return nil
+}
+
+func (d *Driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{Name: d.Name, VendorVersion: "test"}, nil
+}
+
+func (d *Driver) Probe(_ context.Context, req *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	if err := d.enter("Probe", req); err != nil {
+		return nil, err
+	}
+	return &csipb.ProbeResponse{}, nil
+}
+
+func (d *Driver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	caps := []*csipb.PluginCapability{svc(csipb.PluginCapability_Service_CONTROLLER_SERVICE)}
+	if d.Topology {
+		caps = append(caps, svc(csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
+	return &csipb.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+func svc(t csipb.PluginCapability_Service_Type) *csipb.PluginCapability {
+	return &csipb.PluginCapability{Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: t}}}
+}
+
+func (d *Driver) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	rsp := &csipb.ControllerGetCapabilitiesResponse{}
+	for _, c := range d.ControllerCaps {
+		rsp.Capabilities = append(rsp.Capabilities, &csipb.ControllerServiceCapability{
+			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return rsp, nil
+}
+
+func (d *Driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+	if err := d.enter("CreateVolume", req); err != nil {
+		return nil, err
+	}
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name missing")
+	}
+	for k := range req.GetParameters() {
+		if strings.HasPrefix(k, "invalid") {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown parameter %q", k)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v, ok := d.volumes[req.GetName()]; ok {
+		if v.CapacityBytes < req.GetCapacityRange().GetRequiredBytes() {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with a smaller size", req.GetName())
+		}
+		return &csipb.CreateVolumeResponse{Volume: v}, nil
+	}
+	v := &csipb.Volume{
+		VolumeId:      "id-" + req.GetName(),
+		CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
+		VolumeContext: map[string]string{"name": req.GetName()},
+		ContentSource: req.GetVolumeContentSource(),
+	}
+	if d.Topology {
+		if p := req.GetAccessibilityRequirements().GetPreferred(); len(p) > 0 {
+			v.AccessibleTopology = []*csipb.Topology{p[0]}
+		} else if r := req.GetAccessibilityRequirements().GetRequisite(); len(r) > 0 {
+			v.AccessibleTopology = []*csipb.Topology{r[0]}
+		}
+	}
+	d.volumes[req.GetName()] = v
+	return &csipb.CreateVolumeResponse{Volume: v}, nil
+}
+
+func (d *Driver) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+	if err := d.enter("DeleteVolume", req); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for n, v := range d.volumes {
+		if v.VolumeId == req.GetVolumeId() {
+			delete(d.volumes, n)
+		}
+	}
+	return &csipb.DeleteVolumeResponse{}, nil
+}
+
+func (d *Driver) GetCapacity(_ context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+	if err := d.enter("GetCapacity", req); err != nil {
+		return nil, err
+	}
+	return &csipb.GetCapacityResponse{AvailableCapacity: d.Capacity}, nil
+}
+
+// String describes the driver for test failure messages.
+func (d *Driver) String() string { return fmt.Sprintf("fake CSI driver %s at %s", d.Name, d.Address) }

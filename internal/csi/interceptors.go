@@ -1,0 +1,64 @@
+package csi
+
+import (
+	"context"
+	"path"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Metrics is the csi_sidecar_operations_seconds histogram, named and labelled as the
+// csi-lib-utils metrics manager names it, so existing dashboards keep working.
+type Metrics struct {
+	operations *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metric and registers it with reg (if not nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "csi",
+		Subsystem: "sidecar",
+		Name:      "operations_seconds",
+		Help:      "Container Storage Interface operation duration with gRPC error code status total",
+		Buckets:   []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
+	}, []string{"driver_name", "method_name", "grpc_status_code"})}
+	if reg != nil {
+		reg.MustRegister(m.operations)
+	}
+	return m
+}
+
+func (c *Conn) metricsInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	start := time.Now()
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if c.metrics != nil {
+		c.mu.Lock()
+		driver := c.driver
+		c.mu.Unlock()
+		if driver == "" {
+			driver = "unknown-driver"
+		}
+		c.metrics.operations.WithLabelValues(driver, method, status.Code(err).String()).Observe(time.Since(start).Seconds())
+	}
+	return err
+}
+
+// logInterceptor logs each call at V(5) with secrets replaced by "***stripped***", as the
+// upstream sidecars do; responses never carry secrets but can be large, hence V(5) too.
+func logInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	logger := klog.FromContext(ctx).WithValues("method", path.Base(method))
+	logger.V(5).Info("GRPC call", "request", protosanitizer.StripSecrets(req))
+	start := time.Now()
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err != nil {
+		logger.V(5).Info("GRPC error", "err", err, "duration", time.Since(start))
+	} else {
+		logger.V(5).Info("GRPC response", "response", protosanitizer.StripSecrets(reply), "duration", time.Since(start))
+	}
+	return err
+}
