@@ -1,0 +1,124 @@
+package volume
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Plugin is a volume type (emptyDir, configMap, csi, ...). Implementations must be safe
+// for concurrent use: the operation executor runs operations of different volumes at once.
+type Plugin interface {
+	// Init is called once, when the plugin is registered.
+	Init(host Host) error
+	// Name is the plugin name, e.g. "kubernetes.io/configmap".
+	Name() string
+	// CanSupport reports whether the plugin handles spec.
+	CanSupport(spec *Spec) bool
+	// RequiresRemount reports whether SetUp must be called again to refresh the contents
+	// (configMap, secret, downwardAPI, projected; CSI with requiresRepublish).
+	RequiresRemount(spec *Spec) bool
+	// NewMounter returns a Mounter of spec for pod.
+	NewMounter(spec *Spec, pod *v1.Pod) (Mounter, error)
+	// NewUnmounter returns an Unmounter of the volume directory named volumeName of the pod.
+	NewUnmounter(volumeName string, podUID types.UID) (Unmounter, error)
+	// ConstructVolumeSpec rebuilds a spec from what is on disk, for reconstruction after a
+	// restart. volumePath is the pod's volume directory.
+	ConstructVolumeSpec(volumeName, volumePath string) (*Spec, error)
+}
+
+// Attributes describe a set-up volume.
+type Attributes struct {
+	ReadOnly bool
+	// Managed: the plugin manages ownership, so fsGroup is applied.
+	Managed bool
+}
+
+// MounterArgs carry pod-level settings into SetUp.
+type MounterArgs struct {
+	FsUser              *int64
+	FsGroup             *int64
+	FSGroupChangePolicy *v1.PodFSGroupChangePolicy
+	// DesiredSize is the emptyDir size: the least of sizeLimit, the pod's memory limit
+	// (Memory medium) and the node's allocatable memory.
+	DesiredSize *resource.Quantity
+}
+
+// Mounter sets a volume up for one pod. SetUp must be idempotent: it is called again on
+// remount and after a restart, with the volume possibly already set up.
+type Mounter interface {
+	// Path is the volume directory the containers would see.
+	Path() string
+	SetUp(ctx context.Context, args MounterArgs) error
+	Attributes() Attributes
+}
+
+// Refresher is implemented by a Mounter whose contents expire (service account tokens):
+// after a successful SetUp the volume manager remounts the volume after RefreshAfter.
+type Refresher interface {
+	RefreshAfter() time.Duration
+}
+
+// Unmounter tears a pod's volume down. TearDown must be idempotent and must succeed on a
+// volume that is already gone.
+type Unmounter interface {
+	Path() string
+	TearDown(ctx context.Context) error
+}
+
+// WrappableMounter can set its volume up in another plugin's directory: emptyDir under
+// configMap, secret, downwardAPI and projected (upstream: NewWrapperMounter + SetUpAt).
+type WrappableMounter interface {
+	Mounter
+	SetUpAt(ctx context.Context, dir string, args MounterArgs) error
+}
+
+// WrappableUnmounter tears down what a WrappableMounter set up at dir.
+type WrappableUnmounter interface {
+	Unmounter
+	TearDownAt(ctx context.Context, dir string) error
+}
+
+// DeviceMountablePlugin is a plugin with a per-node global mount (CSI NodeStage), shared by
+// every pod of the volume on the node. Its volumes are named without the pod, so all its
+// operations on one volume are serialized.
+type DeviceMountablePlugin interface {
+	Plugin
+	// VolumeName is the unique name of the volume on the node, without the plugin
+	// prefix, e.g. "<driver>^<handle>" for CSI.
+	VolumeName(spec *Spec) (string, error)
+	CanDeviceMount(spec *Spec) (bool, error)
+	NewDeviceMounter() (DeviceMounter, error)
+	NewDeviceUnmounter() (DeviceUnmounter, error)
+	// DeviceMountRefs lists other mounts that still use the global mount.
+	DeviceMountRefs(deviceMountPath string) ([]string, error)
+}
+
+// DeviceMounter mounts a volume's device at its global mount path (CSI NodeStage).
+type DeviceMounter interface {
+	DeviceMountPath(spec *Spec) (string, error)
+	MountDevice(ctx context.Context, spec *Spec, devicePath, deviceMountPath string, args MounterArgs) error
+}
+
+// DeviceUnmounter reverses MountDevice (CSI NodeUnstage).
+type DeviceUnmounter interface {
+	UnmountDevice(ctx context.Context, deviceMountPath string) error
+}
+
+// AttachablePlugin is a device-mountable plugin whose volumes are attached to the node by
+// the attach/detach controller first (CSI with attachRequired). The node agent only waits.
+type AttachablePlugin interface {
+	DeviceMountablePlugin
+	CanAttach(spec *Spec) (bool, error)
+	NewAttacher() (Attacher, error)
+}
+
+// Attacher waits for the controller-side attach to complete.
+type Attacher interface {
+	DeviceMounter
+	// WaitForAttach returns the device path once the volume is attached.
+	WaitForAttach(ctx context.Context, spec *Spec, devicePath string, pod *v1.Pod) (string, error)
+}

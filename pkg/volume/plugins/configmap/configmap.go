@@ -1,0 +1,55 @@
+// Package configmap is the configMap volume plugin: keys of a ConfigMap (data and
+// binaryData) as files in a disk-backed emptyDir, refreshed when the ConfigMap changes.
+package configmap
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
+)
+
+// PluginName is the upstream plugin name.
+const PluginName = "kubernetes.io/configmap"
+
+// New returns the plugin. configMap volumes are on disk, as upstream (tmpfs would be
+// charged to the pod's memory).
+func New() volume.Plugin {
+	return wrapped.NewPlugin(wrapped.PluginSpec{
+		Name:     PluginName,
+		Supports: func(s *volume.Spec) bool { return s.Volume.ConfigMap != nil },
+		Source:   v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}},
+		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
+			src := spec.Volume.ConfigMap
+			return func(context.Context, volume.MounterArgs) (payload.Files, error) {
+				return Payload(h, pod.Namespace, src)
+			}, nil, nil
+		},
+	})
+}
+
+// Payload builds the files of src in namespace.
+func Payload(h volume.Host, namespace string, src *v1.ConfigMapVolumeSource) (payload.Files, error) {
+	optional := src.Optional != nil && *src.Optional
+	cm, err := h.GetConfigMap(namespace, src.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) && optional {
+			return payload.Files{}, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("configmap %q not found", src.Name)
+		}
+		return nil, fmt.Errorf("get configmap %q: %w", src.Name, err)
+	}
+	files, err := payload.FromKeys(payload.ConfigMapData(cm), src.Items, src.DefaultMode, optional)
+	if err != nil {
+		return nil, fmt.Errorf("configmap %q: %w", src.Name, err)
+	}
+	return files, nil
+}

@@ -1,0 +1,33 @@
+// Package downwardapi is the downwardAPI volume plugin: pod fields and container resources
+// as files in a tmpfs, refreshed when the pod's labels or annotations change.
+package downwardapi
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
+)
+
+// PluginName is the upstream plugin name.
+const PluginName = "kubernetes.io/downward-api"
+
+// New returns the plugin.
+func New() volume.Plugin {
+	return wrapped.NewPlugin(wrapped.PluginSpec{
+		Name:     PluginName,
+		Medium:   v1.StorageMediumMemory,
+		Supports: func(s *volume.Spec) bool { return s.Volume.DownwardAPI != nil },
+		Source:   v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}},
+		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
+			src := spec.Volume.DownwardAPI
+			return func(context.Context, volume.MounterArgs) (payload.Files, error) {
+				return payload.DownwardAPI(pod, src.Items, src.DefaultMode, h.NodeAllocatable())
+			}, nil, nil
+		},
+	})
+}

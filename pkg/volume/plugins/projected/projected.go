@@ -1,0 +1,232 @@
+// Package projected is the projected volume plugin: configMap, secret, downwardAPI,
+// serviceAccountToken and clusterTrustBundle sources merged into one tmpfs. Tokens come
+// from the TokenRequest API, bound to the pod, and are rotated at 80% of their lifetime,
+// as the kubelet's token manager does.
+package projected
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/atomicwriter"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/configmap"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/secret"
+)
+
+// PluginName is the upstream plugin name.
+const PluginName = "kubernetes.io/projected"
+
+// refreshFraction of a token's lifetime after which it is renewed (kubelet: 80%).
+const refreshFraction = 0.8
+
+// New returns the plugin.
+func New() volume.Plugin {
+	tokens := &tokenCache{byKey: map[tokenKey]*authenticationv1.TokenRequest{}}
+	p := wrapped.NewPlugin(wrapped.PluginSpec{
+		Name:     PluginName,
+		Medium:   v1.StorageMediumMemory,
+		Supports: func(s *volume.Spec) bool { return s.Volume.Projected != nil },
+		Source:   v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}},
+		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
+			src := spec.Volume.Projected
+			build := func(ctx context.Context, args volume.MounterArgs) (payload.Files, error) {
+				return collect(ctx, h, tokens, pod, src, args)
+			}
+			refresh := func() time.Duration { return tokens.refreshAfter(pod.UID, src) }
+			return build, refresh, nil
+		},
+	})
+	return &plugin{Plugin: p, tokens: tokens}
+}
+
+// plugin forgets a pod's tokens when the pod's volume is torn down.
+type plugin struct {
+	volume.Plugin
+	tokens *tokenCache
+}
+
+func (p *plugin) NewUnmounter(name string, podUID types.UID) (volume.Unmounter, error) {
+	p.tokens.forget(podUID)
+	return p.Plugin.NewUnmounter(name, podUID)
+}
+
+func collect(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.Pod, src *v1.ProjectedVolumeSource, args volume.MounterArgs) (payload.Files, error) {
+	out := payload.Files{}
+	merge := func(f payload.Files) {
+		for k, v := range f {
+			out[k] = v
+		}
+	}
+	for i, s := range src.Sources {
+		switch {
+		case s.ConfigMap != nil:
+			f, err := configmap.Payload(h, pod.Namespace, &v1.ConfigMapVolumeSource{
+				LocalObjectReference: s.ConfigMap.LocalObjectReference, Items: s.ConfigMap.Items,
+				DefaultMode: src.DefaultMode, Optional: s.ConfigMap.Optional,
+			})
+			if err != nil {
+				return nil, err
+			}
+			merge(f)
+		case s.Secret != nil:
+			f, err := secret.Payload(h, pod.Namespace, s.Secret.Name, s.Secret.Items, src.DefaultMode, s.Secret.Optional)
+			if err != nil {
+				return nil, err
+			}
+			merge(f)
+		case s.DownwardAPI != nil:
+			f, err := payload.DownwardAPI(pod, s.DownwardAPI.Items, src.DefaultMode, h.NodeAllocatable())
+			if err != nil {
+				return nil, err
+			}
+			merge(f)
+		case s.ServiceAccountToken != nil:
+			f, err := tokenFile(ctx, h, tokens, pod, s.ServiceAccountToken, src.DefaultMode, args)
+			if err != nil {
+				return nil, err
+			}
+			merge(f)
+		case s.ClusterTrustBundle != nil:
+			if err := atomicwriter.ValidatePath(s.ClusterTrustBundle.Path); err != nil {
+				return nil, fmt.Errorf("clusterTrustBundle: %w", err)
+			}
+			pem, err := h.GetClusterTrustBundle(ctx, *s.ClusterTrustBundle)
+			if err != nil {
+				if s.ClusterTrustBundle.Optional != nil && *s.ClusterTrustBundle.Optional && apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("clusterTrustBundle: %w", err)
+			}
+			merge(payload.Files{s.ClusterTrustBundle.Path: {Data: []byte(pem), Mode: mode(src.DefaultMode)}})
+		default:
+			return nil, fmt.Errorf("projected source %d: unsupported source type", i)
+		}
+	}
+	return out, nil
+}
+
+func mode(defaultMode *int32) int32 {
+	if defaultMode != nil {
+		return *defaultMode
+	}
+	return payload.DefaultMode
+}
+
+// tokenFile writes a token as upstream: mode 0600 and owned by the pod's user when the pod
+// runs as a fixed user, the volume's default mode otherwise. The token is never logged.
+func tokenFile(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.Pod, src *v1.ServiceAccountTokenProjection, defaultMode *int32, args volume.MounterArgs) (payload.Files, error) {
+	if err := atomicwriter.ValidatePath(src.Path); err != nil {
+		return nil, fmt.Errorf("serviceAccountToken: %w", err)
+	}
+	tok, err := tokens.get(ctx, h, pod, src)
+	if err != nil {
+		return nil, err
+	}
+	f := atomicwriter.FileProjection{Data: []byte(tok), Mode: mode(defaultMode)}
+	if args.FsUser != nil {
+		f.Mode = 0o600
+		f.FsUser = args.FsUser
+	}
+	return payload.Files{src.Path: f}, nil
+}
+
+type tokenKey struct {
+	pod        types.UID
+	audience   string
+	expiration int64
+}
+
+func keyOf(pod types.UID, src *v1.ServiceAccountTokenProjection) tokenKey {
+	k := tokenKey{pod: pod, audience: src.Audience, expiration: 3600}
+	if src.ExpirationSeconds != nil {
+		k.expiration = *src.ExpirationSeconds
+	}
+	return k
+}
+
+// tokenCache keeps one token per pod, audience and lifetime, renewed at 80% of its life.
+type tokenCache struct {
+	mu    sync.Mutex
+	byKey map[tokenKey]*authenticationv1.TokenRequest
+}
+
+func (c *tokenCache) get(ctx context.Context, h volume.Host, pod *v1.Pod, src *v1.ServiceAccountTokenProjection) (string, error) {
+	key := keyOf(pod.UID, src)
+	c.mu.Lock()
+	tr := c.byKey[key]
+	c.mu.Unlock()
+	if tr != nil && time.Until(refreshAt(tr)) > 0 {
+		return tr.Status.Token, nil
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: &key.expiration,
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+	}}
+	if src.Audience != "" {
+		req.Spec.Audiences = []string{src.Audience}
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	resp, err := h.GetServiceAccountToken(ctx, pod.Namespace, sa, req)
+	if err != nil {
+		return "", fmt.Errorf("request token for service account %q: %w", sa, err)
+	}
+	// The issue time is not in the response; now is a safe lower bound for the renewal.
+	resp.CreationTimestamp.Time = time.Now()
+	c.mu.Lock()
+	c.byKey[key] = resp
+	c.mu.Unlock()
+	return resp.Status.Token, nil
+}
+
+func refreshAt(tr *authenticationv1.TokenRequest) time.Time {
+	issued := tr.CreationTimestamp.Time
+	life := tr.Status.ExpirationTimestamp.Sub(issued)
+	return issued.Add(time.Duration(float64(life) * refreshFraction))
+}
+
+// refreshAfter is the time until the first token of the volume needs renewing; 0 if none.
+func (c *tokenCache) refreshAfter(pod types.UID, src *v1.ProjectedVolumeSource) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var next time.Duration
+	for _, s := range src.Sources {
+		if s.ServiceAccountToken == nil {
+			continue
+		}
+		tr := c.byKey[keyOf(pod, s.ServiceAccountToken)]
+		if tr == nil {
+			continue
+		}
+		d := time.Until(refreshAt(tr))
+		if d < time.Second {
+			d = time.Second
+		}
+		if next == 0 || d < next {
+			next = d
+		}
+	}
+	return next
+}
+
+func (c *tokenCache) forget(pod types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.byKey {
+		if k.pod == pod {
+			delete(c.byKey, k)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package volume
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// Spec is one volume as a plugin sees it: an inline pod volume or a persistent volume.
+type Spec struct {
+	Volume           *v1.Volume
+	PersistentVolume *v1.PersistentVolume
+	// ReadOnly is the pod's or the claim's readOnly flag.
+	ReadOnly bool
+}
+
+// SpecFromVolume wraps an inline pod volume.
+func SpecFromVolume(v *v1.Volume) *Spec { return &Spec{Volume: v} }
+
+// SpecFromPersistentVolume wraps a bound PV.
+func SpecFromPersistentVolume(pv *v1.PersistentVolume, readOnly bool) *Spec {
+	return &Spec{PersistentVolume: pv, ReadOnly: readOnly}
+}
+
+// Name is the inner volume spec name: the PV name for a claim, the pod volume name
+// otherwise. It is the directory name under pods/<uid>/volumes/<plugin>/.
+func (s *Spec) Name() string {
+	switch {
+	case s == nil:
+		return ""
+	case s.Volume != nil:
+		return s.Volume.Name
+	case s.PersistentVolume != nil:
+		return s.PersistentVolume.Name
+	}
+	return ""
+}
