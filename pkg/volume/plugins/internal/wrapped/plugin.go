@@ -36,9 +36,11 @@ type plugin struct {
 	host volume.Host
 }
 
-func (p *plugin) Init(h volume.Host) error               { p.host = h; return nil }
-func (p *plugin) Name() string                           { return p.spec.Name }
-func (p *plugin) CanSupport(spec *volume.Spec) bool      { return spec.Volume != nil && p.spec.Supports(spec) }
+func (p *plugin) Init(h volume.Host) error { p.host = h; return nil }
+func (p *plugin) Name() string             { return p.spec.Name }
+func (p *plugin) CanSupport(spec *volume.Spec) bool {
+	return spec.Volume != nil && p.spec.Supports(spec)
+}
 func (p *plugin) RequiresRemount(spec *volume.Spec) bool { return true }
 
 func (p *plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
