@@ -21,6 +21,7 @@ type upOptions struct {
 	demo           bool
 	clusterBinary  string
 	statusInterval time.Duration
+	buildOnly      bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -45,6 +46,7 @@ Ctrl-C or SIGTERM stops everything.`,
 	f.BoolVar(&o.demo, "demo", false, "also apply the examples (reserved: not implemented yet)")
 	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
+	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
 
@@ -70,6 +72,17 @@ func (o *upOptions) validate() error {
 }
 
 func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if o.buildOnly {
+		bin := o.clusterBinary
+		if bin == "" {
+			var err error
+			if bin, err = localcluster.EnsureBinary(ctx, stderr); err != nil {
+				return err
+			}
+		}
+		_, err := fmt.Fprintln(stdout, bin)
+		return err
+	}
 	if o.reset {
 		fmt.Fprintf(stderr, "wiping %s\n", o.dir)
 		if err := os.RemoveAll(o.dir); err != nil {

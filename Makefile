@@ -1,0 +1,30 @@
+# kubevol: the two commands of the README are `make up` and `make test` (as root).
+GO ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_TIMEOUT ?= 80m
+
+.PHONY: all build up test deps lint cluster-binary
+
+all: build
+
+build:
+	$(GO) build -o bin/kubevol ./cmd/kubevol
+
+up:
+	$(GO) run ./cmd/kubevol up
+
+deps:
+	./hack/install-deps.sh
+
+# gofmt, go vet and staticcheck must all be silent.
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Built once, before the tests, so its progress is visible; every test package then reuses it.
+cluster-binary:
+	$(GO) run ./cmd/kubevol up --build-only
+
+test: deps lint cluster-binary
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
