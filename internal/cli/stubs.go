@@ -17,10 +17,6 @@ func newNodeCommand() *cobra.Command {
 	return notImplemented("node", "node agent: the kubelet volume manager for one node")
 }
 
-func newDriverCommand() *cobra.Command {
-	return notImplemented("driver", "local-storage CSI driver backed by directories and loop devices")
-}
-
 func newBenchProvisionCommand() *cobra.Command {
 	return notImplemented("provision", "provisioning throughput and latency against a cluster")
 }

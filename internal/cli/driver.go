@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/version"
+)
+
+type driverOptions struct {
+	cfg          driver.Config
+	endpoint     string
+	mode         string
+	capacity     string
+	httpEndpoint string
+	faults       []string
+}
+
+func newDriverCommand() *cobra.Command {
+	o := driverOptions{}
+	cmd := &cobra.Command{
+		Use:   "driver",
+		Short: "local-storage CSI driver backed by directories and loop devices",
+		Long: `driver serves the CSI Identity, Controller and Node services on a unix socket. Volumes
+are directories (StorageClass parameter type=dir, the default) or sparse images attached as
+loop devices (type=block) under --state-dir. --mode splits the services as a cluster deploys
+them: a controller process and a node process of one node share --state-dir.
+
+Fault injection (off by default): --fault or $` + driver.FaultsEnv + `, rules separated by ";",
+each METHOD:key=value,... with error=CODE, rate=0..1, count=N, delay=DURATION, hang.
+Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/csi.sock (default $CSI_ENDPOINT)")
+	f.StringVar(&o.cfg.NodeID, "node-id", "", "name of this node, also its topology segment "+driver.TopologyKey+" (required)")
+	f.StringVar(&o.cfg.StateDir, "state-dir", "", "directory of the records, volumes and snapshots (required)")
+	f.StringVar(&o.mode, "mode", string(driver.ModeAll), "services to serve: controller, node or all")
+	f.StringVar(&o.cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
+	f.BoolVar(&o.cfg.AttachRequired, "attach-required", false, "advertise PUBLISH_UNPUBLISH_VOLUME, so that the CO attaches volumes")
+	f.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may have published, reported by NodeGetInfo (0: no limit)")
+	f.StringVar(&o.capacity, "capacity", "100Gi", "size of the pool of dir volumes, a quantity such as 100Gi")
+	f.StringVar(&o.cfg.CallLog, "call-log", "", "append one JSON line per CSI call to this file")
+	f.StringVar(&o.httpEndpoint, "http-endpoint", "", "address such as 127.0.0.1:9808 to serve /metrics and /healthz on (default: off)")
+	f.StringArrayVar(&o.faults, "fault", nil, "fault injection rules (repeatable), see above")
+	return cmd
+}
+
+func (o *driverOptions) validate() error {
+	if o.endpoint == "" {
+		return usageErrorf("--endpoint is required (or set $CSI_ENDPOINT)")
+	}
+	if _, err := driver.ParseEndpoint(o.endpoint); err != nil {
+		return usageErrorf("--endpoint: %v", err)
+	}
+	q, err := resource.ParseQuantity(o.capacity)
+	if err != nil || q.Sign() <= 0 {
+		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi", o.capacity)
+	}
+	o.cfg.Capacity = q.Value()
+	o.cfg.Mode = driver.Mode(o.mode)
+	if o.httpEndpoint != "" {
+		if _, _, err := net.SplitHostPort(o.httpEndpoint); err != nil {
+			return usageErrorf("--http-endpoint %q: want host:port", o.httpEndpoint)
+		}
+	}
+	specs := o.faults
+	if env := os.Getenv(driver.FaultsEnv); env != "" {
+		specs = append(specs, env)
+	}
+	for _, s := range specs {
+		rules, err := driver.ParseFaults(s)
+		if err != nil {
+			return usageErrorf("--fault: %v", err)
+		}
+		o.cfg.Faults = append(o.cfg.Faults, rules...)
+	}
+	o.cfg.Version = version.Get()
+	if err := o.cfg.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
+}
+
+func (o *driverOptions) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	o.cfg.Logger = logger
+	d, err := driver.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	lis, err := driver.Listen(o.endpoint)
+	if err != nil {
+		return err
+	}
+	if o.httpEndpoint != "" {
+		hl, err := net.Listen("tcp", o.httpEndpoint)
+		if err != nil {
+			_ = lis.Close()
+			return err
+		}
+		srv := &http.Server{Handler: d.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "HTTP endpoint failed")
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		logger.Info("Serving /metrics and /healthz", "address", hl.Addr().String())
+	}
+	return d.Run(ctx, lis)
+}

@@ -1,0 +1,143 @@
+// Package driver is kubevol's local-storage CSI driver: Identity, Controller and Node services
+// over gRPC, backed by one directory (type "dir") or one loop-attached sparse image (type
+// "block") per volume under a state directory.
+//
+// Other packages start it in-process with New and Run, or as `kubevol driver`.
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Mode selects which CSI services one process serves, so that a deployment can split them as
+// a real cluster does: a controller Deployment and a node DaemonSet.
+type Mode string
+
+// Modes of the driver.
+const (
+	ModeController Mode = "controller"
+	ModeNode       Mode = "node"
+	ModeAll        Mode = "all"
+)
+
+// Defaults shared with the command line.
+const (
+	DefaultDriverName = "kubevol.io/local"
+	// TopologyKey is the segment key of the node that holds a volume.
+	TopologyKey = "topology.kubevol.io/node"
+	// DefaultCapacity is the size of the "dir" pool when none is configured.
+	DefaultCapacity int64 = 100 << 30
+	// DefaultVolumeSize is used when CreateVolume gives no capacity range.
+	DefaultVolumeSize int64 = 1 << 30
+)
+
+// Config is everything a driver instance needs. The zero values of the optional fields are
+// the defaults.
+type Config struct {
+	// DriverName is returned by GetPluginInfo; CSI requires a domain-like name.
+	DriverName string
+	// Version is returned by GetPluginInfo; it must not be empty.
+	Version string
+	// NodeID names this node; it is also the value of the topology segment.
+	NodeID string
+	// StateDir holds the records, the volumes and the snapshots. A controller and a node
+	// process of the same node share it.
+	StateDir string
+	Mode     Mode
+	// AttachRequired enables PUBLISH_UNPUBLISH_VOLUME, so that the CO's attach path runs.
+	AttachRequired bool
+	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume;
+	// 0 means no limit.
+	MaxVolumesPerNode int64
+	// Capacity is the size of the "dir" pool in bytes; 0 means DefaultCapacity.
+	Capacity int64
+	// CallLog, if set, is a file that receives one JSON line per RPC.
+	CallLog string
+	// Faults are the injected failures; nil means none.
+	Faults []FaultRule
+	// Logger receives the driver's logs; the zero value means klog's global logger.
+	Logger klog.Logger
+	// ShutdownGrace bounds how long Run waits for in-flight RPCs after its context ends.
+	ShutdownGrace time.Duration
+}
+
+var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$`)
+
+// Validate checks the configuration and fills in defaults. Errors name the offending
+// setting in one line, for the command line to print.
+func (c *Config) Validate() error {
+	if c.DriverName == "" {
+		c.DriverName = DefaultDriverName
+	}
+	// CSI: "The name MUST follow domain name notation format"; slashes are common
+	// (kubevol.io/local), so each part separated by "/" is checked.
+	for _, part := range splitName(c.DriverName) {
+		if !driverNameRE.MatchString(part) {
+			return fmt.Errorf("--drivername %q: must be domain-name notation of at most 63 characters per part", c.DriverName)
+		}
+	}
+	if len(c.DriverName) > 63 {
+		return fmt.Errorf("--drivername %q: longer than 63 characters", c.DriverName)
+	}
+	if c.Version == "" {
+		c.Version = "unknown"
+	}
+	if c.NodeID == "" {
+		return errors.New("--node-id is required")
+	}
+	if len(c.NodeID) > 128 {
+		return fmt.Errorf("--node-id: longer than 128 bytes")
+	}
+	if c.StateDir == "" {
+		return errors.New("--state-dir is required")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %v", err)
+	}
+	c.StateDir = abs
+	switch c.Mode {
+	case "":
+		c.Mode = ModeAll
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return fmt.Errorf("--mode %q: want controller, node or all", c.Mode)
+	}
+	if c.MaxVolumesPerNode < 0 {
+		return fmt.Errorf("--max-volumes-per-node must not be negative, got %d", c.MaxVolumesPerNode)
+	}
+	if c.Capacity < 0 {
+		return fmt.Errorf("--capacity must not be negative, got %d", c.Capacity)
+	}
+	if c.Capacity == 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	return nil
+}
+
+func splitName(name string) []string {
+	var parts []string
+	start := 0
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' {
+			parts = append(parts, name[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, name[start:])
+}
+
+func (c *Config) servesController() bool { return c.Mode == ModeController || c.Mode == ModeAll }
+func (c *Config) servesNode() bool       { return c.Mode == ModeNode || c.Mode == ModeAll }
+
+// topology is the one segment every kubevol volume and node reports.
+func (c *Config) topology() map[string]string { return map[string]string{TopologyKey: c.NodeID} }

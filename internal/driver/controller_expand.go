@@ -1,0 +1,64 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// ControllerExpandVolume grows a volume, published or not (ONLINE and OFFLINE expansion).
+// A "block" image is lengthened here; the node then refreshes the loop device and grows the
+// filesystem. A "dir" volume only gets a bigger share of the pool.
+func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
+	}
+	release, err := c.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.st.Volumes[id]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	if cp := req.GetVolumeCapability(); cp != nil {
+		if r := unsupportedReason(v.Type, cp); r != "" {
+			return nil, status.Error(codes.InvalidArgument, r)
+		}
+	}
+	// Only a filesystem on an image needs the node to act; raw block and dir do not.
+	nodeExpand := v.Type == state.TypeBlock && req.GetVolumeCapability().GetBlock() == nil
+	size, err := volumeSize(req.GetCapacityRange(), minSize(v.Type, v.FsType))
+	if err != nil {
+		return nil, err
+	}
+	if size <= v.CapacityBytes {
+		// CSI: a volume already at or above the requested size is OK.
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: nodeExpand}, nil
+	}
+	if err := c.reserveLocked(v.Type, size-v.CapacityBytes); err != nil {
+		return nil, err
+	}
+	c.reserved[v.Type] -= size - v.CapacityBytes
+	if err := c.backends[v.Type].ExpandVolume(id, size); err != nil {
+		return nil, status.Errorf(codes.Internal, "expand volume data: %v", err)
+	}
+	v.CapacityBytes = size
+	if err := c.commitLocked(); err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, c.log).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+}

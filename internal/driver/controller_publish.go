@@ -1,0 +1,121 @@
+package driver
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// Publish context keys returned by ControllerPublishVolume, for the node to check.
+const (
+	PublishContextType = "kubevol.io/type"
+	PublishContextNode = "kubevol.io/node"
+)
+
+// ControllerPublishVolume records that a volume is attached to the node. The bytes of a
+// kubevol volume are already on the node's disk, so "attach" is a record, with the checks
+// the spec asks of a real attach: the node exists, the attach limit, compatibility.
+func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	id, nodeID := req.GetVolumeId(), req.GetNodeId()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	if err := requireField(nodeID, "node_id"); err != nil {
+		return nil, err
+	}
+	if err := validateCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	release, err := c.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.st.Volumes[id]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	if nodeID != c.cfg.NodeID {
+		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, c.cfg.NodeID)
+	}
+	if r := unsupportedReason(v.Type, req.GetVolumeCapability()); r != "" {
+		return nil, status.Error(codes.InvalidArgument, r)
+	}
+	want := state.Attachment{
+		ReadOnly:   req.GetReadonly(),
+		AccessMode: int32(req.GetVolumeCapability().GetAccessMode().GetMode()),
+		Block:      req.GetVolumeCapability().GetBlock() != nil,
+	}
+	resp := &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{
+		PublishContextType: v.Type,
+		PublishContextNode: nodeID,
+	}}
+	if have, ok := v.Attachments[nodeID]; ok {
+		if have != want {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s is already published to node %q with a different capability or readonly flag", id, nodeID)
+		}
+		return resp, nil
+	}
+	if limit := c.cfg.MaxVolumesPerNode; limit > 0 && c.attachedToLocked(nodeID) >= limit {
+		return nil, status.Errorf(codes.ResourceExhausted, "node %q already has the maximum of %d volumes published", nodeID, limit)
+	}
+	if v.Attachments == nil {
+		v.Attachments = map[string]state.Attachment{}
+	}
+	v.Attachments[nodeID] = want
+	if err := c.commitLocked(); err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, c.log).V(2).Info("Published volume", "volumeID", id, "nodeID", nodeID)
+	return resp, nil
+}
+
+func (c *controller) attachedToLocked(nodeID string) int64 {
+	var n int64
+	for _, v := range c.st.Volumes {
+		if _, ok := v.Attachments[nodeID]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// ControllerUnpublishVolume removes the attach record. CSI: a volume or node that is
+// unknown can be regarded as unpublished, which is OK.
+func (c *controller) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	id, nodeID := req.GetVolumeId(), req.GetNodeId()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	release, err := c.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.st.Volumes[id]
+	if v == nil || len(v.Attachments) == 0 {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	}
+	if nodeID == "" {
+		clear(v.Attachments) // CSI: an empty node_id unpublishes from every node
+	} else if _, ok := v.Attachments[nodeID]; !ok {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	} else {
+		delete(v.Attachments, nodeID)
+	}
+	if err := c.commitLocked(); err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, c.log).V(2).Info("Unpublished volume", "volumeID", id, "nodeID", nodeID)
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}

@@ -1,0 +1,315 @@
+package driver
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// Volume content sources as recorded in state.Volume.Source.
+const (
+	sourceSnapshot = "snapshot:"
+	sourceVolume   = "volume:"
+)
+
+func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if err := requireField(req.GetName(), "name"); err != nil {
+		return nil, err
+	}
+	if err := validateCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, err
+	}
+	params, err := parseParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported: the driver has no MODIFY_VOLUME capability")
+	}
+	if r := firstUnsupported(params.typ, req.GetVolumeCapabilities()); r != "" {
+		return nil, status.Error(codes.InvalidArgument, r)
+	}
+	source, sourceKey, err := contentSource(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{volumeNameKey(req.GetName())}
+	if sourceKey != "" {
+		keys = append(keys, sourceKey)
+	}
+	release, err := c.locks.acquire(keys...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	c.mu.Lock()
+	if v := c.st.VolumeByName(req.GetName()); v != nil {
+		v = v.Clone()
+		c.mu.Unlock()
+		// CSI CreateVolume: the same name with compatible arguments returns the existing
+		// volume; anything incompatible is ALREADY_EXISTS.
+		if why := incompatibleVolume(v, req, params, source); why != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with %s", req.GetName(), why)
+		}
+		return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
+	}
+	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on node %q", c.cfg.NodeID)
+	}
+	floor, fromPath, err := c.sourceLocked(params.typ, source)
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	size, err := volumeSize(req.GetCapacityRange(), max(floor, minSize(params.typ, params.fsType)))
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	if err := c.reserveLocked(params.typ, size); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.mu.Unlock()
+
+	// The bytes are created before the record: a crash in between leaves unrecorded data,
+	// which the next start removes, and the CO's retry creates the volume afresh.
+	v := &state.Volume{
+		ID:            newID("v-"),
+		Name:          req.GetName(),
+		Type:          params.typ,
+		CapacityBytes: size,
+		FsType:        params.fsType,
+		Parameters:    maps.Clone(req.GetParameters()),
+		Source:        source,
+		Node:          c.cfg.NodeID,
+		CreatedAt:     time.Now().UTC(),
+	}
+	b := c.backends[v.Type]
+	if err := b.CreateVolume(v.ID, size, fromPath); err != nil {
+		c.unreserve(v.Type, size)
+		_ = b.DeleteVolume(v.ID)
+		return nil, status.Errorf(codes.Internal, "create volume data: %v", err)
+	}
+	c.mu.Lock()
+	c.reserved[v.Type] -= size
+	c.st.Volumes[v.ID] = v
+	err = c.commitLocked()
+	c.mu.Unlock()
+	if err != nil {
+		_ = b.DeleteVolume(v.ID)
+		return nil, err
+	}
+	klogFrom(ctx, c.log).V(2).Info("Created volume", "volumeID", v.ID, "name", v.Name, "type", v.Type, "bytes", size)
+	return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
+}
+
+// contentSource decodes a VolumeContentSource into the recorded form and the lock key of
+// the source.
+func contentSource(src *csi.VolumeContentSource) (recorded, lockKey string, err error) {
+	switch {
+	case src == nil:
+		return "", "", nil
+	case src.GetSnapshot() != nil:
+		id := src.GetSnapshot().GetSnapshotId()
+		if id == "" {
+			return "", "", status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is required")
+		}
+		return sourceSnapshot + id, snapshotKey(id), nil
+	case src.GetVolume() != nil:
+		id := src.GetVolume().GetVolumeId()
+		if id == "" {
+			return "", "", status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is required")
+		}
+		return sourceVolume + id, volumeKey(id), nil
+	}
+	return "", "", status.Error(codes.InvalidArgument, "volume_content_source: unknown type")
+}
+
+// sourceLocked resolves a content source to the smallest size a new volume may have and the
+// path to copy from. Unknown sources are NOT_FOUND; a source of another backend type cannot
+// be copied (INVALID_ARGUMENT).
+func (c *controller) sourceLocked(typ, source string) (floor int64, fromPath string, err error) {
+	if id, ok := strings.CutPrefix(source, sourceSnapshot); ok {
+		sn := c.st.Snapshots[id]
+		if sn == nil {
+			return 0, "", status.Errorf(codes.NotFound, "source snapshot %q not found", id)
+		}
+		if sn.Type != typ {
+			return 0, "", status.Errorf(codes.InvalidArgument, "source snapshot %q is of type %q, the new volume of type %q", id, sn.Type, typ)
+		}
+		return sn.SizeBytes, c.backends[typ].SnapshotPath(id), nil
+	}
+	if id, ok := strings.CutPrefix(source, sourceVolume); ok {
+		v := c.st.Volumes[id]
+		if v == nil {
+			return 0, "", status.Errorf(codes.NotFound, "source volume %q not found", id)
+		}
+		if v.Type != typ {
+			return 0, "", status.Errorf(codes.InvalidArgument, "source volume %q is of type %q, the new volume of type %q", id, v.Type, typ)
+		}
+		return v.CapacityBytes, c.backends[typ].VolumePath(id), nil
+	}
+	return 0, "", nil
+}
+
+// incompatibleVolume says how an existing volume differs from a repeated CreateVolume.
+func incompatibleVolume(v *state.Volume, req *csi.CreateVolumeRequest, p volumeParams, source string) string {
+	switch {
+	case !sizeFits(v.CapacityBytes, req.GetCapacityRange()):
+		return "a capacity of " + itoa(v.CapacityBytes) + " bytes outside the requested range"
+	case !maps.Equal(v.Parameters, req.GetParameters()) && !(len(v.Parameters) == 0 && len(req.GetParameters()) == 0):
+		return "different parameters"
+	case v.Source != source:
+		return "a different content source"
+	case v.Type != p.typ:
+		return "a different type"
+	}
+	return ""
+}
+
+func (c *controller) csiVolume(v *state.Volume) *csi.Volume {
+	out := &csi.Volume{
+		VolumeId:           v.ID,
+		CapacityBytes:      v.CapacityBytes,
+		VolumeContext:      map[string]string{ParamType: v.Type},
+		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}},
+	}
+	if v.FsType != "" {
+		out.VolumeContext[ParamFsTypeShort] = v.FsType
+	}
+	if id, ok := strings.CutPrefix(v.Source, sourceSnapshot); ok {
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id}}}
+	} else if id, ok := strings.CutPrefix(v.Source, sourceVolume); ok {
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+	}
+	return out
+}
+
+func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	release, err := c.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	v := c.volume(id)
+	if v == nil {
+		return &csi.DeleteVolumeResponse{}, nil // CSI: an unknown volume is already deleted
+	}
+	if len(v.Attachments) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published to node(s) %v", id, sortedKeys(v.Attachments))
+	}
+	why, err := c.inUse(ctx, v)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "check whether volume %s is in use: %v", id, err)
+	}
+	if why != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use: %s", id, why)
+	}
+	// Bytes first, record second: a crash in between leaves a record without data, and the
+	// CO's retry of DeleteVolume finishes the job.
+	if err := c.backends[v.Type].DeleteVolume(id); err != nil {
+		return nil, status.Errorf(codes.Internal, "delete volume data: %v", err)
+	}
+	c.mu.Lock()
+	delete(c.st.Volumes, id)
+	err = c.commitLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, c.log).V(2).Info("Deleted volume", "volumeID", id, "name", v.Name)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if err := requireField(req.GetVolumeId(), "volume_id"); err != nil {
+		return nil, err
+	}
+	if err := validateCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, err
+	}
+	v := c.volume(req.GetVolumeId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+	}
+	if r := firstUnsupported(v.Type, req.GetVolumeCapabilities()); r != "" {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: r}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+func (c *controller) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	page, next, err := paginate(c.st.SortedVolumeIDs(), req.GetStartingToken(), req.GetMaxEntries())
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListVolumesResponse{NextToken: next}
+	for _, id := range page {
+		v := c.st.Volumes[id]
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: c.csiVolume(v),
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
+		})
+	}
+	return resp, nil
+}
+
+func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	if err := requireField(req.GetVolumeId(), "volume_id"); err != nil {
+		return nil, err
+	}
+	v := c.volume(req.GetVolumeId())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+	}
+	return &csi.ControllerGetVolumeResponse{
+		Volume: c.csiVolume(v),
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
+	}, nil
+}
+
+func (c *controller) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	params, err := parseParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	// Capacity is per topology segment: only this node's segment has any.
+	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 && seg[TopologyKey] != c.cfg.NodeID {
+		return &csi.GetCapacityResponse{}, nil
+	}
+	if firstUnsupported(params.typ, req.GetVolumeCapabilities()) != "" {
+		return &csi.GetCapacityResponse{}, nil
+	}
+	c.mu.Lock()
+	free, err := c.freeBytesLocked(params.typ)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "capacity: %v", err)
+	}
+	free = free / sizeAlign * sizeAlign
+	return &csi.GetCapacityResponse{
+		AvailableCapacity: free,
+		MaximumVolumeSize: wrapInt64(free),
+		MinimumVolumeSize: wrapInt64(minSize(params.typ, params.fsType)),
+	}, nil
+}

@@ -1,0 +1,218 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/kubevol/kubevol/internal/driver/backend"
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// node serves the CSI Node service. It owns node.json: what it staged and published, and the
+// inline ephemeral volumes it created.
+type node struct {
+	csi.UnimplementedNodeServer
+
+	cfg *Config
+	log klog.Logger
+	// file is node.json.
+	file *state.File
+	// layout is where the controller keeps volumes; ephLayout is the node's own area for
+	// ephemeral volumes, apart so that neither side's restart cleanup touches the other's.
+	layout    backend.Layout
+	ephLayout backend.Layout
+	// catalog returns the controller's record of a volume (capacity, fsType), or nil.
+	catalog func(id string) *state.Volume
+	loops   *backend.Loops
+	mounter *mount.SafeFormatAndMount
+	resizer *mount.ResizeFs
+	locks   *inflight
+
+	mu sync.Mutex
+	st *state.Node
+}
+
+func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops, catalog func(string) *state.Volume) (*node, error) {
+	n := &node{
+		cfg:       cfg,
+		log:       log.WithName("node"),
+		file:      state.NewFile(filepath.Join(cfg.StateDir, "node.json")),
+		layout:    controllerLayout(cfg.StateDir),
+		ephLayout: backend.Layout{Volumes: filepath.Join(cfg.StateDir, "ephemeral"), Snapshots: filepath.Join(cfg.StateDir, "ephemeral")},
+		catalog:   catalog,
+		loops:     loops,
+		mounter:   mount.NewSafeFormatAndMount(mount.NewWithoutSystemd(""), utilexec.New()),
+		resizer:   mount.NewResizeFs(utilexec.New()),
+		locks:     locks,
+	}
+	if err := n.ephLayout.MkdirAll(); err != nil {
+		return nil, err
+	}
+	if err := n.layout.MkdirAll(); err != nil {
+		return nil, err
+	}
+	if err := n.load(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *node) load() error {
+	st := state.NewNode()
+	if _, err := n.file.Load(st); err != nil {
+		return err
+	}
+	st.Normalize()
+	n.st = st
+	return nil
+}
+
+// update applies a change to the node state and persists it; if it cannot be persisted the
+// change is dropped, so memory never claims more than the disk.
+func (n *node) update(change func(st *state.Node)) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	change(n.st)
+	if err := n.file.Save(n.st); err != nil {
+		if lerr := n.load(); lerr != nil {
+			n.log.Error(lerr, "Reloading state after a failed save")
+		}
+		return status.Errorf(codes.Internal, "persist node state: %v", err)
+	}
+	return nil
+}
+
+// view runs read under the state lock and returns copies of what it needs.
+func (n *node) stage(id string) *state.Stage {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s, ok := n.st.Stages[id]; ok {
+		c := *s
+		return &c
+	}
+	return nil
+}
+
+func (n *node) publish(target string) *state.Publish {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p, ok := n.st.Publishes[target]; ok {
+		c := *p
+		return &c
+	}
+	return nil
+}
+
+func (n *node) publishesOf(id string) []state.Publish {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []state.Publish
+	for _, p := range n.st.PublishesOf(id) {
+		out = append(out, *p)
+	}
+	return out
+}
+
+// volumeRef is what the node knows of a volume: its type and where its bytes are.
+type volumeRef struct {
+	id        string
+	typ       string
+	path      string
+	capacity  int64
+	fsType    string
+	ephemeral bool
+}
+
+// resolve finds a volume. The disk decides whether it exists; the controller's record, when
+// this node can read it, adds the capacity and the filesystem type.
+func (n *node) resolve(id string) (*volumeRef, error) {
+	n.mu.Lock()
+	eph := n.st.Ephemeral[id]
+	n.mu.Unlock()
+	if eph != nil {
+		b, _ := backend.New(eph.Type, n.ephLayout)
+		return &volumeRef{id: id, typ: eph.Type, path: b.VolumePath(id), capacity: eph.CapacityBytes, fsType: eph.FsType, ephemeral: true}, nil
+	}
+	typ, err := backend.Probe(n.layout, id)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "look up volume %s: %v", id, err)
+	}
+	if typ == "" {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found on node %q", id, n.cfg.NodeID)
+	}
+	b, _ := backend.New(typ, n.layout)
+	ref := &volumeRef{id: id, typ: typ, path: b.VolumePath(id)}
+	if v := n.catalog(id); v != nil {
+		ref.capacity, ref.fsType = v.CapacityBytes, v.FsType
+	}
+	if typ == state.TypeBlock {
+		if fi, err := os.Stat(ref.path); err == nil {
+			ref.capacity = fi.Size() // the image's length is the device's size
+		}
+	}
+	return ref, nil
+}
+
+func (n *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             n.cfg.NodeID,
+		MaxVolumesPerNode:  n.cfg.MaxVolumesPerNode,
+		AccessibleTopology: &csi.Topology{Segments: n.cfg.topology()},
+	}, nil
+}
+
+func (n *node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range n.cfg.nodeCapabilities() {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
+}
+
+// fsTypeOf picks the filesystem of a block volume: the capability's fs_type, else the
+// StorageClass parameter recorded at creation, else ext4.
+func fsTypeOf(c *csi.VolumeCapability, recorded string) string {
+	if fs := c.GetMount().GetFsType(); fs != "" {
+		return fs
+	}
+	if recorded != "" {
+		return recorded
+	}
+	return defaultFsType
+}
+
+// isMounted reports whether something is mounted at p.
+func isMounted(p string) (bool, error) {
+	mt, err := readMountTable()
+	if err != nil {
+		return false, err
+	}
+	return mt.at(p) != nil, nil
+}
+
+// unmountAll removes every mount stacked at p.
+func (n *node) unmountAll(p string) error {
+	for {
+		mounted, err := isMounted(p)
+		if err != nil || !mounted {
+			return err
+		}
+		if err := n.mounter.Unmount(p); err != nil {
+			return err
+		}
+	}
+}
+
+var errNotRecorded = errors.New("not recorded")

@@ -1,0 +1,127 @@
+package driver
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/kubevol/kubevol/internal/driver/backend"
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// publishEphemeral serves a CSI inline ephemeral volume (Kubernetes "CSI ephemeral
+// volumes"): NodePublishVolume with csi.storage.k8s.io/ephemeral=true creates the volume,
+// from the volume attributes type, size and fsType, and NodeUnpublishVolume deletes it.
+// There is no stage: the volume is mounted straight at the target.
+func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if !backend.ValidID(id) {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_id %q cannot name an ephemeral volume", id)
+	}
+	attrs := req.GetVolumeContext()
+	params, err := parseParams(attrs)
+	if err != nil {
+		return nil, err
+	}
+	vc := req.GetVolumeCapability()
+	if vc.GetBlock() != nil {
+		return nil, status.Error(codes.FailedPrecondition, "ephemeral volumes are filesystem volumes only")
+	}
+	if r := unsupportedReason(params.typ, vc); r != "" {
+		return nil, status.Error(codes.FailedPrecondition, r)
+	}
+	size := DefaultVolumeSize
+	if s, ok := attrs[ContextSize]; ok {
+		q, err := resource.ParseQuantity(s)
+		if err != nil || q.Value() <= 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q: want a positive quantity such as 1Gi", ContextSize, s)
+		}
+		size = q.Value()
+	}
+	size, err = volumeSize(&csi.CapacityRange{RequiredBytes: size}, minSize(params.typ, params.fsType))
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	b, err := backend.New(params.typ, n.ephLayout)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	v := &state.Volume{ID: id, Name: id, Type: params.typ, CapacityBytes: size, Node: n.cfg.NodeID, CreatedAt: time.Now().UTC()}
+	want := &state.Publish{
+		VolumeID:   id,
+		TargetPath: filepath.Clean(req.GetTargetPath()),
+		ReadOnly:   req.GetReadonly(),
+		MountFlags: vc.GetMount().GetMountFlags(),
+		AccessMode: int32(vc.GetAccessMode().GetMode()),
+		Ephemeral:  true,
+		Phase:      state.PhasePending,
+	}
+	if params.typ == state.TypeBlock {
+		want.FsType = fsTypeOf(vc, params.fsType)
+		v.FsType = want.FsType
+	} else {
+		want.StagingPath = b.VolumePath(id) // the bind source
+	}
+	create := func() error {
+		if err := n.update(func(st *state.Node) { st.Ephemeral[id] = v }); err != nil {
+			return err
+		}
+		if err := b.CreateVolume(id, size, ""); err != nil {
+			return err
+		}
+		if params.typ == state.TypeBlock {
+			dev, err := n.loops.Attach(ctx, b.VolumePath(id))
+			if err != nil {
+				return err
+			}
+			want.Device = dev
+		}
+		return nil
+	}
+	if have := n.publish(want.TargetPath); have != nil && have.VolumeID == id && have.Phase == state.PhaseDone {
+		// A retry: keep the device and bind source the first call chose.
+		want.Device, want.StagingPath = have.Device, have.StagingPath
+		create = nil
+	}
+	return n.publishWith(ctx, want, func() error { return n.mountPublish(want) }, create)
+}
+
+// destroyEphemeral deletes an ephemeral volume: its loop device, its bytes, its record.
+func (n *node) destroyEphemeral(ctx context.Context, id string) error {
+	n.mu.Lock()
+	v := n.st.Ephemeral[id]
+	n.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	b, err := backend.New(v.Type, n.ephLayout)
+	if err != nil {
+		return err
+	}
+	if v.Type == state.TypeBlock {
+		dev, err := n.loops.Find(ctx, b.VolumePath(id))
+		if err != nil {
+			return err
+		}
+		if dev != "" {
+			if err := n.loops.Detach(ctx, dev); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.DeleteVolume(id); err != nil {
+		return err
+	}
+	return n.update(func(st *state.Node) { delete(st.Ephemeral, id) })
+}

@@ -1,0 +1,229 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// NodeStageVolume makes a volume ready on this node at the staging path: a bind mount of
+// the directory for "dir"; for "block" a loop device, formatted at the first stage (never
+// reformatted, the SafeFormatAndMount rule) and mounted, or left raw for block access.
+func (n *node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	if err := requireField(path, "staging_target_path"); err != nil {
+		return nil, err
+	}
+	if err := validateCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	release, err := n.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	ref, err := n.resolve(id)
+	if err != nil {
+		return nil, err
+	}
+	vc := req.GetVolumeCapability()
+	if r := unsupportedReason(ref.typ, vc); r != "" {
+		return nil, status.Error(codes.FailedPrecondition, r) // CSI NodeStageVolume: unsupported capability
+	}
+	want := &state.Stage{
+		VolumeID:    id,
+		Type:        ref.typ,
+		StagingPath: filepath.Clean(path),
+		Block:       vc.GetBlock() != nil,
+		MountFlags:  vc.GetMount().GetMountFlags(),
+		AccessMode:  int32(vc.GetAccessMode().GetMode()),
+		Phase:       state.PhasePending,
+	}
+	if ref.typ == state.TypeBlock && !want.Block {
+		want.FsType = fsTypeOf(vc, ref.fsType)
+	}
+	if have := n.stage(id); have != nil {
+		if have.Phase == state.PhaseDone {
+			if have.StagingPath != want.StagingPath {
+				return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, have.StagingPath)
+			}
+			if !sameStage(have, want) {
+				return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged at %s with a different capability", id, path)
+			}
+			if err := n.repairStage(ctx, ref, have); err != nil {
+				return nil, status.Errorf(codes.Internal, "repair stage of %s: %v", id, err)
+			}
+			return &csi.NodeStageVolumeResponse{}, nil
+		}
+		// An earlier attempt failed half-way: undo what it did before starting over.
+		if err := n.teardownStage(ctx, ref, have); err != nil {
+			return nil, status.Errorf(codes.Internal, "undo earlier stage of %s: %v", id, err)
+		}
+	}
+	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
+		return nil, err
+	}
+	if err := n.doStage(ctx, ref, want); err != nil {
+		if terr := n.teardownStage(ctx, ref, want); terr != nil {
+			klogFrom(ctx, n.log).Error(terr, "Undoing a failed stage", "volumeID", id)
+			return nil, status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
+		}
+		_ = n.update(func(st *state.Node) { delete(st.Stages, id) })
+		return nil, status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
+	}
+	want.Phase = state.PhaseDone
+	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, n.log).V(2).Info("Staged volume", "volumeID", id, "path", want.StagingPath, "device", want.Device)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func sameStage(a, b *state.Stage) bool {
+	return a.Block == b.Block && a.FsType == b.FsType && a.AccessMode == b.AccessMode && slices.Equal(a.MountFlags, b.MountFlags)
+}
+
+// doStage performs a stage; s.Device is filled in for block volumes.
+func (n *node) doStage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
+	if err := os.MkdirAll(s.StagingPath, 0o750); err != nil {
+		return err
+	}
+	if ref.typ == state.TypeBlock {
+		dev, err := n.loops.Attach(ctx, ref.path)
+		if err != nil {
+			return err
+		}
+		s.Device = dev
+	}
+	return n.mountStage(ref, s)
+}
+
+// mountStage mounts the staging path if nothing is mounted there yet.
+func (n *node) mountStage(ref *volumeRef, s *state.Stage) error {
+	if s.Block {
+		return nil // raw block: the loop device is the staged form
+	}
+	if mounted, err := isMounted(s.StagingPath); err != nil || mounted {
+		return err
+	}
+	if ref.typ == state.TypeDir {
+		return n.mounter.Mount(ref.path, s.StagingPath, "", []string{"bind"})
+	}
+	if err := n.mounter.FormatAndMount(s.Device, s.StagingPath, s.FsType, s.MountFlags); err != nil {
+		return err
+	}
+	// An image lengthened while the volume was not staged (offline expansion) gets its
+	// filesystem grown now.
+	if need, err := n.resizer.NeedResize(s.Device, s.StagingPath); err == nil && need {
+		if _, err := n.resizer.Resize(s.Device, s.StagingPath); err != nil {
+			return fmt.Errorf("grow filesystem: %w", err)
+		}
+	}
+	return nil
+}
+
+// repairStage brings a completed stage back in line with the system: after a reboot or a
+// manual unmount the loop device or the mount may be gone.
+func (n *node) repairStage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
+	if ref.typ == state.TypeBlock {
+		dev, err := n.loops.Attach(ctx, ref.path)
+		if err != nil {
+			return err
+		}
+		if dev != s.Device {
+			s.Device = dev
+			c := *s
+			if err := n.update(func(st *state.Node) { st.Stages[s.VolumeID] = &c }); err != nil {
+				return err
+			}
+		}
+	}
+	return n.mountStage(ref, s)
+}
+
+// teardownStage undoes a stage, complete or not: unmount, then detach the loop device.
+func (n *node) teardownStage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
+	if !s.Block {
+		if err := n.unmountAll(s.StagingPath); err != nil {
+			return err
+		}
+	}
+	if s.Type != state.TypeBlock {
+		return nil
+	}
+	// The record may predate the attach (a crash right after losetup): find the device
+	// by its image.
+	dev := s.Device
+	if ref != nil {
+		found, err := n.loops.Find(ctx, ref.path)
+		if err != nil {
+			return err
+		}
+		if found != "" {
+			dev = found
+		}
+	}
+	if dev == "" {
+		return nil
+	}
+	return n.loops.Detach(ctx, dev)
+}
+
+// NodeUnstageVolume undoes NodeStageVolume. CSI: a volume not staged at that path is OK; an
+// unknown volume is NOT_FOUND.
+func (n *node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
+	if err := requireField(id, "volume_id"); err != nil {
+		return nil, err
+	}
+	if err := requireField(path, "staging_target_path"); err != nil {
+		return nil, err
+	}
+	release, err := n.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s := n.stage(id)
+	ref, rerr := n.resolve(id)
+	if s == nil {
+		if rerr != nil {
+			return nil, rerr
+		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	if s.StagingPath != filepath.Clean(path) {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	if pubs := n.publishesOf(id); len(pubs) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s", id, pubs[0].TargetPath)
+	}
+	if rerr != nil {
+		ref = nil // the bytes are gone; still release the mount and the device
+	}
+	// Mark the record first, so that a restart finishes an interrupted unstage instead of
+	// repairing the stage.
+	s.Phase = state.PhaseRemoving
+	if err := n.update(func(st *state.Node) { st.Stages[id] = s }); err != nil {
+		return nil, err
+	}
+	if err := n.teardownStage(ctx, ref, s); err != nil {
+		return nil, status.Errorf(codes.Internal, "unstage volume %s: %v", id, err)
+	}
+	if err := n.update(func(st *state.Node) { delete(st.Stages, id) }); err != nil {
+		return nil, err
+	}
+	klogFrom(ctx, n.log).V(2).Info("Unstaged volume", "volumeID", id, "path", s.StagingPath)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}

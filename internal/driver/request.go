@@ -1,0 +1,183 @@
+package driver
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
+)
+
+// StorageClass parameters and volume context keys the driver understands.
+const (
+	ParamType = "type"
+	// ParamFsType is the external-provisioner's reserved key; ParamFsTypeShort is the
+	// in-tree style key users also write.
+	ParamFsType      = "csi.storage.k8s.io/fstype"
+	ParamFsTypeShort = "fsType"
+	// ContextEphemeral marks an inline ephemeral volume in NodePublishVolume.
+	ContextEphemeral = "csi.storage.k8s.io/ephemeral"
+	// ContextSize is the size of an inline ephemeral volume, as a resource quantity.
+	ContextSize = "size"
+)
+
+const (
+	defaultFsType = "ext4"
+	// sizeAlign keeps images a whole number of 4 KiB blocks, which loop devices and
+	// filesystems expect.
+	sizeAlign int64 = 4096
+	// minBlockSize is the smallest image; xfs refuses filesystems under 300 MiB.
+	minBlockSize int64 = 1 << 20
+	minXFSSize   int64 = 300 << 20
+)
+
+var supportedFsTypes = []string{"ext4", "xfs"}
+
+// volumeParams is the decoded form of the CreateVolume parameters.
+type volumeParams struct {
+	typ    string
+	fsType string
+}
+
+func parseParams(p map[string]string) (volumeParams, error) {
+	vp := volumeParams{typ: state.TypeDir}
+	if t, ok := p[ParamType]; ok {
+		if t != state.TypeDir && t != state.TypeBlock {
+			return vp, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want %q or %q", ParamType, t, state.TypeDir, state.TypeBlock)
+		}
+		vp.typ = t
+	}
+	for _, k := range []string{ParamFsType, ParamFsTypeShort} {
+		if fs, ok := p[k]; ok && fs != "" {
+			if !slices.Contains(supportedFsTypes, fs) {
+				return vp, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want one of %v", k, fs, supportedFsTypes)
+			}
+			vp.fsType = fs
+		}
+	}
+	return vp, nil
+}
+
+// minSize is the smallest volume of a type and filesystem.
+func minSize(typ, fsType string) int64 {
+	switch {
+	case typ != state.TypeBlock:
+		return sizeAlign
+	case fsType == "xfs":
+		return minXFSSize
+	}
+	return minBlockSize
+}
+
+// volumeSize picks the size of a new volume within the capacity range, following CSI
+// CapacityRange: at least required_bytes, at most limit_bytes; OUT_OF_RANGE otherwise.
+// floor is the smallest acceptable size (a type minimum, or the size of the source).
+func volumeSize(cr *csi.CapacityRange, floor int64) (int64, error) {
+	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	if req < 0 || lim < 0 {
+		return 0, status.Error(codes.InvalidArgument, "capacity_range: negative bytes")
+	}
+	if lim > 0 && req > lim {
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range: required_bytes %d exceeds limit_bytes %d", req, lim)
+	}
+	size := req
+	if size == 0 {
+		size = DefaultVolumeSize
+		if lim > 0 && lim < size {
+			size = lim
+		}
+	}
+	size = max(size, floor)
+	size = (size + sizeAlign - 1) / sizeAlign * sizeAlign
+	if lim > 0 && size > lim {
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below the smallest possible volume of %d bytes", lim, size)
+	}
+	return size, nil
+}
+
+// sizeFits reports whether an existing size satisfies a capacity range, for idempotent
+// CreateVolume and ControllerExpandVolume.
+func sizeFits(size int64, cr *csi.CapacityRange) bool {
+	if cr.GetRequiredBytes() > size {
+		return false
+	}
+	return cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes()
+}
+
+// validateCapabilities checks that capabilities are well formed (INVALID_ARGUMENT if not).
+func validateCapabilities(caps []*csi.VolumeCapability) error {
+	if len(caps) == 0 {
+		return status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	for _, c := range caps {
+		if err := validateCapability(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if c.GetAccessMode() == nil || c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_UNKNOWN {
+		return status.Error(codes.InvalidArgument, "volume_capability.access_mode is required")
+	}
+	if c.GetBlock() == nil && c.GetMount() == nil {
+		return status.Error(codes.InvalidArgument, "volume_capability.access_type is required")
+	}
+	return nil
+}
+
+// unsupportedReason says why a volume of type typ cannot honour a capability, or "".
+func unsupportedReason(typ string, c *csi.VolumeCapability) string {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return fmt.Sprintf("access mode %s: kubevol volumes are local to one node", c.GetAccessMode().GetMode())
+	}
+	if c.GetBlock() != nil && typ != state.TypeBlock {
+		return fmt.Sprintf("raw block access needs a volume of type %q, not %q", state.TypeBlock, typ)
+	}
+	if fs := c.GetMount().GetFsType(); fs != "" && typ == state.TypeBlock && !slices.Contains(supportedFsTypes, fs) {
+		return fmt.Sprintf("fs_type %q: want one of %v", fs, supportedFsTypes)
+	}
+	return ""
+}
+
+// firstUnsupported returns the reason the first unsupported capability fails, or "".
+func firstUnsupported(typ string, caps []*csi.VolumeCapability) string {
+	for _, c := range caps {
+		if r := unsupportedReason(typ, c); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// topologyAllowed reports whether the requisite topologies of a request include this node.
+// No requisite means anywhere.
+func topologyAllowed(req *csi.TopologyRequirement, nodeID string) bool {
+	if len(req.GetRequisite()) == 0 {
+		return true
+	}
+	for _, t := range req.GetRequisite() {
+		if v, ok := t.GetSegments()[TopologyKey]; ok && v == nodeID {
+			return true
+		}
+	}
+	return false
+}
+
+// requireField is the INVALID_ARGUMENT for a missing required field.
+func requireField(value, name string) error {
+	if value == "" {
+		return status.Errorf(codes.InvalidArgument, "%s is required", name)
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package state
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Backend types, chosen by the StorageClass parameter "type".
+const (
+	TypeDir   = "dir"
+	TypeBlock = "block"
+)
+
+// Controller is everything the controller service owns: the volumes and snapshots it created
+// and the nodes each volume is published to. Only the controller process writes it; a split
+// node process may read it to learn a volume's capacity.
+type Controller struct {
+	Version   int                  `json:"version"`
+	Volumes   map[string]*Volume   `json:"volumes"`
+	Snapshots map[string]*Snapshot `json:"snapshots"`
+}
+
+// ControllerVersion is the schema version written by this code.
+const ControllerVersion = 1
+
+// NewController returns an empty controller state.
+func NewController() *Controller {
+	return &Controller{Version: ControllerVersion, Volumes: map[string]*Volume{}, Snapshots: map[string]*Snapshot{}}
+}
+
+// Volume is one volume created by CreateVolume (or by an ephemeral NodePublish, in the
+// node's own state).
+type Volume struct {
+	ID            string            `json:"id"`
+	Name          string            `json:"name"`
+	Type          string            `json:"type"`
+	CapacityBytes int64             `json:"capacityBytes"`
+	FsType        string            `json:"fsType,omitempty"`
+	Parameters    map[string]string `json:"parameters,omitempty"`
+	// Source is "snapshot:<id>" or "volume:<id>" when the volume was pre-populated.
+	Source    string    `json:"source,omitempty"`
+	Node      string    `json:"node"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Attachments are the ControllerPublishVolume records, keyed by node ID.
+	Attachments map[string]Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is one ControllerPublishVolume that succeeded and was not yet unpublished.
+type Attachment struct {
+	ReadOnly   bool  `json:"readOnly"`
+	AccessMode int32 `json:"accessMode"`
+	Block      bool  `json:"block"`
+}
+
+// Snapshot is one CreateSnapshot result.
+type Snapshot struct {
+	ID             string `json:"id"`
+	Name           string `json:"name"`
+	SourceVolumeID string `json:"sourceVolumeID"`
+	Type           string `json:"type"`
+	SizeBytes      int64  `json:"sizeBytes"`
+	// UsedBytes is what the copy occupies in the pool; it can be less than SizeBytes.
+	UsedBytes  int64             `json:"usedBytes"`
+	FsType     string            `json:"fsType,omitempty"`
+	Parameters map[string]string `json:"parameters,omitempty"`
+	CreatedAt  time.Time         `json:"createdAt"`
+}
+
+// Clone returns a deep copy, so that a change can be prepared and thrown away if it cannot
+// be persisted.
+func (v *Volume) Clone() *Volume {
+	c := *v
+	c.Parameters = maps.Clone(v.Parameters)
+	c.Attachments = maps.Clone(v.Attachments)
+	return &c
+}
+
+// VolumeByName finds a volume by its CreateVolume name.
+func (s *Controller) VolumeByName(name string) *Volume {
+	for _, v := range s.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// SnapshotByName finds a snapshot by its CreateSnapshot name.
+func (s *Controller) SnapshotByName(name string) *Snapshot {
+	for _, sn := range s.Snapshots {
+		if sn.Name == name {
+			return sn
+		}
+	}
+	return nil
+}
+
+// SortedVolumeIDs lists volume IDs in a stable order, which makes list pagination tokens
+// meaningful.
+func (s *Controller) SortedVolumeIDs() []string {
+	return slices.Sorted(maps.Keys(s.Volumes))
+}
+
+// SortedSnapshotIDs lists snapshot IDs in a stable order.
+func (s *Controller) SortedSnapshotIDs() []string {
+	return slices.Sorted(maps.Keys(s.Snapshots))
+}
+
+// UsedBytes sums what the volumes and snapshots of one backend type hold in its pool.
+func (s *Controller) UsedBytes(typ string) int64 {
+	var used int64
+	for _, v := range s.Volumes {
+		if v.Type == typ {
+			used += v.CapacityBytes
+		}
+	}
+	for _, sn := range s.Snapshots {
+		if sn.Type == typ {
+			used += sn.UsedBytes
+		}
+	}
+	return used
+}
+
+// Normalize fills the maps a decoded document may lack.
+func (s *Controller) Normalize() {
+	if s.Volumes == nil {
+		s.Volumes = map[string]*Volume{}
+	}
+	if s.Snapshots == nil {
+		s.Snapshots = map[string]*Snapshot{}
+	}
+	s.Version = ControllerVersion
+}
