@@ -27,6 +27,12 @@ const (
 	UpstreamVersion = "v1.37.2"
 )
 
+// versionLDFlags stamps the release into the control plane, as upstream's build does, so
+// /version and clients that check the server version see v1.37.2 instead of v0.0.0-master.
+const versionLDFlags = "-X k8s.io/component-base/version.gitVersion=" + UpstreamVersion +
+	" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" +
+	" -X k8s.io/component-base/version.gitTreeState=clean"
+
 // EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
 // It builds one through the Go build cache when none exists for the current go.mod, go.sum
 // and cmd/kubevol-cluster sources, and only then. Concurrent callers (parallel test packages,
@@ -38,15 +44,19 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		}
 		return p, nil
 	}
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
 	root, err := FindModuleRoot()
 	if err != nil {
+		// Outside the source tree (an installed kubevol), the last built binary will do.
+		if bin := newestBinary(cache); bin != "" {
+			return bin, nil
+		}
 		return "", err
 	}
 	key, err := sourceKey(root)
-	if err != nil {
-		return "", err
-	}
-	cache, err := cacheDir()
 	if err != nil {
 		return "", err
 	}
@@ -118,6 +128,7 @@ func sourceKey(root string) (string, error) {
 		return "", fmt.Errorf("the Go toolchain is needed to build kubevol-cluster: %w", err)
 	}
 	h.Write(goVersion)
+	h.Write([]byte(versionLDFlags))
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
@@ -149,7 +160,7 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
 	total := countPackages(ctx, root)
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-o", tmp, clusterPkg)
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", versionLDFlags, "-o", tmp, clusterPkg)
 	cmd.Dir = root
 	// The environment is left as is: the same settings as `go test` share the build cache.
 	stderr, err := cmd.StderrPipe()
@@ -195,6 +206,22 @@ func countPackages(ctx context.Context, root string) int {
 		return 0
 	}
 	return strings.Count(string(out), "\n")
+}
+
+func newestBinary(cache string) string {
+	bins, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
+	var newest string
+	var newestTime time.Time
+	for _, b := range bins {
+		st, err := os.Stat(b)
+		if err != nil || strings.HasSuffix(b, ".tmp") {
+			continue
+		}
+		if st.ModTime().After(newestTime) {
+			newest, newestTime = b, st.ModTime()
+		}
+	}
+	return newest
 }
 
 // removeStaleBinaries deletes binaries built for older sources; each is about 200 MB.

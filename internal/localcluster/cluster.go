@@ -39,7 +39,7 @@ const (
 // owner references, node lifecycle for node conditions.
 var Controllers = []string{
 	"persistentvolume-binder-controller",
-	"attachdetach-controller",
+	"persistentvolume-attach-detach-controller",
 	"persistentvolume-expander-controller",
 	"persistentvolume-protection-controller",
 	"persistentvolumeclaim-protection-controller",
@@ -341,6 +341,13 @@ func (c *Cluster) apiserverArgs() []string {
 		"--tls-cert-file=" + p.CertFile("serving"),
 		"--tls-private-key-file=" + p.KeyFile("serving"),
 		"--client-ca-file=" + p.CAFile(),
+		// Aggregation is unused, but a requestheader CA keeps the components' authentication
+		// delegation from logging a missing bundle forever. No front-proxy-client cert is issued.
+		"--requestheader-client-ca-file=" + p.CAFile(),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.ServiceAccountPublicKeyFile(),
 		"--service-account-signing-key-file=" + p.ServiceAccountKeyFile(),
