@@ -5,10 +5,6 @@ import "github.com/spf13/cobra"
 // The component subcommands below are filled in by their own issues. Until then they
 // exist, answer --help and exit 2 with "not implemented yet".
 
-func newProvisionerCommand() *cobra.Command {
-	return notImplemented("provisioner", "CSI external provisioner: PVCs to CreateVolume and PVs")
-}
-
 func newAttacherCommand() *cobra.Command {
 	return notImplemented("attacher", "CSI attacher: VolumeAttachments to ControllerPublish/Unpublish")
 }

@@ -1,0 +1,345 @@
+// Package capacity publishes CSIStorageCapacity objects, one per topology segment and
+// StorageClass of this driver, with what CSI GetCapacity reports, and keeps them current:
+// it re-polls every --capacity-poll-interval and whenever a class, a node or a CSINode
+// changes, and deletes objects that no longer match a segment and class. Objects are named
+// and labelled as external-provisioner's, so the scheduler and tools see no difference.
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/provisioner/params"
+)
+
+// Labels on every CSIStorageCapacity object, as upstream.
+const (
+	LabelDriverName = "csi.storage.k8s.io/drivername"
+	LabelManagedBy  = "csi.storage.k8s.io/managed-by"
+	ManagedBy       = "external-provisioner"
+)
+
+// Options are the --enable-capacity and --capacity-* flags.
+type Options struct {
+	Enabled             bool
+	ForImmediateBinding bool
+	PollInterval        time.Duration
+	// OwnerrefLevel: -1 none, 0 the pod, 1 its controller (ReplicaSet, StatefulSet,
+	// DaemonSet), 2 that one's controller (Deployment).
+	OwnerrefLevel int
+	// Namespace holds the objects (the NAMESPACE env var upstream).
+	Namespace string
+	// PodName is the POD_NAME env var, needed when OwnerrefLevel >= 0.
+	PodName string
+}
+
+// Config is everything the capacity controller needs.
+type Config struct {
+	Client   kubernetes.Interface
+	CSI      *csi.Conn
+	Driver   string
+	Options  Options
+	Topology bool
+	Classes  storageinformers.StorageClassInformer
+	Nodes    coreinformers.NodeInformer
+	CSINodes storageinformers.CSINodeInformer
+
+	QueueMetrics                         workqueue.MetricsProvider
+	RetryIntervalStart, RetryIntervalMax time.Duration
+}
+
+// Controller is the capacity controller. All work is one level-triggered item, "sync":
+// compute the desired objects from the current classes and segments and converge to them.
+type Controller struct {
+	cfg    Config
+	queue  workqueue.TypedRateLimitingInterface[string]
+	synced []cache.InformerSynced
+	owner  *metav1.OwnerReference
+}
+
+const syncKey = "sync"
+
+// New wires the controller to its informers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Options.Namespace == "" {
+		return nil, fmt.Errorf("--enable-capacity needs the namespace for CSIStorageCapacity objects: set the NAMESPACE environment variable")
+	}
+	c := &Controller{
+		cfg: cfg,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csistoragecapacity", MetricsProvider: cfg.QueueMetrics}),
+		synced: []cache.InformerSynced{cfg.Classes.Informer().HasSynced, cfg.Nodes.Informer().HasSynced, cfg.CSINodes.Informer().HasSynced},
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.queue.Add(syncKey) },
+		UpdateFunc: func(any, any) { c.queue.Add(syncKey) },
+		DeleteFunc: func(any) { c.queue.Add(syncKey) },
+	}
+	for _, inf := range []cache.SharedIndexInformer{cfg.Classes.Informer(), cfg.Nodes.Informer(), cfg.CSINodes.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run keeps the objects current until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithName("capacity")
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return
+	}
+	if c.cfg.Options.OwnerrefLevel >= 0 {
+		owner, err := lookupOwner(ctx, c.cfg.Client, c.cfg.Options.Namespace, c.cfg.Options.PodName, c.cfg.Options.OwnerrefLevel)
+		if err != nil {
+			logger.Error(err, "Cannot determine the owner of the CSIStorageCapacity objects; creating them without one")
+		}
+		c.owner = owner
+	}
+	go func() {
+		t := time.NewTicker(c.cfg.Options.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.queue.Add(syncKey)
+			}
+		}
+	}()
+	c.queue.Add(syncKey)
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		if err := c.sync(ctx); err != nil {
+			logger.Error(err, "Updating CSIStorageCapacity objects failed; will retry")
+			c.queue.AddRateLimited(key)
+		} else {
+			c.queue.Forget(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+type want struct {
+	segment map[string]string
+	class   *storagev1.StorageClass
+}
+
+func (w want) key() string { return w.class.Name + "|" + segmentString(w.segment) }
+
+func segmentString(s map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(s)) {
+		b.WriteString(k + "=" + s[k] + ",")
+	}
+	return b.String()
+}
+
+func (c *Controller) segments() ([]map[string]string, error) {
+	if !c.cfg.Topology {
+		return []map[string]string{nil}, nil // one object for the whole cluster
+	}
+	csiNodes, err := c.cfg.CSINodes.Lister().List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]map[string]string{}
+	for _, cn := range csiNodes {
+		for _, d := range cn.Spec.Drivers {
+			if d.Name != c.cfg.Driver || len(d.TopologyKeys) == 0 {
+				continue
+			}
+			node, err := c.cfg.Nodes.Lister().Get(cn.Name)
+			if err != nil {
+				continue
+			}
+			seg := map[string]string{}
+			for _, k := range d.TopologyKeys {
+				if v, ok := node.Labels[k]; ok {
+					seg[k] = v
+				}
+			}
+			if len(seg) == len(d.TopologyKeys) { // nodes without all labels wait for an update
+				seen[segmentString(seg)] = seg
+			}
+		}
+	}
+	return slices.Collect(maps.Values(seen)), nil
+}
+
+func (c *Controller) sync(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	classes, err := c.cfg.Classes.Lister().List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	segs, err := c.segments()
+	if err != nil {
+		return err
+	}
+	desired := map[string]want{}
+	for _, sc := range classes {
+		late := sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
+		if sc.Provisioner != c.cfg.Driver || (!late && !c.cfg.Options.ForImmediateBinding) {
+			continue
+		}
+		for _, s := range segs {
+			w := want{segment: s, class: sc}
+			desired[w.key()] = w
+		}
+	}
+	api := c.cfg.Client.StorageV1().CSIStorageCapacities(c.cfg.Options.Namespace)
+	existing, err := api.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(c.labels()).String()})
+	if err != nil {
+		return err
+	}
+	have := map[string]*storagev1.CSIStorageCapacity{}
+	for i := range existing.Items {
+		o := &existing.Items[i]
+		var seg map[string]string
+		if o.NodeTopology != nil && len(o.NodeTopology.MatchLabels) > 0 {
+			seg = o.NodeTopology.MatchLabels
+		}
+		k := o.StorageClassName + "|" + segmentString(seg)
+		if _, dup := have[k]; dup || desired[k].class == nil {
+			if err := api.Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			logger.V(2).Info("Deleted obsolete CSIStorageCapacity", "csiStorageCapacity", klog.KObj(o))
+			continue
+		}
+		have[k] = o
+	}
+	for k, w := range desired {
+		if err := c.syncOne(ctx, w, have[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Controller) labels() map[string]string {
+	return map[string]string{LabelDriverName: c.cfg.Driver, LabelManagedBy: ManagedBy}
+}
+
+func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStorageCapacity) error {
+	// Upstream sends the unstripped class parameters here but stripped ones to CreateVolume;
+	// the driver should see the same parameters in both.
+	p, err := params.Interpret(w.class.Parameters, "", nil)
+	if err != nil {
+		return fmt.Errorf("StorageClass %s: %w", w.class.Name, err)
+	}
+	req := &csipb.GetCapacityRequest{Parameters: p.Parameters}
+	if w.segment != nil {
+		req.AccessibleTopology = &csipb.Topology{Segments: w.segment}
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	rsp, err := c.cfg.CSI.Controller.GetCapacity(cctx, req)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("GetCapacity for class %s segment %v: %w", w.class.Name, w.segment, err)
+	}
+	capQ := resource.NewQuantity(rsp.GetAvailableCapacity(), resource.BinarySI)
+	var maxQ *resource.Quantity
+	if m := rsp.GetMaximumVolumeSize(); m != nil {
+		maxQ = resource.NewQuantity(m.GetValue(), resource.BinarySI)
+	}
+	api := c.cfg.Client.StorageV1().CSIStorageCapacities(c.cfg.Options.Namespace)
+	if cur == nil {
+		o := &storagev1.CSIStorageCapacity{
+			ObjectMeta:        metav1.ObjectMeta{GenerateName: "csisc-", Labels: c.labels()},
+			StorageClassName:  w.class.Name,
+			NodeTopology:      &metav1.LabelSelector{MatchLabels: w.segment},
+			Capacity:          capQ,
+			MaximumVolumeSize: maxQ,
+		}
+		if c.owner != nil {
+			o.OwnerReferences = []metav1.OwnerReference{*c.owner}
+		}
+		_, err := api.Create(ctx, o, metav1.CreateOptions{})
+		return err
+	}
+	if quantityEqual(cur.Capacity, capQ) && quantityEqual(cur.MaximumVolumeSize, maxQ) && c.ownerOK(cur) {
+		return nil
+	}
+	upd := cur.DeepCopy()
+	upd.Capacity, upd.MaximumVolumeSize = capQ, maxQ
+	if c.owner != nil {
+		upd.OwnerReferences = []metav1.OwnerReference{*c.owner}
+	}
+	_, err = api.Update(ctx, upd, metav1.UpdateOptions{})
+	return err
+}
+
+func (c *Controller) ownerOK(o *storagev1.CSIStorageCapacity) bool {
+	if c.owner == nil {
+		return true
+	}
+	return len(o.OwnerReferences) == 1 && o.OwnerReferences[0].UID == c.owner.UID
+}
+
+func quantityEqual(a, b *resource.Quantity) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Cmp(*b) == 0
+}
+
+// lookupOwner walks up the controller owner references from the pod, level steps.
+func lookupOwner(ctx context.Context, client kubernetes.Interface, ns, pod string, level int) (*metav1.OwnerReference, error) {
+	if pod == "" {
+		return nil, fmt.Errorf("--capacity-ownerref-level=%d needs the POD_NAME environment variable", level)
+	}
+	p, err := client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	t := true
+	ref := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: &t}
+	owners := p.OwnerReferences
+	for i := 0; i < level; i++ {
+		ctl := metav1.GetControllerOfNoCopy(&metav1.ObjectMeta{OwnerReferences: owners})
+		if ctl == nil {
+			return nil, fmt.Errorf("%s %s has no controller at owner level %d", ref.Kind, ref.Name, i+1)
+		}
+		ref = ctl.DeepCopy()
+		if i+1 < level {
+			if ctl.Kind != "ReplicaSet" {
+				return nil, fmt.Errorf("owner level %d: cannot look up the owner of %s %s", i+2, ctl.Kind, ctl.Name)
+			}
+			rs, err := client.AppsV1().ReplicaSets(ns).Get(ctx, ctl.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			owners = rs.OwnerReferences
+		}
+	}
+	return ref, nil
+}

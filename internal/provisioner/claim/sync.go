@@ -1,0 +1,308 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/provisioner/intent"
+	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+)
+
+const csiPluginTopology = csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS
+
+// Event reasons, as upstream.
+const (
+	ReasonProvisioning          = "Provisioning"
+	ReasonProvisioningSucceeded = "ProvisioningSucceeded"
+	ReasonProvisioningFailed    = "ProvisioningFailed"
+)
+
+// addressedToUs: the PVC names this driver as its provisioner (GA key, then beta key, then
+// migrated-to), as the upstream library's shouldProvision reads it.
+func (c *Controller) addressedToUs(pvc *corev1.PersistentVolumeClaim) bool {
+	p, ok := pvc.Annotations[pvspec.AnnStorageProvisioner]
+	if !ok {
+		p = pvc.Annotations[pvspec.AnnBetaStorageProvisioner]
+	}
+	return p == c.cfg.Driver || pvc.Annotations[pvspec.AnnMigratedTo] == c.cfg.Driver
+}
+
+func (c *Controller) sync(ctx context.Context, uid types.UID) result {
+	claim := c.claimByUID(uid)
+	rec, inFlight := c.cfg.Journal.Get(uid)
+	if claim == nil || claim.DeletionTimestamp != nil {
+		if claim != nil && hasFinalizer(claim.Finalizers, pvspec.CloneFinalizer) {
+			if err := c.releaseCloneSource(ctx, claim); err != nil {
+				return result{err: err}
+			}
+		}
+		if inFlight {
+			return result{err: c.cleanup(ctx, rec)}
+		}
+		return result{}
+	}
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
+	ctx = klog.NewContext(ctx, logger)
+
+	if claim.Spec.VolumeName != "" || !c.addressedToUs(claim) {
+		if inFlight {
+			return result{err: c.cleanup(ctx, rec)}
+		}
+		return result{}
+	}
+	className := pvspec.ClaimClass(claim)
+	class, err := c.classes.Get(className)
+	if err != nil {
+		// The PV controller only hands us claims with a class; it may still be on its way.
+		logger.V(2).Info("StorageClass not found; waiting for it", "storageClass", className)
+		return result{err: fmt.Errorf("storageclass %q: %w", className, err)}
+	}
+	if class.Provisioner != c.cfg.Driver {
+		return result{}
+	}
+	selectedNode := claim.Annotations[pvspec.AnnSelectedNode]
+	if class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer && selectedNode == "" {
+		return result{} // the scheduler picks a node first
+	}
+
+	pvName := pvspec.VolumeName(c.cfg.VolumeNamePrefix, claim.UID, c.cfg.VolumeNameUUIDLength)
+	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only (§6.4 item 4).
+	if _, err := c.volumes.Get(pvName); err == nil {
+		c.cfg.Journal.Remove(uid)
+		return result{}
+	}
+	return c.provision(ctx, claim, class, pvName, selectedNode)
+}
+
+func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) result {
+	logger := klog.FromContext(ctx).WithValues("pv", pvName)
+	ctx = klog.NewContext(ctx, logger)
+	start := time.Now()
+	source := dataSourceKind(claim)
+	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioning,
+		"External provisioner is provisioning volume for claim %q", klog.KObj(claim).String())
+
+	p, err := c.prepare(ctx, claim, class, pvName, selectedNode)
+	if err != nil {
+		var stop *stopError
+		if errors.As(err, &stop) {
+			return result{}
+		}
+		c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
+		var rs *rescheduleError
+		if errors.As(err, &rs) && selectedNode != "" {
+			c.failed(ctx, claim, err)
+			return result{err: c.reschedule(ctx, claim, err)}
+		}
+		c.failed(ctx, claim, err)
+		return result{err: err}
+	}
+
+	reqNoSecrets := proto.Clone(p.req).(*csipb.CreateVolumeRequest)
+	reqNoSecrets.Secrets = nil
+	raw, err := proto.Marshal(reqNoSecrets)
+	if err != nil {
+		return result{err: err}
+	}
+	if err := c.cfg.Journal.Add(ctx, intent.Record{
+		ClaimUID: claim.UID, Namespace: claim.Namespace, Claim: claim.Name, PVName: pvName,
+		Request: raw, Secret: p.secrets.Provisioner,
+	}); err != nil {
+		logger.Error(err, "Cannot record the provisioning intent; not calling CreateVolume")
+		return result{err: err}
+	}
+
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	rsp, err := c.cfg.CSI.Controller.CreateVolume(cctx, p.req)
+	cancel()
+	if err != nil {
+		return c.createFailed(ctx, claim, class, source, selectedNode, p, err)
+	}
+	vol := rsp.GetVolume()
+	c.cfg.Journal.SetVolumeID(claim.UID, vol.GetVolumeId())
+	logger = logger.WithValues("volumeID", vol.GetVolumeId())
+	ctx = klog.NewContext(ctx, logger)
+
+	if vol.GetCapacityBytes() != 0 && vol.GetCapacityBytes() < p.requestedBytes {
+		err := fmt.Errorf("created volume capacity %d is less than the requested %d bytes: the driver is at fault; the volume was deleted", vol.GetCapacityBytes(), p.requestedBytes)
+		c.failed(ctx, claim, err)
+		return result{err: errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))}
+	}
+	if p.req.GetVolumeContentSource() != nil && vol.GetContentSource() == nil {
+		err := errors.New("the driver ignored the volume data source; the empty volume was deleted")
+		c.failed(ctx, claim, err)
+		return result{err: errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))}
+	}
+
+	// The claim may have gone while CreateVolume ran (upstream #486): delete the volume now
+	// instead of making a PV for nobody.
+	if cur := c.claimByUID(claim.UID); cur == nil || cur.DeletionTimestamp != nil {
+		logger.Info("Claim was deleted while its volume was being created; deleting the volume")
+		return result{err: c.cleanup(ctx, c.mustRecord(claim.UID))}
+	}
+
+	pv := pvspec.Build(pvspec.Input{
+		Name: pvName, Driver: c.cfg.Driver, Identity: c.cfg.Identity, Claim: claim, Class: class,
+		Volume: vol, RequestedBytes: p.requestedBytes, FSType: p.fsType, Secrets: p.secrets,
+		Topology: c.topology, ControllerPublishReadOnly: c.cfg.ControllerPublishReadOnly,
+	})
+	if err := c.savePV(ctx, claim, pv); err != nil {
+		return result{err: err}
+	}
+	c.cfg.Journal.Remove(claim.UID)
+	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()
+	c.cfg.Metrics.ProvisionDuration.WithLabelValues(class.Name, source).Observe(time.Since(start).Seconds())
+	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioningSucceeded, "Successfully provisioned volume %s", pvName)
+	logger.V(2).Info("Provisioned volume")
+	if source == kindPVC {
+		// The clone has its data: the source may go once no other clone waits for it.
+		if src, err := c.claimsLister().PersistentVolumeClaims(claim.Namespace).Get(claimDataSource(claim).Name); err == nil {
+			if err := c.releaseCloneSource(ctx, src); err != nil {
+				logger.V(2).Info("Could not release the clone source yet", "err", err)
+			}
+		}
+	}
+	return result{}
+}
+
+func (c *Controller) mustRecord(uid types.UID) intent.Record {
+	r, _ := c.cfg.Journal.Get(uid)
+	return r
+}
+
+// savePV creates the PV. A PV of that name that already exists is accepted only if it is
+// this driver's PV for this claim and volume (upstream accepts any, issue #1469); otherwise
+// the volume just created is a duplicate and is deleted.
+func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) error {
+	logger := klog.FromContext(ctx)
+	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		logger.Error(err, "Saving the PersistentVolume failed; will retry (the volume stays recorded in the intent journal)")
+		return fmt.Errorf("create PersistentVolume %s: %w", pv.Name, err)
+	}
+	existing, gerr := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+	if gerr != nil {
+		return fmt.Errorf("PersistentVolume %s exists but cannot be read: %w", pv.Name, gerr)
+	}
+	if mismatch := pvspec.SameVolume(existing, c.cfg.Driver, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
+		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
+		if existing.Spec.CSI != nil && existing.Spec.CSI.VolumeHandle == pv.Spec.CSI.VolumeHandle && existing.DeletionTimestamp == nil {
+			// Same backend volume, now owned by that PV: deleting it would destroy its data.
+			c.cfg.Journal.Remove(claim.UID)
+			return nil
+		}
+		return c.cleanup(ctx, c.mustRecord(claim.UID))
+	}
+	logger.V(2).Info("PersistentVolume already exists and matches")
+	return nil
+}
+
+func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, p *prepared, err error) result {
+	logger := klog.FromContext(ctx)
+	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
+	if !csi.MayBeInProgress(err) {
+		c.cfg.Journal.Remove(claim.UID) // a final answer: nothing was created
+	}
+	code := status.Code(err)
+	switch {
+	case code == codes.ResourceExhausted && c.topology && selectedNode != "":
+		c.failed(ctx, claim, fmt.Errorf("failed to provision volume with StorageClass %q: %w", class.Name, err))
+		return result{err: c.reschedule(ctx, claim, err)}
+	case code == codes.InvalidArgument:
+		// Infeasible until someone changes the class or the claim. Upstream waits a fixed
+		// 5 minutes here, ignoring --retry-interval-max (its slowSet bug).
+		c.cfg.Recorder.Eventf(claim, corev1.EventTypeWarning, ReasonProvisioningFailed,
+			"failed to provision volume with StorageClass %q: %v; this is an infeasible error, retries will be delayed by %s: check the StorageClass parameters and the claim",
+			class.Name, err, c.cfg.RetryIntervalMax)
+		logger.Info("CreateVolume refused the request as infeasible", "err", err, "retryIn", c.cfg.RetryIntervalMax)
+		return result{after: c.cfg.RetryIntervalMax}
+	}
+	c.failed(ctx, claim, fmt.Errorf("failed to provision volume with StorageClass %q: %w", class.Name, err))
+	return result{err: err}
+}
+
+func (c *Controller) failed(ctx context.Context, claim *corev1.PersistentVolumeClaim, err error) {
+	klog.FromContext(ctx).Info("Provisioning failed", "err", err)
+	c.cfg.Recorder.Event(claim, corev1.EventTypeWarning, ReasonProvisioningFailed, err.Error())
+}
+
+// reschedule removes selected-node so that the scheduler picks another node (upstream
+// rescheduleProvisioning). It is only called after a final answer, never while a
+// CreateVolume may still run.
+func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVolumeClaim, cause error) error {
+	patch := []byte(`{"metadata":{"annotations":{"` + pvspec.AnnSelectedNode + `":null}}}`)
+	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Patch(ctx, claim.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reschedule: remove %s: %w", pvspec.AnnSelectedNode, err)
+	}
+	klog.FromContext(ctx).Info("Asked the scheduler to pick another node", "node", claim.Annotations[pvspec.AnnSelectedNode], "cause", cause)
+	return nil
+}
+
+// cleanup deletes the backend volume of a record whose claim no longer wants it, unless a
+// PV already owns the volume. Without a known volume ID it repeats the recorded
+// CreateVolume, which CSI makes idempotent by name, to learn it.
+func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
+	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(rec.Namespace, rec.Claim), "pv", rec.PVName)
+	if rec.PVName == "" {
+		return nil
+	}
+	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, rec.PVName, metav1.GetOptions{}); err == nil {
+		c.cfg.Journal.Remove(rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	secrets, err := fetchSecret(ctx, c.cfg.Client, rec.Secret)
+	if err != nil {
+		logger.Error(err, "Cannot read the provisioner secret for the cleanup; trying without it")
+	}
+	id := rec.VolumeID
+	if id == "" {
+		req := &csipb.CreateVolumeRequest{}
+		if err := proto.Unmarshal(rec.Request, req); err != nil {
+			logger.Error(err, "Intent record is unreadable; dropping it")
+			c.cfg.Journal.Remove(rec.ClaimUID)
+			return nil
+		}
+		req.Secrets = secrets
+		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+		rsp, err := c.cfg.CSI.Controller.CreateVolume(cctx, req)
+		cancel()
+		switch {
+		case err != nil && csi.MayBeInProgress(err):
+			return fmt.Errorf("cleanup of %s: CreateVolume to find the volume: %w", rec.PVName, err)
+		case err != nil:
+			logger.V(2).Info("No volume to clean up: CreateVolume gives a final error", "err", err)
+			c.cfg.Journal.Remove(rec.ClaimUID)
+			return nil
+		}
+		id = rsp.GetVolume().GetVolumeId()
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
+	cancel()
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("cleanup of %s: DeleteVolume %s: %w", rec.PVName, id, err)
+	}
+	logger.Info("Deleted a volume whose claim is gone", "volumeID", id)
+	c.cfg.Journal.Remove(rec.ClaimUID)
+	return nil
+}

@@ -1,0 +1,275 @@
+// Package provisioner runs kubevol's CSI external provisioner: it connects to the driver,
+// serves metrics and health, takes the leader lease, and runs the claim and volume
+// controllers (and the capacity controller when enabled) on shared informers.
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/provisioner/capacity"
+	"github.com/kubevol/kubevol/internal/provisioner/claim"
+	"github.com/kubevol/kubevol/internal/provisioner/intent"
+	"github.com/kubevol/kubevol/internal/provisioner/metrics"
+	"github.com/kubevol/kubevol/internal/provisioner/reclaim"
+)
+
+// Config holds the provisioner's settings; the CLI fills it from upstream-named flags.
+type Config struct {
+	Master, Kubeconfig string
+	CSIAddress         string
+	KubeAPIQPS         float32
+	KubeAPIBurst       int
+
+	VolumeNamePrefix     string
+	VolumeNameUUIDLength int
+	Timeout              time.Duration
+	RetryIntervalStart   time.Duration
+	RetryIntervalMax     time.Duration
+	WorkerThreads        int
+
+	StrictTopology              bool
+	ImmediateTopology           bool
+	ExtraCreateMetadata         bool
+	DefaultFSType               string
+	ControllerPublishReadOnly   bool
+	PreventVolumeModeConversion bool
+
+	LeaderElection LeaderElection
+	Capacity       capacity.Options
+	// CapacityQPS and CapacityBurst throttle the separate client for CSIStorageCapacity writes.
+	CapacityQPS   float32
+	CapacityBurst int
+
+	HTTPEndpoint string
+	MetricsPath  string
+
+	// IntentNamespace holds the intent journal ConfigMap.
+	IntentNamespace string
+}
+
+// LeaderElection configures the Lease-based election (csi-lib-utils flags).
+type LeaderElection struct {
+	Enabled                                   bool
+	Namespace                                 string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Labels                                    map[string]string
+}
+
+// Run runs the provisioner until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	logger := klog.FromContext(ctx)
+	restCfg, err := clientcmd.BuildConfigFromFlags(cfg.Master, cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	clients, err := newClients(restCfg, cfg)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	conn, err := csi.Dial(csi.Config{Address: cfg.CSIAddress, Timeout: cfg.Timeout, Metrics: csi.NewMetrics(reg)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	health := newHealth()
+	if cfg.HTTPEndpoint != "" {
+		stop, err := serveHTTP(ctx, cfg.HTTPEndpoint, cfg.MetricsPath, reg, health)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	logger.Info("Waiting for the CSI driver", "address", cfg.CSIAddress)
+	if err := conn.ProbeForever(ctx); err != nil {
+		return err
+	}
+	driver, err := conn.DriverName(ctx)
+	if err != nil {
+		return err
+	}
+	caps, err := conn.Capabilities(ctx)
+	if err != nil {
+		return err
+	}
+	logger = logger.WithValues("driver", driver)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("CSI driver is ready", "topology", caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
+
+	hostname, _ := os.Hostname()
+	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), driver)
+	journal := intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+Sanitize(driver))
+	m := metrics.New(reg, func() float64 { return float64(journal.Len()) })
+
+	lead := func(ctx context.Context) error {
+		return runControllers(ctx, cfg, clients, conn, caps, driver, identity, hostname, journal, m)
+	}
+	if !cfg.LeaderElection.Enabled {
+		return lead(ctx)
+	}
+	return runWithLeaderElection(ctx, cfg.LeaderElection, clients.leader, Sanitize(driver), hostname, health, lead)
+}
+
+type clientSet struct {
+	main, events, leader, capacity kubernetes.Interface
+	dynamic                        dynamic.Interface
+}
+
+func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
+	withLimits := func(qps float32, burst int, protobuf bool) *rest.Config {
+		c := rest.CopyConfig(restCfg)
+		c.QPS, c.Burst = qps, burst
+		c.UserAgent = "kubevol-provisioner"
+		if protobuf {
+			c.ContentType = "application/vnd.kubernetes.protobuf"
+		}
+		return c
+	}
+	var cs clientSet
+	var err error
+	if cs.main, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+		return nil, err
+	}
+	// Events get their own client and budget so an event storm never delays a PV create
+	// (upstream shares one client, §6.2).
+	if cs.events, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+		return nil, err
+	}
+	if cs.leader, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+		return nil, err
+	}
+	if cs.capacity, err = kubernetes.NewForConfig(withLimits(cfg.CapacityQPS, cfg.CapacityBurst, true)); err != nil {
+		return nil, err
+	}
+	if cs.dynamic, err = dynamic.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, false)); err != nil {
+		return nil, err
+	}
+	return &cs, nil
+}
+
+// stripForCache drops what the controllers never read, which is most of an object's size
+// in a large cluster (upstream keeps full objects: ep #587, about 40 MiB per 1000 volumes).
+func stripForCache(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+		if ann := a.GetAnnotations(); ann != nil {
+			delete(ann, corev1.LastAppliedConfigAnnotation)
+		}
+	}
+	return obj, nil
+}
+
+func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Conn, caps *csi.Capabilities, driver, identity, hostname string, journal *intent.Journal, m *metrics.Metrics) error {
+	logger := klog.FromContext(ctx)
+	records, err := journal.Load(ctx)
+	if err != nil {
+		return err
+	}
+	go journal.Run(ctx)
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver + "_" + hostname})
+
+	factory := informers.NewSharedInformerFactoryWithOptions(cs.main, 15*time.Minute, informers.WithTransform(stripForCache))
+	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
+	ccfg := claim.Config{
+		Client: cs.main, Recorder: recorder, CSI: conn, Caps: caps, Driver: driver, Identity: identity,
+		Journal: journal, Metrics: m, Dynamic: cs.dynamic,
+		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
+		Classes:          factory.Storage().V1().StorageClasses(),
+		VolumeNamePrefix: cfg.VolumeNamePrefix, VolumeNameUUIDLength: cfg.VolumeNameUUIDLength,
+		DefaultFSType: cfg.DefaultFSType, ExtraCreateMetadata: cfg.ExtraCreateMetadata,
+		StrictTopology: cfg.StrictTopology, ImmediateTopology: cfg.ImmediateTopology,
+		ControllerPublishReadOnly: cfg.ControllerPublishReadOnly, PreventVolumeModeConversion: cfg.PreventVolumeModeConversion,
+		RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+	}
+	if topo {
+		ccfg.Nodes, ccfg.CSINodes = factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
+	}
+	claims, err := claim.New(ccfg)
+	if err != nil {
+		return err
+	}
+	rcfg := reclaim.Config{
+		Client: cs.main, Recorder: recorder, CSI: conn, Driver: driver, Metrics: m,
+		Volumes:            factory.Core().V1().PersistentVolumes(),
+		RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+	}
+	if caps.Controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
+		rcfg.Attachments = factory.Storage().V1().VolumeAttachments()
+	}
+	volumes, err := reclaim.New(rcfg)
+	if err != nil {
+		return err
+	}
+	var capCtl *capacity.Controller
+	if cfg.Capacity.Enabled {
+		if capCtl, err = capacity.New(capacity.Config{
+			Client: cs.capacity, CSI: conn, Driver: driver, Options: cfg.Capacity, Topology: topo,
+			Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes(),
+			QueueMetrics: m.Queue, RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+		}); err != nil {
+			return err
+		}
+	}
+
+	// Leftovers from an earlier run: each is either finished (a PV exists), resumed (its
+	// claim still waits) or cleaned up (its claim is gone).
+	for _, r := range records {
+		claims.Enqueue(r.ClaimUID)
+	}
+	if len(records) > 0 {
+		logger.Info("Resuming in-flight provisions from the intent journal", "count", len(records))
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go claims.Run(ctx, cfg.WorkerThreads)
+	go volumes.Run(ctx, cfg.WorkerThreads)
+	if capCtl != nil {
+		go capCtl.Run(ctx)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]`)
+
+// Sanitize turns a driver name into an object name, as csi-lib-utils names the lease.
+func Sanitize(name string) string {
+	s := unsafeChars.ReplaceAllString(strings.ReplaceAll(name, "/", "-"), "-")
+	if strings.HasSuffix(s, "-") {
+		s += "X"
+	}
+	return strings.ToLower(s)
+}
+
+var errLostLease = errors.New("lost the leader lease")

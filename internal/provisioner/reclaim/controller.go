@@ -1,0 +1,258 @@
+// Package reclaim is the provisioner's volume controller: for the PersistentVolumes this
+// driver provisioned it keeps the deletion-protection finalizer in step with the reclaim
+// policy, and when a PV with policy Delete is Released it calls CSI DeleteVolume, deletes
+// the PV and removes the finalizer. It reproduces the upstream library's volume queue
+// (syncVolume, handleProtectionFinalizer, deleteVolumeOperation) and ep's Delete.
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/provisioner/metrics"
+	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/provisioner/secrets"
+)
+
+// ReasonVolumeFailedDelete is the upstream event reason on the PV.
+const ReasonVolumeFailedDelete = "VolumeFailedDelete"
+
+const attachmentIndex = "pv"
+
+// Config is everything the volume controller needs.
+type Config struct {
+	Client   kubernetes.Interface
+	Recorder record.EventRecorder
+	CSI      *csi.Conn
+	Driver   string
+	Metrics  *metrics.Metrics
+
+	Volumes coreinformers.PersistentVolumeInformer
+	// Attachments is nil when the driver has no PUBLISH_UNPUBLISH_VOLUME capability.
+	Attachments storageinformers.VolumeAttachmentInformer
+
+	RetryIntervalStart, RetryIntervalMax time.Duration
+}
+
+// Controller is the volume controller.
+type Controller struct {
+	cfg         Config
+	volumes     corelisters.PersistentVolumeLister
+	attachments cache.Indexer
+	queue       workqueue.TypedRateLimitingInterface[string]
+	synced      []cache.InformerSynced
+}
+
+// New wires the controller to its informers. Call it before the informers start.
+func New(cfg Config) (*Controller, error) {
+	c := &Controller{
+		cfg:     cfg,
+		volumes: cfg.Volumes.Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes", MetricsProvider: cfg.Metrics.Queue}),
+		synced: []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
+	}
+	enqueue := func(obj any) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.Driver) {
+			c.queue.Add(pv.Name)
+		}
+	}
+	if _, err := cfg.Volumes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if cfg.Attachments != nil {
+		// An index by PV name, so a deletion does not scan every VolumeAttachment (upstream
+		// lists them all on every delete).
+		inf := cfg.Attachments.Informer()
+		if err := inf.AddIndexers(cache.Indexers{attachmentIndex: func(obj any) ([]string, error) {
+			if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Source.PersistentVolumeName != nil {
+				return []string{*va.Spec.Source.PersistentVolumeName}, nil
+			}
+			return nil, nil
+		}}); err != nil {
+			return nil, err
+		}
+		// A detach may be what a Released PV waits for.
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Source.PersistentVolumeName != nil {
+				c.queue.Add(*va.Spec.Source.PersistentVolumeName)
+			}
+		}}); err != nil {
+			return nil, err
+		}
+		c.attachments = inf.GetIndexer()
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+	return c, nil
+}
+
+// Run processes volumes with the given number of workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return
+	}
+	klog.FromContext(ctx).Info("Starting volume workers", "workers", workers)
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		klog.FromContext(ctx).V(2).Info("Volume sync failed; will retry", "pv", name, "err", err)
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+func hasFinalizer(pv *corev1.PersistentVolume) bool {
+	for _, f := range pv.Finalizers {
+		if f == pvspec.Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	pv, err := c.volumes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("pv", name)
+	ctx = klog.NewContext(ctx, logger)
+	deleting := pv.DeletionTimestamp != nil
+	policyDelete := pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+
+	// The finalizer follows the policy: only Delete volumes need to outlive their PV object.
+	switch {
+	case !policyDelete && hasFinalizer(pv):
+		return c.patchFinalizer(ctx, pv, false)
+	case policyDelete && !hasFinalizer(pv) && !deleting && pv.Status.Phase == corev1.VolumeBound:
+		if err := c.patchFinalizer(ctx, pv, true); err != nil {
+			return err
+		}
+	}
+	if !policyDelete || pv.Status.Phase != corev1.VolumeReleased || (deleting && !hasFinalizer(pv)) {
+		return nil
+	}
+	return c.delete(ctx, pv)
+}
+
+func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	logger := klog.FromContext(ctx)
+	if pv.Spec.CSI == nil {
+		return nil
+	}
+	logger = logger.WithValues("volumeID", pv.Spec.CSI.VolumeHandle)
+	start := time.Now()
+	if c.attachments != nil {
+		if vas, _ := c.attachments.ByIndex(attachmentIndex, pv.Name); len(vas) > 0 {
+			va := vas[0].(*storagev1.VolumeAttachment)
+			err := fmt.Errorf("persistentvolume %s is still attached to node %s (VolumeAttachment %s): it is deleted after the detach", pv.Name, va.Spec.NodeName, va.Name)
+			c.cfg.Recorder.Event(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, err.Error())
+			return err
+		}
+	}
+	ref, err := deletionSecret(pv)
+	if err != nil {
+		logger.Error(err, "Deletion secret annotations are unusable; deleting without secrets")
+	}
+	data, err := secrets.Fetch(ctx, c.cfg.Client, ref)
+	if err != nil {
+		// Upstream documents that deletion proceeds without the secret.
+		logger.Error(err, "Cannot read the deletion secret; calling DeleteVolume without it")
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: data})
+	cancel()
+	if err != nil && status.Code(err) != codes.NotFound {
+		c.cfg.Metrics.DeleteFailed.WithLabelValues(pv.Spec.StorageClassName).Inc()
+		c.cfg.Recorder.Eventf(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, "DeleteVolume of %s failed: %v", pv.Spec.CSI.VolumeHandle, err)
+		return err
+	}
+	logger.V(2).Info("Deleted volume")
+	err = c.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete PersistentVolume %s: %w", pv.Name, err)
+	}
+	if err := c.patchFinalizer(ctx, pv, false); err != nil {
+		return err
+	}
+	c.cfg.Metrics.DeleteTotal.WithLabelValues(pv.Spec.StorageClassName).Inc()
+	c.cfg.Metrics.DeleteDuration.WithLabelValues(pv.Spec.StorageClassName).Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// deletionSecret reads the secret reference the PV was provisioned with.
+func deletionSecret(pv *corev1.PersistentVolume) (*corev1.SecretReference, error) {
+	name, hasName := pv.Annotations[pvspec.AnnDeletionSecretName]
+	ns, hasNS := pv.Annotations[pvspec.AnnDeletionSecretNamespace]
+	switch {
+	case !hasName && !hasNS, name == "" && ns == "":
+		return nil, nil
+	case name == "" || ns == "":
+		return nil, errors.New("only one of the deletion secret annotations is set")
+	}
+	return &corev1.SecretReference{Name: name, Namespace: ns}, nil
+}
+
+// patchFinalizer adds or removes the protection finalizer with a strategic-merge patch, so
+// that it never conflicts with the PV controller's writes (upstream lib v10).
+func (c *Controller) patchFinalizer(ctx context.Context, pv *corev1.PersistentVolume, add bool) error {
+	patch := `{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + pvspec.Finalizer + `"]}}`
+	if add {
+		patch = `{"metadata":{"finalizers":["` + pvspec.Finalizer + `"]}}`
+	} else if !hasFinalizer(pv) {
+		return nil
+	}
+	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
