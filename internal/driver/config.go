@@ -28,7 +28,9 @@ const (
 
 // Defaults shared with the command line.
 const (
-	DefaultDriverName = "kubevol.io/local"
+	// DefaultDriverName is in the domain-name notation CSI GetPluginInfo requires, which is
+	// also a valid name for the Kubernetes CSIDriver object: no "/" is allowed in either.
+	DefaultDriverName = "local.kubevol.io"
 	// TopologyKey is the segment key of the node that holds a volume.
 	TopologyKey = "topology.kubevol.io/node"
 	// DefaultCapacity is the size of the "dir" pool when none is configured.
@@ -67,7 +69,9 @@ type Config struct {
 	ShutdownGrace time.Duration
 }
 
-var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?$`)
+// driverNameRE is the CSI GetPluginInfo rule: at most 63 characters, alphanumeric at both
+// ends, dashes, dots and alphanumerics between.
+var driverNameRE = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9.]{0,61}[a-zA-Z0-9])?$`)
 
 // Validate checks the configuration and fills in defaults. Errors name the offending
 // setting in one line, for the command line to print.
@@ -75,15 +79,8 @@ func (c *Config) Validate() error {
 	if c.DriverName == "" {
 		c.DriverName = DefaultDriverName
 	}
-	// CSI: "The name MUST follow domain name notation format"; slashes are common
-	// (kubevol.io/local), so each part separated by "/" is checked.
-	for _, part := range splitName(c.DriverName) {
-		if !driverNameRE.MatchString(part) {
-			return fmt.Errorf("--drivername %q: must be domain-name notation of at most 63 characters per part", c.DriverName)
-		}
-	}
-	if len(c.DriverName) > 63 {
-		return fmt.Errorf("--drivername %q: longer than 63 characters", c.DriverName)
+	if !driverNameRE.MatchString(c.DriverName) {
+		return fmt.Errorf("--drivername %q: want domain-name notation such as %s (at most 63 characters; no \"/\")", c.DriverName, DefaultDriverName)
 	}
 	if c.Version == "" {
 		c.Version = "unknown"
@@ -122,18 +119,6 @@ func (c *Config) Validate() error {
 		c.ShutdownGrace = 10 * time.Second
 	}
 	return nil
-}
-
-func splitName(name string) []string {
-	var parts []string
-	start := 0
-	for i := 0; i < len(name); i++ {
-		if name[i] == '/' {
-			parts = append(parts, name[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, name[start:])
 }
 
 func (c *Config) servesController() bool { return c.Mode == ModeController || c.Mode == ModeAll }

@@ -98,12 +98,11 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 
 func (c *controller) csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
 	return &csi.Snapshot{
-		SnapshotId:         sn.ID,
-		SourceVolumeId:     sn.SourceVolumeID,
-		SizeBytes:          sn.SizeBytes,
-		CreationTime:       timestamppb.New(sn.CreatedAt),
-		ReadyToUse:         true,
-		AccessibleTopology: []*csi.Topology{{Segments: c.cfg.topology()}},
+		SnapshotId:     sn.ID,
+		SourceVolumeId: sn.SourceVolumeID,
+		SizeBytes:      sn.SizeBytes,
+		CreationTime:   timestamppb.New(sn.CreatedAt),
+		ReadyToUse:     true,
 	}
 }
 

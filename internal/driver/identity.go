@@ -31,7 +31,6 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
 		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 		service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-		service(csi.PluginCapability_Service_SNAPSHOT_ACCESSIBILITY_CONSTRAINTS),
 		expansion(csi.PluginCapability_VolumeExpansion_ONLINE),
 		expansion(csi.PluginCapability_VolumeExpansion_OFFLINE),
 	}}, nil
