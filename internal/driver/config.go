@@ -64,7 +64,7 @@ type Config struct {
 	// Faults are the injected failures; nil means none.
 	Faults []FaultRule
 	// Logger receives the driver's logs; the zero value means klog's global logger.
-	Logger klog.Logger
+	Logger klog.Logger `json:"-"`
 	// ShutdownGrace bounds how long Run waits for in-flight RPCs after its context ends.
 	ShutdownGrace time.Duration
 }

@@ -1,0 +1,94 @@
+package driver_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// clients is what the tests drive, in process or in a child.
+type clients struct {
+	ctrl csi.ControllerClient
+	node csi.NodeClient
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mountCap(fsType string) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType}},
+	}
+}
+
+func blockCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+	}
+}
+
+func (c clients) create(t testing.TB, name, typ string, size int64) *csi.Volume {
+	t.Helper()
+	vc := mountCap("")
+	resp, err := c.ctrl.CreateVolume(ctxT(t), &csi.CreateVolumeRequest{
+		Name:               name,
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
+		VolumeCapabilities: []*csi.VolumeCapability{vc},
+		Parameters:         map[string]string{"type": typ},
+	})
+	if err != nil {
+		t.Fatalf("CreateVolume %s: %v", name, err)
+	}
+	return resp.GetVolume()
+}
+
+func (c clients) stage(t testing.TB, id, path string, vc *csi.VolumeCapability) {
+	t.Helper()
+	if _, err := c.node.NodeStageVolume(ctxT(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: path, VolumeCapability: vc}); err != nil {
+		t.Fatalf("NodeStageVolume %s: %v", id, err)
+	}
+}
+
+func (c clients) publish(t testing.TB, id, staging, target string, vc *csi.VolumeCapability) {
+	t.Helper()
+	if _, err := c.node.NodePublishVolume(ctxT(t), &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: vc}); err != nil {
+		t.Fatalf("NodePublishVolume %s: %v", id, err)
+	}
+}
+
+func (c clients) unpublish(t testing.TB, id, target string) {
+	t.Helper()
+	if _, err := c.node.NodeUnpublishVolume(ctxT(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatalf("NodeUnpublishVolume %s: %v", id, err)
+	}
+}
+
+func (c clients) unstage(t testing.TB, id, path string) {
+	t.Helper()
+	if _, err := c.node.NodeUnstageVolume(ctxT(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: path}); err != nil {
+		t.Fatalf("NodeUnstageVolume %s: %v", id, err)
+	}
+}
+
+func (c clients) delete(t testing.TB, id string) {
+	t.Helper()
+	if _, err := c.ctrl.DeleteVolume(ctxT(t), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume %s: %v", id, err)
+	}
+}
+
+func wantCode(t testing.TB, err error, want codes.Code, what string) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("%s: got %v (%v), want %v", what, got, err, want)
+	}
+}
