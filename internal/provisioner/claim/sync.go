@@ -264,10 +264,12 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	if rec.PVName == "" {
 		return nil
 	}
-	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, rec.PVName, metav1.GetOptions{}); err == nil {
+	pv, err := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, rec.PVName, metav1.GetOptions{})
+	switch {
+	case err == nil && c.ownsVolume(pv, rec):
 		c.cfg.Journal.Remove(rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
 		return nil
-	} else if !apierrors.IsNotFound(err) {
+	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
 	secrets, err := fetchSecret(ctx, c.cfg.Client, rec.Secret)
@@ -305,4 +307,12 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	logger.Info("Deleted a volume whose claim is gone", "volumeID", id)
 	c.cfg.Journal.Remove(rec.ClaimUID)
 	return nil
+}
+
+// ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,
+// so that the volume is the PV's to delete and not the journal's.
+func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) bool {
+	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.Driver) &&
+		(rec.VolumeID == "" || pv.Spec.CSI.VolumeHandle == rec.VolumeID) &&
+		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == rec.ClaimUID
 }
