@@ -43,7 +43,7 @@ func (f *File) Load(v any) (found bool, err error) {
 
 // Save replaces the document with v.
 func (f *File) Save(v any) error {
-	data, err := json.MarshalIndent(v, "", " ")
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,193 @@
+package driver
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestVolumeSize(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		req, lim int64
+		floor    int64
+		want     int64
+		code     codes.Code
+	}{
+		{"default", 0, 0, 4096, DefaultVolumeSize, codes.OK},
+		{"default capped by limit", 0, 8192, 4096, 8192, codes.OK},
+		{"exact", 10 << 30, 10 << 30, 4096, 10 << 30, codes.OK},
+		{"rounded up", 1000, 0, 4096, 4096, codes.OK},
+		{"floor", 1 << 20, 0, 300 << 20, 300 << 20, codes.OK},
+		{"floor above limit", 1 << 20, 2 << 20, 300 << 20, 0, codes.OutOfRange},
+		{"required above limit", 2, 1, 4096, 0, codes.OutOfRange},
+		{"negative", -1, 0, 4096, 0, codes.InvalidArgument},
+	} {
+		got, err := volumeSize(&csi.CapacityRange{RequiredBytes: tc.req, LimitBytes: tc.lim}, tc.floor)
+		if status.Code(err) != tc.code || got != tc.want {
+			t.Errorf("%s: volumeSize = %d, %v; want %d, %v", tc.name, got, err, tc.want, tc.code)
+		}
+	}
+}
+
+func TestParseParams(t *testing.T) {
+	if p, err := parseParams(nil); err != nil || p.typ != "dir" {
+		t.Errorf("defaults: %+v %v", p, err)
+	}
+	if p, err := parseParams(map[string]string{"type": "block", ParamFsType: "xfs"}); err != nil || p.typ != "block" || p.fsType != "xfs" {
+		t.Errorf("block xfs: %+v %v", p, err)
+	}
+	for _, bad := range []map[string]string{{"type": "nfs"}, {"fsType": "btrfs"}} {
+		if _, err := parseParams(bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("parseParams(%v) = %v, want INVALID_ARGUMENT", bad, err)
+		}
+	}
+}
+
+func TestUnsupportedReason(t *testing.T) {
+	mode := func(m csi.VolumeCapability_AccessMode_Mode, block bool) *csi.VolumeCapability {
+		c := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: m}, AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}
+		if block {
+			c.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		}
+		return c
+	}
+	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)); r != "" {
+		t.Errorf("dir mount refused: %s", r)
+	}
+	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true)); r == "" {
+		t.Error("dir raw block accepted")
+	}
+	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, true)); r != "" {
+		t.Errorf("block raw refused: %s", r)
+	}
+	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
+		t.Error("multi-node mode accepted for a local volume")
+	}
+}
+
+func TestTopologyAllowed(t *testing.T) {
+	seg := func(n string) *csi.Topology { return &csi.Topology{Segments: map[string]string{TopologyKey: n}} }
+	if !topologyAllowed(nil, "n1") || !topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2"), seg("n1")}}, "n1") {
+		t.Error("this node refused")
+	}
+	if topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2")}}, "n1") {
+		t.Error("another node accepted")
+	}
+}
+
+func TestPaginate(t *testing.T) {
+	ids := []string{"a", "b", "c", "d", "e"}
+	page, next, err := paginate(ids, "", 2)
+	if err != nil || !slices.Equal(page, []string{"a", "b"}) || next == "" {
+		t.Fatalf("first page: %v %q %v", page, next, err)
+	}
+	page, next2, err := paginate([]string{"a", "c", "d", "e"}, next, 0) // b deleted meanwhile
+	if err != nil || !slices.Equal(page, []string{"c", "d", "e"}) || next2 != "" {
+		t.Errorf("second page after a deletion: %v %q %v", page, next2, err)
+	}
+	if _, _, err := paginate(ids, "invalid-token", 0); status.Code(err) != codes.Aborted {
+		t.Errorf("invalid token: %v, want ABORTED", err)
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	rules, err := ParseFaults("CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5; NodeStageVolume:delay=2s;*:hang;DeleteVolume:error=14,count=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []FaultRule{
+		{Method: "CreateVolume", Code: codes.ResourceExhausted, Rate: 0.5},
+		{Method: "NodeStageVolume", Rate: 1, Delay: 2 * time.Second},
+		{Method: "*", Rate: 1, Hang: true},
+		{Method: "DeleteVolume", Code: codes.Unavailable, Rate: 1, Count: 3},
+	}
+	if !slices.Equal(rules, want) {
+		t.Errorf("got %+v\nwant %+v", rules, want)
+	}
+	for _, r := range rules {
+		again, err := ParseFaults(r.String())
+		if err != nil || len(again) != 1 || again[0] != r {
+			t.Errorf("String() does not round-trip: %q -> %+v %v", r.String(), again, err)
+		}
+	}
+	for _, bad := range []string{"CreateVolume", "CreateVolume:rate=0.5", "X:error=NOPE", "X:rate=2,error=INTERNAL", "X:delay=-1s", "X:color=red"} {
+		if _, err := ParseFaults(bad); err == nil {
+			t.Errorf("ParseFaults(%q) accepted", bad)
+		}
+	}
+}
+
+func TestFaultsApply(t *testing.T) {
+	f := newFaults([]FaultRule{{Method: "CreateVolume", Code: codes.Internal, Rate: 1, Count: 2}})
+	ctx := context.Background()
+	for i, want := range []codes.Code{codes.Internal, codes.Internal, codes.OK} {
+		if got := status.Code(f.apply(ctx, "CreateVolume", nil)); got != want {
+			t.Errorf("call %d: %v, want %v", i, got, want)
+		}
+	}
+	if err := f.apply(ctx, "DeleteVolume", nil); err != nil {
+		t.Errorf("unmatched method failed: %v", err)
+	}
+	hang := newFaults([]FaultRule{{Method: "*", Hang: true}})
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if got := status.Code(hang.apply(cctx, "Probe", nil)); got != codes.Canceled {
+		t.Errorf("hang with a cancelled client: %v", got)
+	}
+}
+
+func TestMountTableBinds(t *testing.T) {
+	mt := mountTable{
+		{Major: 254, Minor: 0, Root: "/", MountPoint: "/"},
+		{Major: 0, Minor: 30, Root: "/", MountPoint: "/var/lib/kubevol"},
+		{Major: 0, Minor: 30, Root: "/volumes/v-1", MountPoint: "/pods/a/mount"},
+		{Major: 0, Minor: 30, Root: "/volumes/v-10", MountPoint: "/pods/b/mount"},
+		{Major: 254, Minor: 0, Root: "/srv/volumes/v-1", MountPoint: "/pods/c/mount"},
+		{Major: 0, Minor: 6, Root: "/loop3", Source: "devtmpfs", MountPoint: "/dev"},
+		{Major: 7, Minor: 3, Root: "/", Source: "/dev/loop3", MountPoint: "/staging/x"},
+	}
+	if got := mt.bindsOf("/var/lib/kubevol/volumes/v-1"); !slices.Equal(got, []string{"/pods/a/mount"}) {
+		t.Errorf("bindsOf = %v", got)
+	}
+	if got := mt.mountsOfDevice("/dev/loop3"); !slices.Equal(got, []string{"/staging/x"}) {
+		t.Errorf("mountsOfDevice = %v", got)
+	}
+	if m := mt.at("/staging/x/"); m == nil || m.Source != "/dev/loop3" {
+		t.Errorf("at = %v", m)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Config{NodeID: "n1", StateDir: "/tmp/x"}
+	if err := good.Validate(); err != nil || good.DriverName != DefaultDriverName || good.Mode != ModeAll || good.Capacity != DefaultCapacity {
+		t.Errorf("defaults: %+v %v", good, err)
+	}
+	for _, bad := range []Config{
+		{StateDir: "/tmp/x"},
+		{NodeID: "n1"},
+		{NodeID: "n1", StateDir: "/x", Mode: "both"},
+		{NodeID: "n1", StateDir: "/x", DriverName: "kubevol.io/local"},
+		{NodeID: "n1", StateDir: "/x", MaxVolumesPerNode: -1},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) accepted", bad)
+		}
+	}
+}
+
+func TestParseEndpoint(t *testing.T) {
+	if p, err := ParseEndpoint("unix:///run/csi.sock"); err != nil || p != "/run/csi.sock" {
+		t.Errorf("%q %v", p, err)
+	}
+	for _, bad := range []string{"tcp://127.0.0.1:10000", "unix://relative.sock", ""} {
+		if _, err := ParseEndpoint(bad); err == nil {
+			t.Errorf("ParseEndpoint(%q) accepted", bad)
+		}
+	}
+}
