@@ -95,6 +95,23 @@ func (c *controller) commitLocked() error {
 	return nil
 }
 
+// lockVolume takes the in-flight lock of volume id, then the state lock, and finds the
+// volume: NOT_FOUND if it is unknown. unlock releases both; changes to v are made under the
+// state lock and persisted with commitLocked.
+func (c *controller) lockVolume(id string) (v *state.Volume, unlock func(), err error) {
+	release, err := c.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	unlock = func() { c.mu.Unlock(); release() }
+	if v = c.st.Volumes[id]; v == nil {
+		unlock()
+		return nil, nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	return v, unlock, nil
+}
+
 // volume returns a copy of a volume record, or nil.
 func (c *controller) volume(id string) *state.Volume {
 	c.mu.Lock()

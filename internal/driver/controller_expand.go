@@ -15,24 +15,17 @@ import (
 // filesystem. A "dir" volume only gets a bigger share of the pool.
 func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
-	if err := requireField(id, "volume_id"); err != nil {
+	if err := required("volume_id", id); err != nil {
 		return nil, err
 	}
 	if req.GetCapacityRange() == nil {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
 	}
-	release, err := c.locks.acquire(volumeKey(id))
+	v, unlock, err := c.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v := c.st.Volumes[id]
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
-	}
+	defer unlock()
 	if cp := req.GetVolumeCapability(); cp != nil {
 		if r := unsupportedReason(v.Type, cp); r != "" {
 			return nil, status.Error(codes.InvalidArgument, r)

@@ -34,7 +34,7 @@ func healthEntry(t csi.VolumeHealthErrorType, reason, format string, args ...any
 }
 
 func (c *controller) ControllerGetVolumeHealth(_ context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	if err := requireField(req.GetVolumeId(), "volume_id"); err != nil {
+	if err := required("volume_id", req.GetVolumeId()); err != nil {
 		return nil, err
 	}
 	v := c.volume(req.GetVolumeId())

@@ -21,27 +21,17 @@ const (
 // the spec asks of a real attach: the node exists, the attach limit, compatibility.
 func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id, nodeID := req.GetVolumeId(), req.GetNodeId()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(nodeID, "node_id"); err != nil {
+	if err := required("volume_id", id, "node_id", nodeID); err != nil {
 		return nil, err
 	}
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	release, err := c.locks.acquire(volumeKey(id))
+	v, unlock, err := c.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v := c.st.Volumes[id]
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
-	}
+	defer unlock()
 	if nodeID != c.cfg.NodeID {
 		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, c.cfg.NodeID)
 	}
@@ -91,7 +81,7 @@ func (c *controller) attachedToLocked(nodeID string) int64 {
 // unknown can be regarded as unpublished, which is OK.
 func (c *controller) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	id, nodeID := req.GetVolumeId(), req.GetNodeId()
-	if err := requireField(id, "volume_id"); err != nil {
+	if err := required("volume_id", id); err != nil {
 		return nil, err
 	}
 	release, err := c.locks.acquire(volumeKey(id))

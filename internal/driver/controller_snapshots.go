@@ -18,10 +18,7 @@ import (
 // The copy is complete when the call returns, so snapshots are always ready_to_use.
 func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
-	if err := requireField(name, "name"); err != nil {
-		return nil, err
-	}
-	if err := requireField(srcID, "source_volume_id"); err != nil {
+	if err := required("name", name, "source_volume_id", srcID); err != nil {
 		return nil, err
 	}
 	release, err := c.locks.acquire(snapshotNameKey(name), volumeKey(srcID))
@@ -110,7 +107,7 @@ func (c *controller) csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
 // from it are unaffected.
 func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
 	id := req.GetSnapshotId()
-	if err := requireField(id, "snapshot_id"); err != nil {
+	if err := required("snapshot_id", id); err != nil {
 		return nil, err
 	}
 	release, err := c.locks.acquire(snapshotKey(id))
@@ -164,7 +161,7 @@ func (c *controller) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequ
 }
 
 func (c *controller) GetSnapshot(_ context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	if err := requireField(req.GetSnapshotId(), "snapshot_id"); err != nil {
+	if err := required("snapshot_id", req.GetSnapshotId()); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

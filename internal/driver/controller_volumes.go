@@ -20,7 +20,7 @@ const (
 )
 
 func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if err := requireField(req.GetName(), "name"); err != nil {
+	if err := required("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	if err := validateCapabilities(req.GetVolumeCapabilities()); err != nil {
@@ -197,7 +197,7 @@ func (c *controller) csiVolume(v *state.Volume) *csi.Volume {
 
 func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
-	if err := requireField(id, "volume_id"); err != nil {
+	if err := required("volume_id", id); err != nil {
 		return nil, err
 	}
 	release, err := c.locks.acquire(volumeKey(id))
@@ -236,7 +236,7 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 }
 
 func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	if err := requireField(req.GetVolumeId(), "volume_id"); err != nil {
+	if err := required("volume_id", req.GetVolumeId()); err != nil {
 		return nil, err
 	}
 	if err := validateCapabilities(req.GetVolumeCapabilities()); err != nil {
@@ -275,7 +275,7 @@ func (c *controller) ListVolumes(_ context.Context, req *csi.ListVolumesRequest)
 }
 
 func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
-	if err := requireField(req.GetVolumeId(), "volume_id"); err != nil {
+	if err := required("volume_id", req.GetVolumeId()); err != nil {
 		return nil, err
 	}
 	v := c.volume(req.GetVolumeId())

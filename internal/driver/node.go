@@ -123,6 +123,20 @@ func (n *node) publishesOf(id string) []state.Publish {
 	return out
 }
 
+// lockVolume takes the in-flight lock of volume id and resolves it. release must be called
+// once when err is nil.
+func (n *node) lockVolume(id string) (ref *volumeRef, release func(), err error) {
+	release, err = n.locks.acquire(volumeKey(id))
+	if err != nil {
+		return nil, nil, err
+	}
+	if ref, err = n.resolve(id); err != nil {
+		release()
+		return nil, nil, err
+	}
+	return ref, release, nil
+}
+
 // volumeRef is what the node knows of a volume: its type and where its bytes are.
 type volumeRef struct {
 	id        string

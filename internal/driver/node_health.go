@@ -18,7 +18,7 @@ import (
 // loop device or mount, a filesystem the kernel turned read-only.
 func (n *node) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
-	if err := requireField(id, "volume_id"); err != nil {
+	if err := required("volume_id", id); err != nil {
 		return nil, err
 	}
 	ref, err := n.resolve(id)

@@ -17,10 +17,7 @@ import (
 // filesystem, the loop device node for raw block. Inline ephemeral volumes are created here.
 func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(target, "target_path"); err != nil {
+	if err := required("volume_id", id, "target_path", target); err != nil {
 		return nil, err
 	}
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
@@ -34,15 +31,11 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the volume must be staged first")
 	}
-	release, err := n.locks.acquire(volumeKey(id))
+	ref, release, err := n.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	ref, err := n.resolve(id)
-	if err != nil {
-		return nil, err
-	}
 	vc := req.GetVolumeCapability()
 	if r := unsupportedReason(ref.typ, vc); r != "" {
 		return nil, status.Error(codes.FailedPrecondition, r)
@@ -196,10 +189,7 @@ func (n *node) teardownPublish(ctx context.Context, p *state.Publish) error {
 // is OK; an unknown volume is NOT_FOUND.
 func (n *node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(target, "target_path"); err != nil {
+	if err := required("volume_id", id, "target_path", target); err != nil {
 		return nil, err
 	}
 	release, err := n.locks.acquire(volumeKey(id))

@@ -19,24 +19,17 @@ import (
 // reformatted, the SafeFormatAndMount rule) and mounted, or left raw for block access.
 func (n *node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(path, "staging_target_path"); err != nil {
+	if err := required("volume_id", id, "staging_target_path", path); err != nil {
 		return nil, err
 	}
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	release, err := n.locks.acquire(volumeKey(id))
+	ref, release, err := n.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	ref, err := n.resolve(id)
-	if err != nil {
-		return nil, err
-	}
 	vc := req.GetVolumeCapability()
 	if r := unsupportedReason(ref.typ, vc); r != "" {
 		return nil, status.Error(codes.FailedPrecondition, r) // CSI NodeStageVolume: unsupported capability
@@ -184,10 +177,7 @@ func (n *node) teardownStage(ctx context.Context, ref *volumeRef, s *state.Stage
 // unknown volume is NOT_FOUND.
 func (n *node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(path, "staging_target_path"); err != nil {
+	if err := required("volume_id", id, "staging_target_path", path); err != nil {
 		return nil, err
 	}
 	release, err := n.locks.acquire(volumeKey(id))

@@ -40,10 +40,7 @@ func (n *node) findPath(id, path string) (*pathUse, error) {
 // and its size is the capacity it was given.
 func (n *node) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
-	if err := requireField(id, "volume_id"); err != nil {
-		return nil, err
-	}
-	if err := requireField(path, "volume_path"); err != nil {
+	if err := required("volume_id", id, "volume_path", path); err != nil {
 		return nil, err
 	}
 	ref, err := n.resolve(id)
@@ -89,21 +86,14 @@ func (n *node) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStats
 // mount point, through mount-utils' ResizeFs).
 func (n *node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
-	if err := requireField(id, "volume_id"); err != nil {
+	if err := required("volume_id", id, "volume_path", path); err != nil {
 		return nil, err
 	}
-	if err := requireField(path, "volume_path"); err != nil {
-		return nil, err
-	}
-	release, err := n.locks.acquire(volumeKey(id))
+	ref, release, err := n.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	ref, err := n.resolve(id)
-	if err != nil {
-		return nil, err
-	}
 	if vc := req.GetVolumeCapability(); vc != nil {
 		if r := unsupportedReason(ref.typ, vc); r != "" {
 			return nil, status.Error(codes.InvalidArgument, r)

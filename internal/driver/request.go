@@ -174,10 +174,13 @@ func topologyAllowed(req *csi.TopologyRequirement, nodeID string) bool {
 	return false
 }
 
-// requireField is the INVALID_ARGUMENT for a missing required field.
-func requireField(value, name string) error {
-	if value == "" {
-		return status.Errorf(codes.InvalidArgument, "%s is required", name)
+// required takes pairs of field name and value and returns INVALID_ARGUMENT for the first
+// empty one: CSI's answer to a missing required field.
+func required(nameValues ...string) error {
+	for i := 0; i+1 < len(nameValues); i += 2 {
+		if nameValues[i+1] == "" {
+			return status.Errorf(codes.InvalidArgument, "%s is required", nameValues[i])
+		}
 	}
 	return nil
 }
