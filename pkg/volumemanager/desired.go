@@ -1,0 +1,253 @@
+package volumemanager
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// maxPodErrors bounds the errors kept per pod, as upstream.
+const maxPodErrors = 10
+
+// DesiredVolume is one volume one pod wants.
+type DesiredVolume struct {
+	Name            v1.UniqueVolumeName
+	PluginName      string
+	Spec            *volume.Spec
+	OuterNames      []string // pod.spec.volumes[].name entries resolving to this volume
+	Attachable      bool
+	DeviceMountable bool
+	RequiresRemount bool
+	// RequestTime is when the volume was first wanted by the pod, for
+	// volume_operation_total_seconds{operation_name="overall_volume_mount"}.
+	RequestTime time.Time
+}
+
+// DesiredState maps volumes to the pods that want them (upstream: DesiredStateOfWorld). It is
+// safe for concurrent use.
+type DesiredState struct {
+	mu            sync.RWMutex
+	pods          map[types.UID]*desiredPod
+	byVolume      map[v1.UniqueVolumeName]map[types.UID]bool
+	reportedInUse map[v1.UniqueVolumeName]bool
+}
+
+type desiredPod struct {
+	pod     *v1.Pod
+	volumes map[v1.UniqueVolumeName]*DesiredVolume
+	errors  []string
+}
+
+// NewDesiredState returns an empty desired state.
+func NewDesiredState() *DesiredState {
+	return &DesiredState{
+		pods:          map[types.UID]*desiredPod{},
+		byVolume:      map[v1.UniqueVolumeName]map[types.UID]bool{},
+		reportedInUse: map[v1.UniqueVolumeName]bool{},
+	}
+}
+
+// SetPod replaces the volumes pod wants, keeping the request times of volumes it already
+// wanted, and records errors (volumes that could not be resolved). It is a refresh: the pod
+// object is updated every time.
+func (d *DesiredState) SetPod(pod *v1.Pod, volumes []DesiredVolume, errs []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.pods[pod.UID]
+	dp := &desiredPod{pod: pod, volumes: make(map[v1.UniqueVolumeName]*DesiredVolume, len(volumes))}
+	for i := range volumes {
+		v := volumes[i]
+		if old != nil {
+			if prev, ok := old.volumes[v.Name]; ok {
+				v.RequestTime = prev.RequestTime
+			}
+		}
+		if v.RequestTime.IsZero() {
+			v.RequestTime = time.Now()
+		}
+		dp.volumes[v.Name] = &v
+	}
+	if len(errs) > maxPodErrors {
+		errs = errs[:maxPodErrors]
+	}
+	dp.errors = errs
+	if old != nil {
+		for name := range old.volumes {
+			if _, ok := dp.volumes[name]; !ok {
+				d.unindex(name, pod.UID)
+			}
+		}
+	}
+	for name := range dp.volumes {
+		if d.byVolume[name] == nil {
+			d.byVolume[name] = map[types.UID]bool{}
+		}
+		d.byVolume[name][pod.UID] = true
+	}
+	d.pods[pod.UID] = dp
+}
+
+// DeletePod removes every volume of the pod.
+func (d *DesiredState) DeletePod(uid types.UID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dp := d.pods[uid]
+	if dp == nil {
+		return
+	}
+	for name := range dp.volumes {
+		d.unindex(name, uid)
+	}
+	delete(d.pods, uid)
+}
+
+func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
+	delete(d.byVolume[name], uid)
+	if len(d.byVolume[name]) == 0 {
+		delete(d.byVolume, name)
+		delete(d.reportedInUse, name)
+	}
+}
+
+// Pod returns the pod object last recorded, or nil.
+func (d *DesiredState) Pod(uid types.UID) *v1.Pod {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if dp := d.pods[uid]; dp != nil {
+		return dp.pod
+	}
+	return nil
+}
+
+// HasPod reports whether the pod is in the desired state (possibly with no volumes).
+func (d *DesiredState) HasPod(uid types.UID) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.pods[uid] != nil
+}
+
+// PodVolumes returns copies of the volumes the pod wants, sorted by name.
+func (d *DesiredState) PodVolumes(uid types.UID) []DesiredVolume {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	dp := d.pods[uid]
+	if dp == nil {
+		return nil
+	}
+	out := make([]DesiredVolume, 0, len(dp.volumes))
+	for _, v := range dp.volumes {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// PodErrors returns the errors recorded for the pod at its last SetPod.
+func (d *DesiredState) PodErrors(uid types.UID) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if dp := d.pods[uid]; dp != nil {
+		return append([]string(nil), dp.errors...)
+	}
+	return nil
+}
+
+// PodWantsVolume reports whether the pod wants the volume.
+func (d *DesiredState) PodWantsVolume(uid types.UID, name v1.UniqueVolumeName) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.byVolume[name][uid]
+}
+
+// VolumeWanted reports whether any pod wants the volume.
+func (d *DesiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.byVolume[name]) > 0
+}
+
+// VolumeUsers returns the pods that want the volume: the usage tracker.
+func (d *DesiredState) VolumeUsers(name v1.UniqueVolumeName) []types.UID {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]types.UID, 0, len(d.byVolume[name]))
+	for uid := range d.byVolume[name] {
+		out = append(out, uid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// PodUIDs lists the pods in the desired state.
+func (d *DesiredState) PodUIDs() []types.UID {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]types.UID, 0, len(d.pods))
+	for uid := range d.pods {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// AttachableVolumes lists the attachable volumes wanted, for node.status.volumesInUse.
+func (d *DesiredState) AttachableVolumes() []v1.UniqueVolumeName {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	seen := map[v1.UniqueVolumeName]bool{}
+	for _, dp := range d.pods {
+		for name, v := range dp.volumes {
+			if v.Attachable {
+				seen[name] = true
+			}
+		}
+	}
+	return sortedNames(seen)
+}
+
+// MarkReportedInUse records the volumes that node.status.volumesInUse now lists: only
+// those may be mounted, so the attach/detach controller never detaches a volume in use.
+func (d *DesiredState) MarkReportedInUse(names []v1.UniqueVolumeName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	set := map[v1.UniqueVolumeName]bool{}
+	for _, n := range names {
+		set[n] = true
+	}
+	for n := range d.byVolume {
+		d.reportedInUse[n] = set[n]
+	}
+}
+
+// ReportedInUse reports whether node.status.volumesInUse lists the volume.
+func (d *DesiredState) ReportedInUse(name v1.UniqueVolumeName) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.reportedInUse[name]
+}
+
+// Counts returns the number of (pod, volume) pairs per plugin.
+func (d *DesiredState) Counts() map[string]int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := map[string]int{}
+	for _, dp := range d.pods {
+		for _, v := range dp.volumes {
+			out[v.PluginName]++
+		}
+	}
+	return out
+}
+
+func sortedNames(set map[v1.UniqueVolumeName]bool) []v1.UniqueVolumeName {
+	out := make([]v1.UniqueVolumeName, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,24 @@
+// Package volumemanager is the kubelet's volume manager as a library: it keeps the volumes
+// of the pods bound to one node set up, and tears down what is no longer wanted.
+//
+// The parts, as upstream (pkg/kubelet/volumemanager):
+//
+//   - DesiredState: which pod wants which volume, filled by the populator from the pods
+//     bound to the node (PVC → PV resolved through informers).
+//   - ActualState: what is attached, device-mounted and mounted per pod, including the
+//     uncertain states after a timeout or a restart.
+//   - the reconciler, which unmounts first (so a volume can move from a deleted pod to a
+//     new one), then attaches and mounts, then unmounts devices no pod uses;
+//   - the Executor, which runs at most one operation per volume (per volume and pod for
+//     plugins without a device mount) with exponential backoff from 500 ms to about 2 min;
+//   - reconstruction, which rebuilds the actual state from the pods directory and
+//     /proc/self/mountinfo after a restart.
+//
+// Unlike upstream nothing polls: informer events for pods, PVCs, PVs, ConfigMaps and
+// Secrets enqueue exactly the pods they affect into rate-limited work queues, finished
+// operations enqueue their pod again, and a slow periodic resync is the safety net. So a
+// ConfigMap update reaches the files of every pod that mounts it in well under a second.
+//
+// Use New with a Config, then Run. Observer callbacks report when a pod's volumes are all
+// mounted, when they fail, and when a pod's volumes are all torn down.
+package volumemanager

@@ -1,0 +1,190 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// Backoff bounds, upstream's exponentialbackoff: 500 ms doubling to 2m2s.
+const (
+	InitialBackoff = 500 * time.Millisecond
+	MaxBackoff     = 2*time.Minute + 2*time.Second
+)
+
+// OpKey identifies what an operation works on. An empty Pod is a wildcard that conflicts
+// with every operation on the volume: device-mountable volumes (one global mount) use it,
+// so all their operations are serialized; other volumes are per pod.
+type OpKey struct {
+	Volume v1.UniqueVolumeName
+	Pod    types.UID
+}
+
+func (k OpKey) conflicts(o OpKey) bool {
+	return k.Volume == o.Volume && (k.Pod == "" || o.Pod == "" || k.Pod == o.Pod)
+}
+
+// ErrPending is returned by Run when a conflicting operation is still running.
+var ErrPending = errors.New("an operation on the volume is already in progress")
+
+// BackoffError is returned by Run while the key's last failure backs it off.
+type BackoffError struct {
+	Op    string
+	Until time.Time
+}
+
+func (e *BackoffError) Error() string {
+	return fmt.Sprintf("operation %s backing off until %s", e.Op, e.Until.Format(time.RFC3339Nano))
+}
+
+type backoff struct {
+	op    string
+	delay time.Duration
+	until time.Time
+}
+
+// Executor runs volume operations in goroutines, at most one per key, with exponential
+// backoff per key and operation after a failure (upstream: nestedpendingoperations). A
+// different operation on the key resets its backoff, as upstream, so an unmount is never
+// held back by a failing mount.
+type Executor struct {
+	timeout time.Duration
+	sem     chan struct{}
+	metrics *metrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	pending map[OpKey]string
+	backoff map[OpKey]*backoff
+	wg      sync.WaitGroup
+}
+
+// NewExecutor returns an executor that gives each operation timeout and runs at most
+// parallel operations at once (the rest wait, still counted as pending).
+func NewExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
+	if parallel < 1 {
+		parallel = 1
+	}
+	return &Executor{
+		timeout: timeout, sem: make(chan struct{}, parallel), metrics: m, now: time.Now,
+		pending: map[OpKey]string{}, backoff: map[OpKey]*backoff{},
+	}
+}
+
+// Operation is one unit of work.
+type Operation struct {
+	Key        OpKey
+	Name       string // upstream operation_name: volume_mount, volume_unmount, unmount_device, ...
+	PluginName string
+	Run        func(ctx context.Context) error
+	// Done is called with Run's result after the executor's bookkeeping, outside its lock.
+	Done func(err error)
+}
+
+// Run starts op unless a conflicting operation is pending (ErrPending) or the key is backing
+// off after a failure of the same operation (*BackoffError). A timeout of the operation's
+// context is reported to Run as an uncertain error.
+func (e *Executor) Run(ctx context.Context, op Operation) error {
+	e.mu.Lock()
+	for k := range e.pending {
+		if k.conflicts(op.Key) {
+			e.mu.Unlock()
+			return ErrPending
+		}
+	}
+	if b := e.backoff[op.Key]; b != nil {
+		if b.op != op.Name {
+			delete(e.backoff, op.Key)
+		} else if now := e.now(); now.Before(b.until) {
+			e.mu.Unlock()
+			return &BackoffError{Op: op.Name, Until: b.until}
+		}
+	}
+	e.pending[op.Key] = op.Name
+	e.wg.Add(1)
+	e.mu.Unlock()
+
+	go func() {
+		defer e.wg.Done()
+		err := e.execute(ctx, op)
+		e.mu.Lock()
+		delete(e.pending, op.Key)
+		if err != nil && !volume.IsTransient(err) {
+			b := e.backoff[op.Key]
+			if b == nil || b.op != op.Name {
+				b = &backoff{op: op.Name}
+				e.backoff[op.Key] = b
+			}
+			switch {
+			case b.delay == 0:
+				b.delay = InitialBackoff
+			case b.delay < MaxBackoff:
+				b.delay = min(2*b.delay, MaxBackoff)
+			}
+			b.until = e.now().Add(b.delay)
+		} else if err == nil {
+			delete(e.backoff, op.Key)
+		}
+		e.mu.Unlock()
+		if op.Done != nil {
+			op.Done(err)
+		}
+	}()
+	return nil
+}
+
+func (e *Executor) execute(ctx context.Context, op Operation) (err error) {
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return volume.NewTransientError(ctx.Err())
+	}
+	defer func() { <-e.sem }()
+	opCtx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("operation %s panicked: %v", op.Name, r)
+		}
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && !volume.IsUncertain(err) {
+			err = volume.NewUncertainError(err)
+		}
+		e.metrics.observeOperation(op.PluginName, op.Name, err, time.Since(start))
+	}()
+	return op.Run(opCtx)
+}
+
+// Pending reports whether an operation conflicting with key is running.
+func (e *Executor) Pending(key OpKey) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.pending {
+		if k.conflicts(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResetBackoff forgets the backoff of every key of the pod, so an operation that waited for
+// an object (a ConfigMap that did not exist yet) runs as soon as the object appears.
+func (e *Executor) ResetBackoff(pod types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.backoff {
+		if k.Pod == pod {
+			delete(e.backoff, k)
+		}
+	}
+}
+
+// Wait blocks until every started operation has finished.
+func (e *Executor) Wait() { e.wg.Wait() }

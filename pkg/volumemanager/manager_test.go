@@ -1,0 +1,261 @@
+package volumemanager
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/plugins"
+)
+
+type observer struct {
+	mu       sync.Mutex
+	ready    map[types.UID]int
+	failed   map[types.UID]string
+	tornDown map[types.UID]int
+}
+
+func newObserver() *observer {
+	return &observer{ready: map[types.UID]int{}, failed: map[types.UID]string{}, tornDown: map[types.UID]int{}}
+}
+
+func (o *observer) VolumesReady(pod *v1.Pod) { o.mu.Lock(); o.ready[pod.UID]++; o.mu.Unlock() }
+func (o *observer) VolumesFailed(pod *v1.Pod, msg string) {
+	o.mu.Lock()
+	o.failed[pod.UID] = msg
+	o.mu.Unlock()
+}
+func (o *observer) VolumesTornDown(pod *v1.Pod) { o.mu.Lock(); o.tornDown[pod.UID]++; o.mu.Unlock() }
+
+func (o *observer) get(f func(o *observer) bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return f(o)
+}
+
+type harness struct {
+	t       *testing.T
+	client  *fake.Clientset
+	root    string
+	mounter *mount.FakeMounter
+	obs     *observer
+	m       *Manager
+	cancel  context.CancelFunc
+	done    chan struct{}
+	extra   []volume.Plugin
+}
+
+func newHarness(t *testing.T, objs ...any) *harness {
+	h := &harness{t: t, root: t.TempDir(), mounter: mount.NewFakeMounter(nil), obs: newObserver()}
+	var ros []interface{ GetName() string }
+	_ = ros
+	h.client = fake.NewClientset()
+	for _, o := range objs {
+		h.create(o)
+	}
+	return h
+}
+
+func (h *harness) create(o any) {
+	h.t.Helper()
+	ctx := context.Background()
+	var err error
+	switch o := o.(type) {
+	case *v1.ConfigMap:
+		_, err = h.client.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *v1.Secret:
+		_, err = h.client.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *v1.Pod:
+		_, err = h.client.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	default:
+		err = fmt.Errorf("unsupported %T", o)
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	m, err := New(Config{
+		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
+		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.m = m
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() { defer close(h.done); _ = m.Run(ctx) }()
+	h.t.Cleanup(h.stop)
+	select {
+	case <-m.Initialized():
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("manager did not initialize")
+	}
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+func (h *harness) eventually(what string, f func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pod(name string, uid types.UID, vols ...v1.Volume) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid},
+		Spec:       v1.PodSpec{NodeName: "node1", Volumes: vols, Containers: []v1.Container{{Name: "c"}}},
+	}
+	for _, v := range vols {
+		if v.Name != "unused" {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+		}
+	}
+	return p
+}
+
+func cmVolume(name, cm string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cm}}}}
+}
+
+func emptyDirVolume(name string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
+}
+
+func fileIs(path, want string) func() bool {
+	return func() bool { data, err := os.ReadFile(path); return err == nil && string(data) == want }
+}
+
+func TestMountUpdateAndTeardown(t *testing.T) {
+	h := newHarness(t, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns"}, Data: map[string]string{"k": "v1"}})
+	h.start()
+	p := pod("p1", "uid1", cmVolume("cfg", "cm"), emptyDirVolume("cache"), emptyDirVolume("unused"))
+	h.create(p)
+	h.eventually("volumes ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid1"] == 1 }) })
+	cfgFile := filepath.Join(h.root, "pods/uid1/volumes/kubernetes.io~configmap/cfg/k")
+	h.eventually("configmap file", fileIs(cfgFile, "v1"))
+	if _, err := os.Stat(filepath.Join(h.root, "pods/uid1/volumes/kubernetes.io~empty-dir/unused")); !os.IsNotExist(err) {
+		t.Errorf("unused volume was set up: %v", err)
+	}
+	if !h.m.PodVolumesReady("uid1") {
+		t.Error("PodVolumesReady false")
+	}
+
+	// A ConfigMap update reaches the file without any pod event.
+	_, err := h.client.CoreV1().ConfigMaps("ns").Update(context.Background(),
+		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns", ResourceVersion: "2"}, Data: map[string]string{"k": "v2"}}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("configmap update", fileIs(cfgFile, "v2"))
+
+	// Deletion tears down and removes the pod directory.
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "p1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid1"] == 1 }) })
+	if _, err := os.Stat(filepath.Join(h.root, "pods/uid1")); !os.IsNotExist(err) {
+		t.Errorf("pod dir left: %v", err)
+	}
+}
+
+func TestMissingConfigMapMountsWhenItAppears(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.create(pod("p2", "uid2", cmVolume("cfg", "late")))
+	h.eventually("failure reported", func() bool {
+		return h.obs.get(func(o *observer) bool { return o.failed["uid2"] != "" })
+	})
+	// Let the backoff grow a little: the appearance must bypass it.
+	time.Sleep(1200 * time.Millisecond)
+	h.create(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "ns"}, Data: map[string]string{"k": "x"}})
+	start := time.Now()
+	h.eventually("mounted", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid2"] == 1 }) })
+	t.Logf("mounted %v after the ConfigMap appeared", time.Since(start))
+}
+
+func TestTerminatingAndTerminalPodsAreTornDown(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	p := pod("p3", "uid3", emptyDirVolume("scratch"))
+	h.create(p)
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid3"] == 1 }) })
+	p.Status.Phase = v1.PodSucceeded
+	if _, err := h.client.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid3"] == 1 }) })
+
+	q := pod("p4", "uid4", emptyDirVolume("scratch"))
+	h.create(q)
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid4"] == 1 }) })
+	now := metav1.Now()
+	q.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(context.Background(), q, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid4"] == 1 }) })
+	if _, err := os.Stat(filepath.Join(h.root, "pods/uid4")); !os.IsNotExist(err) {
+		t.Errorf("pod dir left: %v", err)
+	}
+}
+
+// After a restart, a wanted volume keeps its data and an unwanted one is cleaned.
+func TestReconstruction(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.create(pod("keep", "uid-keep", emptyDirVolume("data")))
+	h.create(pod("gone", "uid-gone", emptyDirVolume("data")))
+	h.eventually("ready", func() bool {
+		return h.obs.get(func(o *observer) bool { return o.ready["uid-keep"] == 1 && o.ready["uid-gone"] == 1 })
+	})
+	keepFile := filepath.Join(h.root, "pods/uid-keep/volumes/kubernetes.io~empty-dir/data/file")
+	if err := os.WriteFile(keepFile, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	// While the manager is down, one pod goes away.
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.obs = newObserver()
+	h.start()
+	if mv, ok := h.m.ActualState().PodVolume("uid-keep", "kubernetes.io/empty-dir/uid-keep-data"); !ok {
+		t.Error("wanted volume not reconstructed")
+	} else if mv.State == VolumeNotMounted {
+		t.Errorf("state %s", mv.State)
+	}
+	h.eventually("gone pod cleaned", func() bool {
+		_, err := os.Stat(filepath.Join(h.root, "pods/uid-gone"))
+		return os.IsNotExist(err)
+	})
+	h.eventually("kept pod ready", func() bool { return h.m.PodVolumesReady("uid-keep") })
+	if data, err := os.ReadFile(keepFile); err != nil || string(data) != "precious" {
+		t.Errorf("data of a wanted volume lost: %q %v", data, err)
+	}
+}

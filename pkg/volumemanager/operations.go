@@ -1,0 +1,282 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// Operation names are upstream's operation_name label values.
+const (
+	opMount         = "volume_mount"
+	opUnmount       = "volume_unmount"
+	opUnmountDevice = "unmount_device"
+)
+
+// start runs op and turns the executor's refusals into a requeue delay: ErrPending needs
+// none (the running operation enqueues the pod when done), a backoff needs its remainder.
+func (m *Manager) start(ctx context.Context, op Operation) time.Duration {
+	err := m.exec.Run(ctx, op)
+	var be *BackoffError
+	switch {
+	case err == nil, errors.Is(err, ErrPending):
+		return 0
+	case errors.As(err, &be):
+		return max(time.Until(be.Until), time.Millisecond)
+	}
+	klog.FromContext(ctx).Error(err, "Cannot start volume operation", "operation", op.Name, "volume", op.Key.Volume)
+	return InitialBackoff
+}
+
+// startMount sets a volume up for a pod: wait for attach, mount the device, then SetUp
+// (upstream: GenerateMountVolumeFunc).
+func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume) time.Duration {
+	uid := pod.UID
+	key := OpKey{Volume: dv.Name, Pod: uid}
+	if dv.DeviceMountable {
+		key.Pod = ""
+	}
+	seq := m.remountSeqOf(uid)
+	prev, hadPrev := m.asw.PodVolume(uid, dv.Name)
+	var refreshAt time.Time
+	outer := dv.OuterNames[0]
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name)
+	return m.start(ctx, Operation{
+		Key: key, Name: opMount, PluginName: dv.PluginName,
+		Run: func(ctx context.Context) error {
+			plugin, err := m.plugins.FindByName(dv.PluginName)
+			if err != nil {
+				return err
+			}
+			devicePath, err := m.ensureDevice(ctx, pod, dv)
+			if err != nil {
+				return err
+			}
+			_ = devicePath
+			mounter, err := plugin.NewMounter(dv.Spec, pod)
+			if err != nil {
+				return err
+			}
+			args := mounterArgs(pod)
+			if err := mounter.SetUp(ctx, args); err != nil {
+				return fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", outer, err)
+			}
+			if r, ok := mounter.(volume.Refresher); ok {
+				if d := r.RefreshAfter(); d > 0 {
+					refreshAt = time.Now().Add(d)
+				}
+			}
+			return nil
+		},
+		Done: func(err error) {
+			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name()}
+			switch {
+			case err == nil:
+				mv.RefreshAt = refreshAt
+				m.asw.CompleteMount(mv, m.remountSeqOf(uid) != seq)
+				m.setOpError(uid, dv.Name, "")
+				if !hadPrev {
+					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))
+				}
+				logger.V(4).Info("Volume mounted")
+				if !refreshAt.IsZero() {
+					m.podQueue.AddAfter(uid, time.Until(refreshAt))
+				}
+			case volume.IsTransient(err):
+				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
+			default:
+				m.setOpError(uid, dv.Name, err.Error())
+				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
+				logger.Error(err, "Volume mount failed")
+				if volume.IsUncertain(err) {
+					mv.State = VolumeMountUncertain
+					m.asw.SetMountState(mv)
+				} else if hadPrev && prev.State == VolumeMountUncertain && !prev.Reconstructed {
+					// A final error after an uncertain one: nothing is mounted (upstream rule).
+					mv.State = VolumeNotMounted
+					m.asw.SetMountState(mv)
+				}
+			}
+			m.podQueue.Add(uid)
+		},
+	})
+}
+
+// ensureDevice records the volume as attached and, for device-mountable plugins, mounts
+// its device. Non-attachable volumes are "attached" with no device, as upstream.
+func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolume) (string, error) {
+	av, ok := m.asw.Volume(dv.Name)
+	if !ok {
+		av = AttachedVolume{Name: dv.Name, PluginName: dv.PluginName, Spec: dv.Spec, Attachable: dv.Attachable, DeviceMountable: dv.DeviceMountable}
+	}
+	if dv.Attachable {
+		// The attach/detach controller must see the volume in node.status.volumesInUse
+		// before we use it, or it could detach it under us (upstream #27836).
+		if !m.dsw.ReportedInUse(dv.Name) {
+			return "", volume.NewTransientError(fmt.Errorf("volume %s is not yet reported in node.status.volumesInUse", dv.Name))
+		}
+		ap, err := m.plugins.FindAttachable(dv.Spec)
+		if err != nil || ap == nil {
+			return "", fmt.Errorf("find attachable plugin: %v", err)
+		}
+		attacher, err := ap.NewAttacher()
+		if err != nil {
+			return "", err
+		}
+		av.DevicePath, err = attacher.WaitForAttach(ctx, dv.Spec, av.DevicePath, pod)
+		if err != nil {
+			return "", fmt.Errorf("MountVolume.WaitForAttach failed for volume %q: %w", dv.OuterNames[0], err)
+		}
+	}
+	m.asw.MarkAttached(av)
+	if !dv.DeviceMountable || av.DeviceState == DeviceMounted {
+		return av.DevicePath, nil
+	}
+	dm, err := m.plugins.FindDeviceMountable(dv.Spec)
+	if err != nil || dm == nil {
+		return "", fmt.Errorf("find device-mountable plugin: %v", err)
+	}
+	mounter, err := dm.NewDeviceMounter()
+	if err != nil {
+		return "", err
+	}
+	path, err := mounter.DeviceMountPath(dv.Spec)
+	if err != nil {
+		return "", err
+	}
+	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, mounterArgs(pod)); err != nil {
+		switch {
+		case volume.IsUncertain(err):
+			m.asw.SetDeviceState(dv.Name, DeviceMountUncertain, path)
+		case volume.IsTransient(err):
+		case av.DeviceState == DeviceMountUncertain:
+			m.asw.SetDeviceState(dv.Name, DeviceNotMounted, "")
+		}
+		return "", fmt.Errorf("MountVolume.MountDevice failed for volume %q: %w", dv.OuterNames[0], err)
+	}
+	m.asw.SetDeviceState(dv.Name, DeviceMounted, path)
+	return av.DevicePath, nil
+}
+
+// startUnmount tears one pod's volume down: subPath binds first, then the plugin's
+// TearDown. A failure leaves the volume uncertain, so it is retried and never forgotten.
+func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Duration {
+	logger := klog.FromContext(ctx).WithValues("podUID", mv.PodUID, "volumeID", mv.Name)
+	return m.start(ctx, Operation{
+		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: opUnmount, PluginName: mv.PluginName,
+		Run: func(ctx context.Context) error {
+			plugin, err := m.plugins.FindByName(mv.PluginName)
+			if err != nil {
+				return err
+			}
+			if err := m.cleanSubpaths(mv.PodUID, mv.SpecName); err != nil {
+				return err
+			}
+			u, err := plugin.NewUnmounter(mv.SpecName, mv.PodUID)
+			if err != nil {
+				return err
+			}
+			if err := u.TearDown(ctx); err != nil {
+				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: %w", mv.SpecName, err)
+			}
+			return nil
+		},
+		Done: func(err error) {
+			if err != nil {
+				logger.Error(err, "Volume unmount failed")
+				mv.State = VolumeMountUncertain
+				m.asw.SetMountState(mv)
+			} else {
+				logger.V(4).Info("Volume unmounted")
+				mv.State = VolumeNotMounted
+				m.asw.SetMountState(mv)
+				m.setOpError(mv.PodUID, mv.Name, "")
+				m.deviceQueue.Add(mv.Name)
+			}
+			m.podQueue.Add(mv.PodUID)
+			for _, uid := range m.dsw.VolumeUsers(mv.Name) {
+				m.podQueue.Add(uid) // a shared volume waiting for this unmount
+			}
+		},
+	})
+}
+
+// startUnmountDevice unmounts the global mount of a volume no pod uses (CSI NodeUnstage).
+func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) time.Duration {
+	logger := klog.FromContext(ctx).WithValues("volumeID", av.Name)
+	return m.start(ctx, Operation{
+		Key: OpKey{Volume: av.Name}, Name: opUnmountDevice, PluginName: av.PluginName,
+		Run: func(ctx context.Context) error {
+			dm, err := m.plugins.FindDeviceMountable(av.Spec)
+			if err != nil || dm == nil {
+				return fmt.Errorf("find device-mountable plugin: %v", err)
+			}
+			if refs, err := dm.DeviceMountRefs(av.DeviceMountPath); err != nil {
+				return err
+			} else if len(refs) > 0 {
+				return fmt.Errorf("the device mount path %q is still mounted by other references %v", av.DeviceMountPath, refs)
+			}
+			u, err := dm.NewDeviceUnmounter()
+			if err != nil {
+				return err
+			}
+			return u.UnmountDevice(ctx, av.DeviceMountPath)
+		},
+		Done: func(err error) {
+			if err != nil {
+				logger.Error(err, "Device unmount failed")
+				m.asw.SetDeviceState(av.Name, DeviceMountUncertain, "")
+			} else {
+				m.asw.SetDeviceState(av.Name, DeviceNotMounted, "")
+				m.asw.Remove(av.Name)
+			}
+			m.deviceQueue.Add(av.Name)
+		},
+	})
+}
+
+func (m *Manager) setOpError(uid types.UID, name v1.UniqueVolumeName, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if msg == "" {
+		delete(m.opErrors[uid], name)
+		return
+	}
+	if m.opErrors[uid] == nil {
+		m.opErrors[uid] = map[v1.UniqueVolumeName]string{}
+	}
+	m.opErrors[uid][name] = msg
+}
+
+// mounterArgs carries the pod's fsGroup and, when every container runs as the same user,
+// that user (upstream FsUserFrom), e.g. for service account token ownership.
+func mounterArgs(pod *v1.Pod) volume.MounterArgs {
+	var args volume.MounterArgs
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		args.FsGroup = sc.FSGroup
+		args.FSGroupChangePolicy = sc.FSGroupChangePolicy
+	}
+	var user *int64
+	for i, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		u := (*int64)(nil)
+		if pod.Spec.SecurityContext != nil {
+			u = pod.Spec.SecurityContext.RunAsUser
+		}
+		if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+			u = c.SecurityContext.RunAsUser
+		}
+		if u == nil || (i > 0 && (user == nil || *user != *u)) {
+			return args
+		}
+		user = u
+	}
+	args.FsUser = user
+	return args
+}

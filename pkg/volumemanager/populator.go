@@ -1,0 +1,158 @@
+package volumemanager
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// populate brings the desired state of one pod up to date from the informer caches
+// (upstream: the desired state of world populator, without its 100 ms loop). A deleted,
+// terminating or terminal pod wants nothing, so its volumes are torn down.
+func (m *Manager) populate(ctx context.Context, uid types.UID) {
+	m.mu.Lock()
+	pod, deleted := m.pods[uid], m.deleted[uid]
+	m.mu.Unlock()
+	if pod == nil {
+		m.dsw.DeletePod(uid)
+		return
+	}
+	if !deleted {
+		cur, err := m.podLister.Pods(pod.Namespace).Get(pod.Name)
+		switch {
+		case err == nil && cur.UID == uid:
+			pod = cur
+		case err == nil || isNotFound(err):
+			deleted = true
+		}
+	}
+	if deleted || pod.DeletionTimestamp != nil || isTerminal(pod) {
+		if m.dsw.HasPod(uid) {
+			klog.FromContext(ctx).V(2).Info("Pod no longer wants its volumes", "pod", klog.KObj(pod), "deleted", deleted,
+				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
+		}
+		m.dsw.DeletePod(uid)
+		return
+	}
+	volumes, errs := m.desiredVolumes(pod)
+	m.dsw.SetPod(pod, volumes, errs)
+}
+
+func isTerminal(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+// usedVolumes are the pod volumes some container mounts or maps: the others are never set
+// up, as upstream ("Skipping unused volume").
+func usedVolumes(pod *v1.Pod) (mounts, devices map[string]bool) {
+	mounts, devices = map[string]bool{}, map[string]bool{}
+	add := func(c *v1.Container) {
+		for _, vm := range c.VolumeMounts {
+			mounts[vm.Name] = true
+		}
+		for _, vd := range c.VolumeDevices {
+			devices[vd.Name] = true
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		add(&pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		add(&pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		add(&c)
+	}
+	return mounts, devices
+}
+
+func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
+	mounts, devices := usedVolumes(pod)
+	var out []DesiredVolume
+	var errs []string
+	index := map[v1.UniqueVolumeName]int{}
+	for i := range pod.Spec.Volumes {
+		pv := &pod.Spec.Volumes[i]
+		if !mounts[pv.Name] && !devices[pv.Name] {
+			continue
+		}
+		if devices[pv.Name] {
+			errs = append(errs, fmt.Sprintf("volume %q: block volumes (volumeDevices) are not supported", pv.Name))
+			continue
+		}
+		spec, err := m.specFor(pod, pv)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			continue
+		}
+		name, plugin, deviceMountable, err := UniqueVolumeName(m.plugins, spec, pod.UID)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			continue
+		}
+		if j, ok := index[name]; ok {
+			out[j].OuterNames = append(out[j].OuterNames, pv.Name)
+			continue
+		}
+		attachable, err := m.plugins.FindAttachable(spec)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			continue
+		}
+		index[name] = len(out)
+		out = append(out, DesiredVolume{
+			Name: name, PluginName: plugin.Name(), Spec: spec, OuterNames: []string{pv.Name},
+			Attachable: attachable != nil, DeviceMountable: deviceMountable, RequiresRemount: plugin.RequiresRemount(spec),
+		})
+	}
+	return out, errs
+}
+
+// specFor resolves a pod volume: a claim (or generic ephemeral volume) through PVC → PV,
+// checked as upstream; an inline volume as is.
+func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume) (*volume.Spec, error) {
+	var claim string
+	readOnly := false
+	switch {
+	case pv.PersistentVolumeClaim != nil:
+		claim, readOnly = pv.PersistentVolumeClaim.ClaimName, pv.PersistentVolumeClaim.ReadOnly
+	case pv.Ephemeral != nil:
+		claim = pod.Name + "-" + pv.Name
+	default:
+		return volume.SpecFromVolume(pv), nil
+	}
+	pvc, err := m.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(claim)
+	if err != nil {
+		return nil, fmt.Errorf("get PVC %s/%s: %w", pod.Namespace, claim, err)
+	}
+	if pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
+		return nil, fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
+	}
+	if pvc.Status.Phase != v1.ClaimBound {
+		return nil, fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)
+	}
+	if pvc.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("PVC %s/%s has an empty spec.volumeName", pod.Namespace, claim)
+	}
+	obj, err := m.pvLister.Get(pvc.Spec.VolumeName)
+	if err != nil {
+		return nil, fmt.Errorf("get PV %s: %w", pvc.Spec.VolumeName, err)
+	}
+	if obj.Spec.ClaimRef == nil || obj.Spec.ClaimRef.UID != pvc.UID {
+		return nil, fmt.Errorf("PV %s is not bound to PVC %s/%s", obj.Name, pod.Namespace, claim)
+	}
+	if obj.Spec.VolumeMode != nil && *obj.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		return nil, fmt.Errorf("PV %s has volumeMode Block but the pod mounts it as a filesystem", obj.Name)
+	}
+	return volume.SpecFromPersistentVolume(obj, readOnly), nil
+}

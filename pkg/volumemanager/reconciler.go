@@ -1,0 +1,228 @@
+package volumemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// retryTeardown is how soon a pod directory that could not be removed is tried again.
+const retryTeardown = 5 * time.Second
+
+// reconcilePod converges one pod: unmount what it no longer wants first, so a volume can
+// move from a deleted pod to a new one, then mount what it wants, then report. It returns
+// how soon the pod must be looked at again (0: when an event or an operation says so).
+func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration {
+	var after time.Duration
+	for _, mv := range m.asw.PodVolumes(uid) {
+		if !m.dsw.PodWantsVolume(uid, mv.Name) {
+			after = minPositive(after, m.startUnmount(ctx, mv))
+		}
+	}
+	if pod := m.dsw.Pod(uid); pod != nil {
+		now := time.Now()
+		for _, dv := range m.dsw.PodVolumes(uid) {
+			mv, ok := m.asw.PodVolume(uid, dv.Name)
+			if ok && mv.State == VolumeMounted && !mv.RemountRequired {
+				if mv.RefreshAt.IsZero() {
+					continue
+				}
+				if d := mv.RefreshAt.Sub(now); d > 0 {
+					after = minPositive(after, d)
+					continue
+				}
+			}
+			if dv.DeviceMountable && m.unmountStale(ctx, dv.Name) {
+				continue // mounted once the other pods' unmounts are done
+			}
+			after = minPositive(after, m.startMount(ctx, pod, dv))
+		}
+	}
+	return minPositive(after, m.updateStatus(ctx, uid))
+}
+
+// unmountStale starts the unmounts of a shared volume by pods that no longer want it and
+// reports whether there were any: a volume moves from a deleted pod to a new one only after
+// it is unmounted from the old one (upstream: the reconciler unmounts before it mounts).
+func (m *Manager) unmountStale(ctx context.Context, name v1.UniqueVolumeName) bool {
+	stale := false
+	for _, mv := range m.asw.VolumePods(name) {
+		if !m.dsw.PodWantsVolume(mv.PodUID, name) {
+			stale = true
+			m.startUnmount(ctx, mv)
+		}
+	}
+	return stale
+}
+
+// reconcileDevice unmounts the device of a volume no pod uses any more, or forgets it.
+func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName) time.Duration {
+	av, ok := m.asw.Volume(name)
+	if !ok || m.asw.VolumeMountCount(name) > 0 || m.dsw.VolumeWanted(name) {
+		return 0
+	}
+	if av.DeviceMountable && av.DeviceState != DeviceNotMounted {
+		return m.startUnmountDevice(ctx, av)
+	}
+	m.asw.Remove(name)
+	return 0
+}
+
+// updateStatus tells the observer about readiness changes, and tears a pod that wants
+// nothing down to its directory.
+func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration {
+	logger := klog.FromContext(ctx)
+	if pod := m.dsw.Pod(uid); pod != nil {
+		st := m.podStatus(uid)
+		m.mu.Lock()
+		prev, seen := m.status[uid]
+		m.status[uid] = st
+		m.mu.Unlock()
+		if seen && prev == st {
+			return 0
+		}
+		switch {
+		case st.ready:
+			m.recorder.Eventf(pod, v1.EventTypeNormal, "SuccessfulMountVolume", "MountVolume.SetUp succeeded for all %d volumes", len(m.dsw.PodVolumes(uid)))
+			logger.V(2).Info("Pod volumes ready", "pod", klog.KObj(pod))
+			if m.cfg.Observer != nil {
+				m.cfg.Observer.VolumesReady(pod)
+			}
+		case st.message != "" && st.message != prev.message:
+			if len(m.dsw.PodErrors(uid)) > 0 {
+				// Operation failures have their own events; unresolvable volumes do not.
+				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", st.message)
+			}
+			if m.cfg.Observer != nil {
+				m.cfg.Observer.VolumesFailed(pod, st.message)
+			}
+		}
+		return 0
+	}
+	if len(m.asw.PodVolumes(uid)) > 0 {
+		return 0
+	}
+	m.mu.Lock()
+	pod, deleted, done := m.pods[uid], m.deleted[uid], m.tornDown[uid]
+	m.mu.Unlock()
+	if err := m.removePodDir(ctx, uid); err != nil {
+		logger.Error(err, "Cannot remove pod directory yet", "podUID", uid)
+		return retryTeardown
+	}
+	if pod != nil && !done {
+		m.mu.Lock()
+		m.tornDown[uid] = true
+		delete(m.status, uid)
+		m.mu.Unlock()
+		logger.V(2).Info("Pod volumes torn down", "pod", klog.KObj(pod))
+		if m.cfg.Observer != nil {
+			m.cfg.Observer.VolumesTornDown(pod)
+		}
+	}
+	if pod == nil || deleted {
+		m.forget(uid)
+	}
+	return 0
+}
+
+func (m *Manager) podStatus(uid types.UID) podStatus {
+	errs := m.dsw.PodErrors(uid)
+	var unmounted []string
+	m.mu.Lock()
+	opErrs := m.opErrors[uid]
+	for _, dv := range m.dsw.PodVolumes(uid) {
+		if mv, ok := m.asw.PodVolume(uid, dv.Name); !ok || mv.State != VolumeMounted {
+			unmounted = append(unmounted, dv.OuterNames...)
+			if e := opErrs[dv.Name]; e != "" {
+				errs = append(errs, e)
+			}
+		}
+	}
+	m.mu.Unlock()
+	if len(unmounted) == 0 && len(errs) == 0 {
+		return podStatus{ready: true}
+	}
+	if len(errs) == 0 {
+		return podStatus{}
+	}
+	sort.Strings(unmounted)
+	return podStatus{message: fmt.Sprintf("Unable to attach or mount volumes: unmounted volumes=[%s]: %s",
+		strings.Join(unmounted, " "), strings.Join(errs, "; "))}
+}
+
+func (m *Manager) forget(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pods, uid)
+	delete(m.deleted, uid)
+	delete(m.status, uid)
+	delete(m.remountSeq, uid)
+	delete(m.opErrors, uid)
+	delete(m.tornDown, uid)
+	m.refs.remove(uid)
+}
+
+// removePodDir removes <root>/pods/<uid> once nothing of it is mounted. Volume directories
+// left behind without an actual-state entry (a failed reconstruction) are torn down by
+// their plugin first; a remaining mount point stops the removal, so no mounted data is
+// ever deleted (upstream: cleanupOrphanedPodDirs).
+func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
+	dir := m.cfg.Paths.PodDir(uid)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	volsDir := m.cfg.Paths.PodVolumesDir(uid)
+	pluginDirs, _ := os.ReadDir(volsDir)
+	for _, pd := range pluginDirs {
+		vols, _ := os.ReadDir(filepath.Join(volsDir, pd.Name()))
+		for _, v := range vols {
+			plugin, err := m.plugins.FindByName(volume.UnescapePluginName(pd.Name()))
+			if err != nil {
+				return fmt.Errorf("volume directory %s of unknown plugin left in pod directory", filepath.Join(pd.Name(), v.Name()))
+			}
+			u, err := plugin.NewUnmounter(v.Name(), uid)
+			if err != nil {
+				return err
+			}
+			if err := u.TearDown(ctx); err != nil {
+				return fmt.Errorf("tear down leftover volume %s: %w", v.Name(), err)
+			}
+			_ = os.Remove(filepath.Join(volsDir, pd.Name(), v.Name()))
+		}
+	}
+	if err := m.cleanSubpaths(uid, ""); err != nil {
+		return err
+	}
+	mps, err := m.mounter.List()
+	if err != nil {
+		return err
+	}
+	for _, mp := range mps {
+		if strings.HasPrefix(mp.Path, dir+"/") {
+			return fmt.Errorf("%s is still mounted", mp.Path)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
+}

@@ -1,0 +1,156 @@
+package volumemanager
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// sharedPlugin is a device-mountable plugin for hostPath-like volumes whose path names the
+// volume, so two pods share one volume name, as CSI volumes do.
+type sharedPlugin struct {
+	host volume.Host
+	mu   sync.Mutex
+	log  []string
+}
+
+func (p *sharedPlugin) record(s string) { p.mu.Lock(); p.log = append(p.log, s); p.mu.Unlock() }
+func (p *sharedPlugin) events() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.log...)
+}
+
+func (p *sharedPlugin) Init(h volume.Host) error { p.host = h; return nil }
+func (p *sharedPlugin) Name() string             { return "test/shared" }
+func (p *sharedPlugin) CanSupport(s *volume.Spec) bool {
+	return s.Volume != nil && s.Volume.NFS != nil
+}
+func (p *sharedPlugin) RequiresRemount(*volume.Spec) bool { return false }
+func (p *sharedPlugin) VolumeName(s *volume.Spec) (string, error) {
+	return s.Volume.NFS.Path, nil
+}
+func (p *sharedPlugin) CanDeviceMount(*volume.Spec) (bool, error) { return true, nil }
+func (p *sharedPlugin) NewDeviceMounter() (volume.DeviceMounter, error) {
+	return sharedDevice{p}, nil
+}
+func (p *sharedPlugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
+	return sharedDevice{p}, nil
+}
+func (p *sharedPlugin) DeviceMountRefs(string) ([]string, error) { return nil, nil }
+func (p *sharedPlugin) NewMounter(s *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+	return &sharedMounter{p: p, pod: pod.Name, dir: p.host.Paths().PodVolumeDir(pod.UID, p.Name(), s.Name())}, nil
+}
+func (p *sharedPlugin) NewUnmounter(name string, uid types.UID) (volume.Unmounter, error) {
+	return &sharedMounter{p: p, pod: string(uid), dir: p.host.Paths().PodVolumeDir(uid, p.Name(), name)}, nil
+}
+// ConstructVolumeSpec reads the volume's identity back from its metadata file, as CSI
+// does from vol_data.json.
+func (p *sharedPlugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, error) {
+	path, err := os.ReadFile(dir + "/vol_data")
+	if err != nil {
+		return nil, err
+	}
+	return volume.SpecFromVolume(&v1.Volume{Name: name, VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Path: string(path)}}}), nil
+}
+
+type sharedDevice struct{ p *sharedPlugin }
+
+func (d sharedDevice) DeviceMountPath(s *volume.Spec) (string, error) {
+	return d.p.host.Paths().PluginDir("test/shared") + s.Volume.NFS.Path, nil
+}
+func (d sharedDevice) MountDevice(context.Context, *volume.Spec, string, string, volume.MounterArgs) error {
+	d.p.record("stage")
+	return nil
+}
+func (d sharedDevice) UnmountDevice(context.Context, string) error { d.p.record("unstage"); return nil }
+
+type sharedMounter struct {
+	p   *sharedPlugin
+	pod string
+	dir string
+}
+
+func (m *sharedMounter) Path() string                  { return m.dir }
+func (m *sharedMounter) Attributes() volume.Attributes { return volume.Attributes{} }
+func (m *sharedMounter) SetUp(context.Context, volume.MounterArgs) error {
+	m.p.record("setup " + m.pod)
+	if err := os.MkdirAll(m.dir, 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(m.dir+"/vol_data", []byte("/vol1"), 0o600)
+}
+func (m *sharedMounter) TearDown(context.Context) error {
+	m.p.record("teardown " + m.pod)
+	return os.RemoveAll(m.dir)
+}
+
+func sharedVolume(name string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}
+}
+
+// A shared volume moves from a deleted pod to a new one: the old pod's unmount comes
+// before the new pod's mount, the device is staged once and unstaged at the end.
+func TestUnmountBeforeMountAndDeviceTeardown(t *testing.T) {
+	sp := &sharedPlugin{}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{sp}
+	h.start()
+	h.create(pod("old", "uid-old", sharedVolume("data")))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+	if got := h.m.ActualState().VolumePods("test/shared//vol1"); len(got) != 1 {
+		t.Fatalf("unique name: %+v", got)
+	}
+
+	// While the manager is down, the old pod starts terminating and the new one arrives:
+	// on restart both are known before anything is reconciled.
+	h.stop()
+	old, _ := h.client.CoreV1().Pods("ns").Get(context.Background(), "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(context.Background(), old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(pod("new", "uid-new", sharedVolume("data")))
+	h.obs = newObserver()
+	h.start()
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
+	h.eventually("old torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid-old"] == 1 }) })
+	ev := sp.events()
+	idx := func(s string) int {
+		for i, e := range ev {
+			if e == s {
+				return i
+			}
+		}
+		return -1
+	}
+	if idx("teardown uid-old") < 0 || idx("setup new") < idx("teardown uid-old") {
+		t.Errorf("mount before unmount: %v", ev)
+	}
+	if n := countOf(ev, "unstage"); n != 0 {
+		t.Errorf("unstaged while in use: %v", ev)
+	}
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "new", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
+	h.eventually("volume forgotten", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol1") })
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, e := range list {
+		if e == s {
+			n++
+		}
+	}
+	return n
+}
