@@ -5,18 +5,6 @@ import "github.com/spf13/cobra"
 // The component subcommands below are filled in by their own issues. Until then they
 // exist, answer --help and exit 2 with "not implemented yet".
 
-func newAttacherCommand() *cobra.Command {
-	return notImplemented("attacher", "CSI attacher: VolumeAttachments to ControllerPublish/Unpublish")
-}
-
-func newNodeCommand() *cobra.Command {
-	return notImplemented("node", "node agent: the kubelet volume manager for one node")
-}
-
-func newBenchProvisionCommand() *cobra.Command {
-	return notImplemented("provision", "provisioning throughput and latency against a cluster")
-}
-
 func newBenchNodeCommand() *cobra.Command {
 	return notImplemented("node", "node volume manager: time to mount, update propagation, idle CPU")
 }

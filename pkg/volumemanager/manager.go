@@ -63,6 +63,9 @@ type Config struct {
 	// running at once; default 32.
 	Workers     int
 	Parallelism int
+	// VolumesInUseChanged, if set, is called when VolumesInUse may have changed and an
+	// attachable volume waits for node.status.volumesInUse to list it.
+	VolumesInUseChanged func()
 }
 
 // Manager is the volume manager of one node.
@@ -325,6 +328,12 @@ func (m *Manager) MarkVolumesReportedInUse(names []v1.UniqueVolumeName) {
 	m.dsw.MarkReportedInUse(names)
 	for _, uid := range m.dsw.PodUIDs() {
 		m.podQueue.Add(uid)
+	}
+}
+
+func (m *Manager) volumesInUseChanged() {
+	if m.cfg.VolumesInUseChanged != nil {
+		m.cfg.VolumesInUseChanged()
 	}
 }
 

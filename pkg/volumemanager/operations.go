@@ -120,6 +120,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		// The attach/detach controller must see the volume in node.status.volumesInUse
 		// before we use it, or it could detach it under us (upstream #27836).
 		if !m.dsw.ReportedInUse(dv.Name) {
+			m.volumesInUseChanged()
 			return "", volume.NewTransientError(fmt.Errorf("volume %s is not yet reported in node.status.volumesInUse", dv.Name))
 		}
 		ap, err := m.plugins.FindAttachable(dv.Spec)

@@ -77,6 +77,9 @@ func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName)
 		return m.startUnmountDevice(ctx, av)
 	}
 	m.asw.Remove(name)
+	if av.Attachable {
+		m.volumesInUseChanged()
+	}
 	return 0
 }
 

@@ -51,6 +51,7 @@ func (p *sharedPlugin) NewMounter(s *volume.Spec, pod *v1.Pod) (volume.Mounter, 
 func (p *sharedPlugin) NewUnmounter(name string, uid types.UID) (volume.Unmounter, error) {
 	return &sharedMounter{p: p, pod: string(uid), dir: p.host.Paths().PodVolumeDir(uid, p.Name(), name)}, nil
 }
+
 // ConstructVolumeSpec reads the volume's identity back from its metadata file, as CSI
 // does from vol_data.json.
 func (p *sharedPlugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, error) {

@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubevol/kubevol/internal/node"
+)
+
+type nodeOptions struct {
+	kubeconfig     string
+	nodeName       string
+	rootDir        string
+	metricsAddress string
+	resync         time.Duration
+	leaseDuration  time.Duration
+	statusInterval time.Duration
+	qps            float32
+	burst          int
+}
+
+func newNodeCommand() *cobra.Command {
+	o := &nodeOptions{}
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "node agent: the kubelet volume manager for one node",
+		Long: `node registers a Node (Lease heartbeat, Ready, capacity) and sets up the volumes of the pods
+bound to it: emptyDir, hostPath, configMap, secret, downwardAPI and projected, in the kubelet's
+on-disk layout under --root-dir (pods/<uid>/volumes/<plugin>/<volume>). ConfigMap and Secret
+changes reach the files within a second. It reports each pod's volumes with events and the
+kubevol.io/VolumesReady condition, and completes the deletion of pods once their volumes are
+torn down. It runs no containers; pods stay in phase Pending.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	host, _ := os.Hostname()
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
+	f.StringVar(&o.nodeName, "node-name", host, "name of the Node object to register")
+	f.StringVar(&o.rootDir, "root-dir", "/var/lib/kubevol", "directory for pod volumes; /var/lib/kubelet gives the kubelet's paths")
+	f.StringVar(&o.metricsAddress, "metrics-address", ":9810", "address of /metrics and /healthz; empty disables them")
+	f.DurationVar(&o.resync, "resync-period", 10*time.Minute, "safety-net resync of every pod and volume")
+	f.DurationVar(&o.leaseDuration, "lease-duration", 40*time.Second, "duration of the node Lease; renewed every quarter of it")
+	f.DurationVar(&o.statusInterval, "node-status-interval", time.Minute, "how often the Node status is refreshed when nothing changes")
+	f.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the API server")
+	f.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst towards the API server")
+	return cmd
+}
+
+func (o *nodeOptions) validate() error {
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+		return usageErrorf("--node-name %q: %s", o.nodeName, errs[0])
+	}
+	if o.rootDir == "" || !filepath.IsAbs(o.rootDir) {
+		return usageErrorf("--root-dir must be an absolute path, got %q", o.rootDir)
+	}
+	o.rootDir = filepath.Clean(o.rootDir)
+	if o.rootDir == "/" {
+		return usageErrorf("--root-dir must not be /")
+	}
+	if o.resync < time.Second {
+		return usageErrorf("--resync-period must be at least 1s, got %s", o.resync)
+	}
+	if o.leaseDuration < 4*time.Second {
+		return usageErrorf("--lease-duration must be at least 4s, got %s", o.leaseDuration)
+	}
+	if o.statusInterval < time.Second {
+		return usageErrorf("--node-status-interval must be at least 1s, got %s", o.statusInterval)
+	}
+	if o.qps <= 0 || o.burst <= 0 {
+		return usageErrorf("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if o.kubeconfig != "" {
+		if _, err := os.Stat(o.kubeconfig); err != nil {
+			return usageErrorf("--kubeconfig: %v", err)
+		}
+	}
+	return nil
+}
+
+func (o *nodeOptions) run(ctx context.Context) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	cfg.UserAgent = "kubevol-node/" + o.nodeName
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.rootDir, 0o750); err != nil {
+		return err
+	}
+	agent, err := node.New(node.Config{
+		Client: client, NodeName: o.nodeName, RootDir: o.rootDir, MetricsAddress: o.metricsAddress,
+		ResyncPeriod: o.resync, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval,
+	})
+	if err != nil {
+		return err
+	}
+	return agent.Run(ctx)
+}

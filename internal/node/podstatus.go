@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// VolumesReadyCondition is the pod condition with which the agent reports whether every
+// volume the pod's containers use is mounted.
+const VolumesReadyCondition v1.PodConditionType = "kubevol.io/VolumesReady"
+
+// Condition reasons.
+const (
+	ReasonVolumesMounted = "VolumesMounted"
+	ReasonFailedMount    = "FailedMount"
+)
+
+// podStatusWriter is the volume manager's Observer: it turns readiness changes into the
+// pod condition and finishes the deletion of torn-down pods, through a rate-limited queue
+// so API errors are retried and only the latest wish per pod is written.
+type podStatusWriter struct {
+	client  kubernetes.Interface
+	onReady func(*v1.Pod, time.Time)
+	queue   workqueue.TypedRateLimitingInterface[types.UID]
+
+	mu    sync.Mutex
+	wants map[types.UID]podWish
+}
+
+type podWish struct {
+	namespace, name string
+	condition       *v1.PodCondition
+	delete          bool
+}
+
+func newPodStatusWriter(c kubernetes.Interface, onReady func(*v1.Pod, time.Time)) *podStatusWriter {
+	return &podStatusWriter{
+		client: c, onReady: onReady, wants: map[types.UID]podWish{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "node_pod_status"}),
+	}
+}
+
+func (w *podStatusWriter) VolumesReady(pod *v1.Pod) {
+	if w.onReady != nil {
+		w.onReady(pod, time.Now())
+	}
+	w.want(pod, func(p *podWish) {
+		p.condition = &v1.PodCondition{Type: VolumesReadyCondition, Status: v1.ConditionTrue, Reason: ReasonVolumesMounted,
+			Message: "all volumes are mounted"}
+	})
+}
+
+func (w *podStatusWriter) VolumesFailed(pod *v1.Pod, message string) {
+	w.want(pod, func(p *podWish) {
+		p.condition = &v1.PodCondition{Type: VolumesReadyCondition, Status: v1.ConditionFalse, Reason: ReasonFailedMount, Message: message}
+	})
+}
+
+// VolumesTornDown completes a graceful deletion with grace period 0 once the volumes are
+// down, as the kubelet does; terminal pods that are not being deleted are left alone.
+func (w *podStatusWriter) VolumesTornDown(pod *v1.Pod) {
+	if pod.DeletionTimestamp == nil {
+		return
+	}
+	w.want(pod, func(p *podWish) { p.delete = true; p.condition = nil })
+}
+
+func (w *podStatusWriter) want(pod *v1.Pod, f func(*podWish)) {
+	w.mu.Lock()
+	p := w.wants[pod.UID]
+	p.namespace, p.name = pod.Namespace, pod.Name
+	f(&p)
+	w.wants[pod.UID] = p
+	w.mu.Unlock()
+	w.queue.Add(pod.UID)
+}
+
+func (w *podStatusWriter) run(ctx context.Context) {
+	go func() { <-ctx.Done(); w.queue.ShutDown() }()
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.processNext(ctx) {
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *podStatusWriter) processNext(ctx context.Context) bool {
+	uid, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(uid)
+	w.mu.Lock()
+	p, ok := w.wants[uid]
+	delete(w.wants, uid)
+	w.mu.Unlock()
+	if !ok {
+		w.queue.Forget(uid)
+		return true
+	}
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(p.namespace, p.name))
+	err := w.write(ctx, uid, p)
+	switch {
+	case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Gone, or another pod now has the name (UID precondition): nothing to do.
+		w.queue.Forget(uid)
+	default:
+		logger.Error(err, "Pod status update failed, retrying")
+		w.mu.Lock()
+		if _, newer := w.wants[uid]; !newer {
+			w.wants[uid] = p
+		}
+		w.mu.Unlock()
+		w.queue.AddRateLimited(uid)
+	}
+	return true
+}
+
+func (w *podStatusWriter) write(ctx context.Context, uid types.UID, p podWish) error {
+	pods := w.client.CoreV1().Pods(p.namespace)
+	if p.delete {
+		grace := int64(0)
+		return pods.Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	c := *p.condition
+	c.LastTransitionTime = metav1.Now()
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": uid},
+		"status":   map[string]any{"conditions": []v1.PodCondition{c}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = pods.Patch(ctx, p.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
