@@ -47,7 +47,7 @@ func ParseFaults(spec string) ([]FaultRule, error) {
 		}
 		method, opts, ok := strings.Cut(raw, ":")
 		if !ok || method == "" || opts == "" {
-			return nil, fmt.Errorf("fault %q: want METHOD:key=value,...", raw)
+			return nil, fmt.Errorf("fault %q: want METHOD:key=value[,key=value]", raw)
 		}
 		r := FaultRule{Method: method, Rate: 1}
 		for _, kv := range strings.Split(opts, ",") {
