@@ -85,7 +85,7 @@ func TestEveryPluginMountsUpdatesAndTearsDown(t *testing.T) {
 		}
 	}
 	cfgDir := a.volumeDir(p, "kubernetes.io~configmap", "cfg")
-	check(filepath.Join(cfgDir, "dir/a"), "1", 0o660, 2000) // 0600 | g+rw... read-only volume: g+r
+	check(filepath.Join(cfgDir, "dir/a"), "1", 0o640, 2000) // 0600, plus g+r from fsGroup on a read-only volume
 	check(filepath.Join(cfgDir, "bin"), "\x00\xff", 0, 2000)
 	if _, err := os.Lstat(filepath.Join(cfgDir, "b")); !os.IsNotExist(err) {
 		t.Errorf("key b projected without an item")
