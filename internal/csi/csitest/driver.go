@@ -1,4 +1,4 @@
-// Package csitest is an in-memory CSI controller for unit tests: it creates and deletes
+// Package csitest is an in-memory CSI controller for unit tests and benchmarks: it creates and deletes
 // volumes idempotently by name, as a real driver must, and lets a test inject errors and
 // delays per call.
 package csitest
@@ -43,6 +43,17 @@ type Driver struct {
 // Start serves the driver on a socket in a temporary directory until the test ends.
 func Start(t testing.TB, d *Driver) *Driver {
 	t.Helper()
+	stop, err := d.Serve(filepath.Join(t.TempDir(), "csi.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return d
+}
+
+// Serve serves the driver on the unix socket path until stop is called. Besides tests, the
+// provisioning benchmark uses it as a driver whose CreateVolume costs nothing.
+func (d *Driver) Serve(sock string) (stop func(), err error) {
 	if d.Name == "" {
 		d.Name = "fake.csi.kubevol.io"
 	}
@@ -52,18 +63,16 @@ func Start(t testing.TB, d *Driver) *Driver {
 	d.volumes = map[string]*csipb.Volume{}
 	d.calls = map[string]int{}
 	d.hooks = map[string]func(any) error{}
-	sock := filepath.Join(t.TempDir(), "csi.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	srv := grpc.NewServer()
 	csipb.RegisterIdentityServer(srv, d)
 	csipb.RegisterControllerServer(srv, d)
 	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
 	d.Address = "unix://" + sock
-	return d
+	return srv.Stop, nil
 }
 
 // Hook makes every call of method (e.g. "CreateVolume") run f first; a non-nil error from f
@@ -179,11 +188,7 @@ func (d *Driver) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for n, v := range d.volumes {
-		if v.VolumeId == req.GetVolumeId() {
-			delete(d.volumes, n)
-		}
-	}
+	delete(d.volumes, strings.TrimPrefix(req.GetVolumeId(), "id-"))
 	return &csipb.DeleteVolumeResponse{}, nil
 }
 

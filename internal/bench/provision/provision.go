@@ -1,0 +1,372 @@
+// Package provision is `kubevol bench provision`: it creates N claims against a cluster and
+// measures how fast the provisioner turns them into PVs and the PV controller binds them,
+// and what the provisioner costs in CPU and memory.
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubevol/kubevol/internal/bench/report"
+	"github.com/kubevol/kubevol/internal/localcluster"
+)
+
+// DefaultUpKubeconfig is where `kubevol up` keeps its kubeconfig.
+const DefaultUpKubeconfig = "/var/lib/kubevol/up/kubeconfig"
+
+// Drivers the benchmark can run.
+const (
+	// DriverMemory is an in-memory CSI controller whose CreateVolume costs nothing, so that
+	// the figures are the provisioner's (upstream's were measured that way).
+	DriverMemory = "memory"
+	// DriverKubevol is `kubevol driver`, which creates real directories and records state.
+	DriverKubevol = "kubevol"
+)
+
+// Config is what one run measures.
+type Config struct {
+	// Driver is DriverMemory or DriverKubevol (without StorageClass).
+	Driver string
+	Count  int
+	// Kubeconfig of the cluster; empty means the `kubevol up` cluster if it runs, else a
+	// throwaway local cluster.
+	Kubeconfig string
+	// StorageClass to use; empty means a kubevol driver and provisioner started for the run.
+	StorageClass string
+	// Precreate creates every claim before the provisioner starts.
+	Precreate bool
+	// OutDir receives provision.csv and provision.svg.
+	OutDir string
+	// Binary is the kubevol executable that runs the driver and the provisioner.
+	Binary string
+	// ProvisionerArgs are extra `kubevol provisioner` flags, e.g. to compare settings.
+	ProvisionerArgs []string
+	Timeout         time.Duration
+	Out             io.Writer
+}
+
+type claimTimes struct {
+	name                     string
+	created, pvSeen, boundAt time.Time
+}
+
+// Run runs the benchmark and prints its figures to cfg.Out.
+func Run(ctx context.Context, cfg Config) error {
+	out := cfg.Out
+	restCfg, kubeconfig, stopCluster, err := clusterConfig(ctx, cfg, out)
+	if err != nil {
+		return err
+	}
+	cfg.Kubeconfig = kubeconfig
+	defer stopCluster()
+	restCfg.QPS, restCfg.Burst = -1, 0 // the benchmark client must not be the bottleneck
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	ns := "bench-provision-" + rand.String(5)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+
+	var sut *system
+	class := cfg.StorageClass
+	if class == "" {
+		if sut, err = startSystem(ctx, cs, cfg, ns); err != nil {
+			return err
+		}
+		defer sut.stop()
+		class = sut.class
+	}
+
+	var mu sync.Mutex
+	byUID := map[types.UID]*claimTimes{}
+	pvSeen, bound := 0, 0
+	progress := report.NewProgress(out, "bound", cfg.Count)
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	pvFactory := informers.NewSharedInformerFactory(cs, 0)
+	_, _ = pvFactory.Core().V1().PersistentVolumes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		pv := obj.(*corev1.PersistentVolume)
+		if r := pv.Spec.ClaimRef; r != nil && r.Namespace == ns {
+			now := time.Now()
+			mu.Lock()
+			if ct := byUIDGet(byUID, r.UID); ct.pvSeen.IsZero() {
+				ct.pvSeen = now
+				pvSeen++
+			}
+			mu.Unlock()
+		}
+	}})
+	onClaim := func(obj any) {
+		pvc := obj.(*corev1.PersistentVolumeClaim)
+		if pvc.Status.Phase != corev1.ClaimBound {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		ct := byUIDGet(byUID, pvc.UID)
+		if ct.boundAt.IsZero() {
+			ct.boundAt = now
+			bound++
+			progress.Set(bound)
+		}
+		mu.Unlock()
+	}
+	_, _ = factory.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onClaim, UpdateFunc: func(_, o any) { onClaim(o) }})
+	factory.Start(ctx.Done())
+	pvFactory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	pvFactory.WaitForCacheSync(ctx.Done())
+
+	if sut != nil && !cfg.Precreate {
+		if err := sut.startProvisioner(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "creating %d claims in namespace %s (StorageClass %s)\n", cfg.Count, ns, class)
+	createStart := time.Now()
+	if err := createClaims(ctx, cs, ns, class, cfg.Count, func(uid types.UID, name string, at time.Time) {
+		mu.Lock()
+		ct := byUIDGet(byUID, uid)
+		ct.name, ct.created = name, at
+		mu.Unlock()
+	}); err != nil {
+		return err
+	}
+	createDur := time.Since(createStart)
+	start := createStart
+	var cpu0 time.Duration
+	if sut != nil && cfg.Precreate {
+		start = time.Now()
+		if err := sut.startProvisioner(ctx); err != nil {
+			return err
+		}
+	}
+	if sut != nil {
+		cpu0, _ = sut.cpu()
+		if rss, err := sut.rss("VmRSS:"); err == nil {
+			fmt.Fprintf(out, "provisioner started; RSS %.1f MiB\n", float64(rss)/(1<<20))
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return bound >= cfg.Count, nil
+	})
+	progress.Finish()
+	if err != nil {
+		mu.Lock()
+		fmt.Fprintf(out, "timed out: %d PVs, %d bound of %d\n", pvSeen, bound, cfg.Count)
+		mu.Unlock()
+	}
+
+	mu.Lock()
+	run, lastPV, lastBound := summarize(byUID, start)
+	mu.Unlock()
+	fmt.Fprintf(out, "\nclaims created in %s (%.0f/s)%s\n", report.Round(createDur), float64(cfg.Count)/createDur.Seconds(),
+		map[bool]string{true: ", before the provisioner started", false: ""}[cfg.Precreate])
+	fmt.Fprintf(out, "all %d PVs created after %s: %.1f PVs/s\n", cfg.Count, report.Round(lastPV), float64(cfg.Count)/lastPV.Seconds())
+	fmt.Fprintf(out, "all %d claims Bound after %s: %.1f claims/s\n", cfg.Count, report.Round(lastBound), float64(cfg.Count)/lastBound.Seconds())
+	run.WriteTable(out)
+	if sut != nil {
+		cpu1, _ := sut.cpu()
+		rss, _ := sut.rss("VmHWM:")
+		fmt.Fprintf(out, "provisioner CPU %.2f s (%.2f s per 1000 provisions), peak RSS %.1f MiB\n",
+			(cpu1 - cpu0).Seconds(), (cpu1-cpu0).Seconds()*1000/float64(cfg.Count), float64(rss)/(1<<20))
+		if own, err := sut.ownTimes(); err == nil {
+			fmt.Fprintln(out, own)
+		}
+	}
+	if err := writeFiles(cfg.OutDir, run, cfg.Count, out); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "cleaning up")
+	delStart := time.Now()
+	if err := cleanup(ctx, cs, ns, sut); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "cleanup (claims, PVs and volumes deleted) took %s\n", report.Round(time.Since(delStart)))
+	return nil
+}
+
+func byUIDGet(m map[types.UID]*claimTimes, uid types.UID) *claimTimes {
+	ct, ok := m[uid]
+	if !ok {
+		ct = &claimTimes{}
+		m[uid] = ct
+	}
+	return ct
+}
+
+// summarize turns the timestamps into latencies from max(created, start): with
+// --precreate the clock starts when the provisioner does.
+func summarize(byUID map[types.UID]*claimTimes, start time.Time) (*report.Run, time.Duration, time.Duration) {
+	run := &report.Run{Series: []string{"pvc_to_pv_created", "pvc_to_bound"}}
+	var lastPV, lastBound time.Duration
+	for _, ct := range byUID {
+		if ct.created.IsZero() {
+			continue
+		}
+		base := ct.created
+		if start.After(base) {
+			base = start
+		}
+		lat := func(t time.Time) time.Duration {
+			if t.IsZero() {
+				return -1
+			}
+			return max(t.Sub(base), 0)
+		}
+		run.Samples = append(run.Samples, report.Sample{Name: ct.name, Start: base.Sub(start), Values: []time.Duration{lat(ct.pvSeen), lat(ct.boundAt)}})
+		if !ct.pvSeen.IsZero() {
+			lastPV = max(lastPV, ct.pvSeen.Sub(start))
+		}
+		if !ct.boundAt.IsZero() {
+			lastBound = max(lastBound, ct.boundAt.Sub(start))
+		}
+	}
+	return run, lastPV, lastBound
+}
+
+func createClaims(ctx context.Context, cs kubernetes.Interface, ns, class string, n int, created func(types.UID, string, time.Time)) error {
+	const workers = 32
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				pvc := &corev1.PersistentVolumeClaim{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%05d", i)},
+					Spec: corev1.PersistentVolumeClaimSpec{
+						StorageClassName: &class,
+						AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+						Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+					},
+				}
+				at := time.Now()
+				out, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				created(out.UID, out.Name, at)
+			}
+		}()
+	}
+	var err error
+loop:
+	for i := range n {
+		select {
+		case next <- i:
+		case err = <-errs:
+			break loop
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return err
+}
+
+func writeFiles(dir string, run *report.Run, n int, out io.Writer) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	csvPath, svgPath := filepath.Join(dir, "provision.csv"), filepath.Join(dir, "provision.svg")
+	f, err := os.Create(csvPath)
+	if err != nil {
+		return err
+	}
+	err = errors.Join(run.WriteCSV(f), f.Close())
+	if err != nil {
+		return err
+	}
+	g, err := os.Create(svgPath)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(run.WriteSVG(g, fmt.Sprintf("kubevol provision: %d claims, latency from claim to PV and to Bound", n)), g.Close()); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s and %s\n", csvPath, svgPath)
+	return nil
+}
+
+func cleanup(ctx context.Context, cs kubernetes.Interface, ns string, sut *system) error {
+	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if sut == nil {
+		return nil
+	}
+	// Wait for the provisioner to delete every volume, so the driver and cluster are clean.
+	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, pv := range pvs.Items {
+			if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == sut.driver {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// clusterConfig picks the cluster: --kubeconfig, the `kubevol up` cluster, or a new local
+// one that is stopped afterwards.
+func clusterConfig(ctx context.Context, cfg Config, out io.Writer) (*rest.Config, string, func(), error) {
+	path := cfg.Kubeconfig
+	if path == "" {
+		if _, err := os.Stat(DefaultUpKubeconfig); err == nil {
+			path = DefaultUpKubeconfig
+		}
+	}
+	if path != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", path)
+		return c, path, func() {}, err
+	}
+	dir, err := os.MkdirTemp("", "kubevol-bench-")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fmt.Fprintln(out, "starting a local cluster for the benchmark")
+	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, Progress: out, UnsafeNoFsync: true})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	return cl.RESTConfig(), cl.KubeconfigPath(), func() { _ = cl.Stop(); os.RemoveAll(dir) }, nil
+}

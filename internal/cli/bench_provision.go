@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubevol/kubevol/internal/bench/provision"
+)
+
+func newBenchProvisionCommand() *cobra.Command {
+	cfg := provision.Config{}
+	cmd := &cobra.Command{
+		Use:   "provision",
+		Short: "provisioning throughput and latency against a cluster",
+		Long: `provision creates --count claims and measures the time from each claim to its PV and to
+Bound, the throughput, and the provisioner's CPU seconds and peak RSS. Without --storage-class
+it runs a kubevol driver and a kubevol provisioner for the run; with --precreate every claim
+exists before the provisioner starts, so that the figure is the provisioning pipeline and not
+the client's create rate. Without --kubeconfig it uses the 'kubevol up' cluster if one runs,
+else a throwaway local cluster. It writes provision.csv and provision.svg to --out-dir and
+deletes everything it created.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case cfg.Count < 1:
+				return usageErrorf("--count must be at least 1, got %d", cfg.Count)
+			case cfg.Timeout <= 0:
+				return usageErrorf("--timeout must be positive")
+			case cfg.StorageClass != "" && cfg.Precreate:
+				return usageErrorf("--precreate needs the benchmark's own provisioner: it cannot be combined with --storage-class")
+			case cfg.Driver != provision.DriverMemory && cfg.Driver != provision.DriverKubevol:
+				return usageErrorf("--driver %q: want %s or %s", cfg.Driver, provision.DriverMemory, provision.DriverKubevol)
+			case cfg.StorageClass != "" && len(cfg.ProvisionerArgs) > 0:
+				return usageErrorf("--provisioner-arg needs the benchmark's own provisioner: it cannot be combined with --storage-class")
+			}
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the kubevol binary: %w", err)
+			}
+			cfg.Binary, cfg.Out = bin, cmd.OutOrStdout()
+			return provision.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Count, "count", 100, "number of claims")
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "cluster to run against (default: the 'kubevol up' cluster, else a new local cluster)")
+	f.StringVar(&cfg.StorageClass, "storage-class", "", "StorageClass to provision from (default: one served by a kubevol driver and provisioner started for the run)")
+	f.StringVar(&cfg.Driver, "driver", provision.DriverMemory, "CSI driver of the benchmark's own provisioner: memory (CreateVolume costs nothing, the provisioner's figures) or kubevol (kubevol driver, real directories)")
+	f.BoolVar(&cfg.Precreate, "precreate", false, "create all claims before starting the provisioner")
+	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for provision.csv and provision.svg")
+	f.StringArrayVar(&cfg.ProvisionerArgs, "provisioner-arg", nil, "extra flag for the benchmark's provisioner, e.g. --provisioner-arg=--kube-api-qps=5 (repeatable)")
+	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up waiting for Bound after this long")
+	return cmd
+}
