@@ -1,0 +1,331 @@
+package attacher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+const publishCapability = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+
+// Event reasons on the VolumeAttachment.
+const (
+	reasonAttachFailed = "AttachFailed"
+	reasonDetachFailed = "DetachFailed"
+)
+
+// syncVA brings one VolumeAttachment to its desired state: attached while it lives,
+// detached (and released) once it is being deleted.
+func (c *Controller) syncVA(ctx context.Context, name string) error {
+	va, err := c.vaLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if va.Spec.Attacher != c.cfg.DriverName || c.isSuperseded(va) {
+		return nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", va.Name, "node", va.Spec.NodeName))
+	if va.DeletionTimestamp != nil {
+		return c.detach(ctx, va.DeepCopy())
+	}
+	if va.Status.Attached {
+		return nil
+	}
+	return c.attach(ctx, va.DeepCopy())
+}
+
+// source is what an attach or detach needs to know about the volume.
+type source struct {
+	pv       *corev1.PersistentVolume // nil for inline volumes
+	csi      *corev1.CSIPersistentVolumeSource
+	modes    []corev1.PersistentVolumeAccessMode
+	block    bool
+	mountOpt []string
+}
+
+func (c *Controller) source(va *storagev1.VolumeAttachment) (*source, error) {
+	s := va.Spec.Source
+	switch {
+	case s.PersistentVolumeName != nil && s.InlineVolumeSpec != nil:
+		return nil, fmt.Errorf("both InlineVolumeSpec and PersistentVolumeName are set")
+	case s.PersistentVolumeName != nil:
+		pv, err := c.pvLister.Get(*s.PersistentVolumeName)
+		if err != nil {
+			return nil, fmt.Errorf("PersistentVolume %q: %w", *s.PersistentVolumeName, err)
+		}
+		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+			return nil, fmt.Errorf("PersistentVolume %q is not a CSI volume of driver %s", pv.Name, c.cfg.DriverName)
+		}
+		return &source{pv: pv, csi: pv.Spec.CSI, modes: pv.Spec.AccessModes, mountOpt: pv.Spec.MountOptions,
+			block: pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock}, nil
+	case s.InlineVolumeSpec != nil && s.InlineVolumeSpec.CSI != nil:
+		spec := s.InlineVolumeSpec
+		return &source{csi: spec.CSI, modes: spec.AccessModes, mountOpt: spec.MountOptions,
+			block: spec.VolumeMode != nil && *spec.VolumeMode == corev1.PersistentVolumeBlock}, nil
+	default:
+		return nil, fmt.Errorf("neither InlineCSIVolumeSource nor PersistentVolumeName specified")
+	}
+}
+
+func (c *Controller) attach(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	logger := klog.FromContext(ctx)
+	if !c.publishes {
+		// Upstream's trivial handler: a driver without ControllerPublish attaches nothing.
+		return c.markAttached(ctx, va, nil)
+	}
+	src, err := c.source(va)
+	if err != nil {
+		return c.attachFailed(ctx, va, err)
+	}
+	if src.pv != nil {
+		if src.pv.DeletionTimestamp != nil {
+			return c.attachFailed(ctx, va, fmt.Errorf("PersistentVolume %q is marked for deletion", src.pv.Name))
+		}
+		// The PV must outlive every attachment of it, so it gets our finalizer first.
+		if err := c.addPVFinalizer(ctx, src.pv); err != nil {
+			return err
+		}
+	}
+	nodeID, err := c.nodeID(va)
+	if err != nil {
+		return c.attachFailed(ctx, va, err)
+	}
+	// The VolumeAttachment gets the finalizer and the node ID before the driver is called,
+	// so a crash right after the call still leads to a ControllerUnpublish.
+	before := va.ResourceVersion
+	if va, err = c.ensureVAMeta(ctx, va, nodeID); err != nil {
+		return err
+	}
+	if va.ResourceVersion != before {
+		// The status write below supersedes this version, whatever its outcome.
+		defer func(meta string) {
+			if va.ResourceVersion != meta {
+				c.markSuperseded(va.Name, meta)
+			}
+		}(va.ResourceVersion)
+	}
+	req, err := c.publishRequest(ctx, src, nodeID)
+	if err != nil {
+		return c.attachFailed(ctx, va, err)
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	defer cancel()
+	rsp, err := c.cfg.CSI.Controller.ControllerPublishVolume(cctx, req)
+	if err != nil {
+		return c.attachFailed(ctx, va, fmt.Errorf("ControllerPublishVolume: %w", err))
+	}
+	logger.Info("Attached", "volumeID", req.VolumeId, "nodeID", nodeID)
+	return c.markAttached(ctx, va, rsp.GetPublishContext())
+}
+
+func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	logger := klog.FromContext(ctx)
+	if !slices.Contains(va.Finalizers, c.finalizer()) {
+		return nil // never attached by us, or already released
+	}
+	if c.publishes {
+		nodeID := va.Annotations[nodeIDAnnotation]
+		if nodeID == "" {
+			var err error
+			if nodeID, err = c.nodeID(va); err != nil {
+				return c.detachFailed(ctx, va, err)
+			}
+		}
+		src, err := c.source(va)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return c.detachFailed(ctx, va, err)
+		}
+		if src == nil {
+			// The PV is gone; the handle is all ControllerUnpublish needs, and the PV
+			// finalizer normally prevents this.
+			return c.detachFailed(ctx, va, fmt.Errorf("cannot detach: %v", err))
+		}
+		req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: src.csi.VolumeHandle, NodeId: nodeID}
+		if req.Secrets, err = c.secrets(ctx, src.csi.ControllerPublishSecretRef); err != nil {
+			return c.detachFailed(ctx, va, err)
+		}
+		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+		defer cancel()
+		if _, err := c.cfg.CSI.Controller.ControllerUnpublishVolume(cctx, req); err != nil {
+			return c.detachFailed(ctx, va, fmt.Errorf("ControllerUnpublishVolume: %w", err))
+		}
+		logger.Info("Detached", "volumeID", req.VolumeId, "nodeID", nodeID)
+	}
+	// As upstream, the finalizer goes before the status changes: once it is gone the object
+	// may vanish, and a second ControllerUnpublish is never made for it.
+	va.Finalizers = slices.DeleteFunc(va.Finalizers, func(f string) bool { return f == c.finalizer() })
+	if _, err := c.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	if va.Spec.Source.PersistentVolumeName != nil {
+		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)
+	}
+	return nil
+}
+
+// nodeID maps the Kubernetes node to the driver's node ID through the CSINode object the
+// node plugin registered, then through the annotation upstream also accepts.
+func (c *Controller) nodeID(va *storagev1.VolumeAttachment) (string, error) {
+	if n, err := c.nodes.Get(va.Spec.NodeName); err == nil {
+		for _, d := range n.Spec.Drivers {
+			if d.Name == c.cfg.DriverName && d.NodeID != "" {
+				return d.NodeID, nil
+			}
+		}
+	}
+	if id := va.Annotations[nodeIDAnnotation]; id != "" {
+		return id, nil
+	}
+	return "", fmt.Errorf("CSINode %s does not contain driver %s: is the driver's node plugin registered on that node?", va.Spec.NodeName, c.cfg.DriverName)
+}
+
+func (c *Controller) publishRequest(ctx context.Context, src *source, nodeID string) (*csipb.ControllerPublishVolumeRequest, error) {
+	caps, err := c.cfg.CSI.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := accessmodes.ToCSIAccessMode(src.modes, caps.Controller[csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
+	if err != nil {
+		return nil, err
+	}
+	capability := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+	if src.block {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	} else {
+		fsType := src.csi.FSType
+		if fsType == "" {
+			fsType = c.cfg.DefaultFSType
+		}
+		capability.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: src.mountOpt}}
+	}
+	req := &csipb.ControllerPublishVolumeRequest{
+		VolumeId:         src.csi.VolumeHandle,
+		NodeId:           nodeID,
+		VolumeCapability: capability,
+		Readonly:         src.csi.ReadOnly,
+		VolumeContext:    src.csi.VolumeAttributes,
+	}
+	if req.Secrets, err = c.secrets(ctx, src.csi.ControllerPublishSecretRef); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+func (c *Controller) secrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	s, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("controller-publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttachment, nodeID string) (*storagev1.VolumeAttachment, error) {
+	if slices.Contains(va.Finalizers, c.finalizer()) && va.Annotations[nodeIDAnnotation] == nodeID {
+		return va, nil
+	}
+	if !slices.Contains(va.Finalizers, c.finalizer()) {
+		va.Finalizers = append(va.Finalizers, c.finalizer())
+	}
+	if va.Annotations == nil {
+		va.Annotations = map[string]string{}
+	}
+	va.Annotations[nodeIDAnnotation] = nodeID
+	return c.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
+}
+
+func (c *Controller) addPVFinalizer(ctx context.Context, pv *corev1.PersistentVolume) error {
+	if slices.Contains(pv.Finalizers, c.finalizer()) {
+		return nil
+	}
+	pv = pv.DeepCopy()
+	pv.Finalizers = append(pv.Finalizers, c.finalizer())
+	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+	return err
+}
+
+// markAttached and the error recorders update va in place, resourceVersion included, so the
+// caller knows which version its last write produced.
+func (c *Controller) markAttached(ctx context.Context, va *storagev1.VolumeAttachment, metadata map[string]string) error {
+	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}
+	return c.updateStatus(ctx, va)
+}
+
+func (c *Controller) updateStatus(ctx context.Context, va *storagev1.VolumeAttachment) error {
+	updated, err := c.cfg.Client.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	va.ResourceVersion = updated.ResourceVersion
+	return nil
+}
+
+// attachFailed records the error where `kubectl describe` and the attach/detach controller
+// see it (status.attachError and an event) and returns it so the key is retried.
+func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, cause error) error {
+	klog.FromContext(ctx).Error(cause, "Attach failed")
+	c.recorder.Event(va, corev1.EventTypeWarning, reasonAttachFailed, cause.Error())
+	va.Status.AttachError = &storagev1.VolumeError{Message: cause.Error(), Time: metav1.Now()}
+	if err := c.updateStatus(ctx, va); err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Saving attachError failed")
+	}
+	return cause
+}
+
+func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, cause error) error {
+	klog.FromContext(ctx).Error(cause, "Detach failed")
+	c.recorder.Event(va, corev1.EventTypeWarning, reasonDetachFailed, cause.Error())
+	va.Status.DetachError = &storagev1.VolumeError{Message: cause.Error(), Time: metav1.Now()}
+	if err := c.updateStatus(ctx, va); err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Saving detachError failed")
+	}
+	return cause
+}
+
+// syncPV removes the attacher's finalizer from a PV that no VolumeAttachment names any more.
+func (c *Controller) syncPV(ctx context.Context, name string) error {
+	pv, err := c.pvLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(pv.Finalizers, c.finalizer()) {
+		return nil
+	}
+	vas, err := c.vaIndex.ByIndex(vaByPVIndex, name)
+	if err != nil {
+		return err
+	}
+	if len(vas) > 0 {
+		return nil // a VolumeAttachment's deletion enqueues the PV again
+	}
+	pv = pv.DeepCopy()
+	pv.Finalizers = slices.DeleteFunc(pv.Finalizers, func(f string) bool { return f == c.finalizer() })
+	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Released PersistentVolume", "pv", name)
+	return nil
+}

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/attacher"
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/version"
+)
+
+type attacherOptions struct {
+	sidecar       sidecar.Options
+	resync        time.Duration
+	reconcileSync time.Duration
+	defaultFSType string
+	showVersion   bool
+}
+
+func newAttacherCommand() *cobra.Command {
+	o := &attacherOptions{}
+	cmd := &cobra.Command{
+		Use:   "attacher",
+		Short: "CSI attacher: VolumeAttachments to ControllerPublish/Unpublish",
+		Long: `attacher replaces kubernetes-csi/external-attacher: it takes the same flags, finalizers and
+annotations, calls ControllerPublishVolume for each VolumeAttachment of its driver and records
+the result in the VolumeAttachment status (attached, attachmentMetadata, attachError), and
+ControllerUnpublishVolume once the VolumeAttachment is deleted. A driver without
+PUBLISH_UNPUBLISH_VOLUME has its VolumeAttachments marked attached without a call.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.showVersion {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	// Upstream defaults, except the client QPS: external-attacher's 5/10 queue every status
+	// update behind a token bucket; the apiserver's priority and fairness protects it instead.
+	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: 15 * time.Second, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400})
+	f.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: how often every VolumeAttachment is checked again.")
+	f.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Accepted for compatibility; the resync already re-checks every VolumeAttachment.")
+	f.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type for volumes whose PV names none.")
+	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	return cmd
+}
+
+func (o *attacherOptions) validate() error {
+	if err := o.sidecar.Validate(); err != nil {
+		return &UsageError{Err: err}
+	}
+	if o.resync <= 0 || o.reconcileSync <= 0 {
+		return usageErrorf("--resync and --reconcile-sync must be positive, got %s and %s", o.resync, o.reconcileSync)
+	}
+	return nil
+}
+
+func (o *attacherOptions) run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	cfg, err := o.sidecar.RESTConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	conn, err := csi.Dial(csi.Config{Address: o.sidecar.CSIAddress, Timeout: o.sidecar.Timeout, Metrics: csi.NewMetrics(reg)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	logger.Info("Waiting for the CSI driver", "address", o.sidecar.CSIAddress)
+	if err := conn.ProbeForever(ctx); err != nil {
+		return err
+	}
+	driver, err := conn.DriverName(ctx)
+	if err != nil {
+		return err
+	}
+	ctrl, err := attacher.New(ctx, attacher.Config{
+		Client:             client,
+		CSI:                conn,
+		DriverName:         driver,
+		Workers:            o.sidecar.WorkerThreads,
+		RetryIntervalStart: o.sidecar.RetryIntervalStart,
+		RetryIntervalMax:   o.sidecar.RetryIntervalMax,
+		Resync:             o.resync,
+		DefaultFSType:      o.defaultFSType,
+	})
+	if err != nil {
+		return err
+	}
+	// The Lease name upstream derives from the driver, so both can share one election.
+	lock := "external-attacher-leader-" + attacher.SanitizeDriverName(driver)
+	return sidecar.Run(ctx, o.sidecar, client, reg, lock, ctrl.Run)
+}

@@ -1,0 +1,148 @@
+// Package sidecar holds what every kubevol CSI controller sidecar shares with its upstream
+// counterparts: the standard flags (csi-lib-utils "standardflags" names and defaults), the
+// client config, leader election on a Lease, and the HTTP server for metrics and health.
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// LeaderElection configures the Lease-based election of upstream sidecars.
+type LeaderElection struct {
+	Enabled       bool
+	Namespace     string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	Labels        map[string]string
+}
+
+// Options are the flags shared by the sidecars.
+type Options struct {
+	CSIAddress         string
+	Kubeconfig         string
+	Timeout            time.Duration
+	WorkerThreads      int
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	KubeAPIQPS         float32
+	KubeAPIBurst       int
+	LeaderElection     LeaderElection
+	HTTPEndpoint       string
+	MetricsAddress     string // deprecated upstream alias of HTTPEndpoint
+	MetricsPath        string
+}
+
+// Defaults are the per-sidecar defaults of the shared flags.
+type Defaults struct {
+	Timeout       time.Duration
+	WorkerThreads int
+	KubeAPIQPS    float32
+	KubeAPIBurst  int
+}
+
+// AddFlags registers the shared flags under their upstream names.
+func (o *Options) AddFlags(f *pflag.FlagSet, d Defaults) {
+	f.StringVar(&o.CSIAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver socket.")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster; $KUBECONFIG overrides it.")
+	f.DurationVar(&o.Timeout, "timeout", d.Timeout, "Timeout for waiting for each CSI call.")
+	f.IntVar(&o.WorkerThreads, "worker-threads", d.WorkerThreads, "Number of worker threads, i.e. simultaneous CSI calls.")
+	f.DurationVar(&o.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed operation. It doubles with each failure, up to retry-interval-max.")
+	f.DurationVar(&o.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed operation.")
+	f.Float32Var(&o.KubeAPIQPS, "kube-api-qps", d.KubeAPIQPS, "QPS to use while communicating with the Kubernetes apiserver (negative: no client-side limit).")
+	f.IntVar(&o.KubeAPIBurst, "kube-api-burst", d.KubeAPIBurst, "Burst to use while communicating with the Kubernetes apiserver.")
+	f.BoolVar(&o.LeaderElection.Enabled, "leader-election", false, "Enable leader election; replicas wait for the Lease.")
+	f.StringVar(&o.LeaderElection.Namespace, "leader-election-namespace", "", "Namespace of the leader election Lease. Defaults to the pod's namespace.")
+	f.DurationVar(&o.LeaderElection.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long non-leaders wait before forcing leadership.")
+	f.DurationVar(&o.LeaderElection.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader retries renewing before giving up.")
+	f.DurationVar(&o.LeaderElection.RetryPeriod, "leader-election-retry-period", 5*time.Second, "How long clients wait between tries of leader election actions.")
+	f.StringToStringVar(&o.LeaderElection.Labels, "leader-election-labels", nil, "Labels to add to the Lease when this replica leads, as key=value pairs.")
+	f.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
+	f.StringVar(&o.MetricsAddress, "metrics-address", "", "(deprecated) TCP address of the metrics endpoint. Only one of --metrics-address and --http-endpoint can be set.")
+	f.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+}
+
+// Validate checks the shared flags and resolves the aliases. Its errors name the flag.
+func (o *Options) Validate() error {
+	if env := os.Getenv("KUBECONFIG"); env != "" {
+		o.Kubeconfig = env // as upstream: the environment wins over the flag
+	}
+	if o.CSIAddress == "" {
+		return errors.New("--csi-address must not be empty")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--timeout", o.Timeout}, {"--retry-interval-start", o.RetryIntervalStart}, {"--retry-interval-max", o.RetryIntervalMax},
+		{"--leader-election-lease-duration", o.LeaderElection.LeaseDuration},
+		{"--leader-election-renew-deadline", o.LeaderElection.RenewDeadline},
+		{"--leader-election-retry-period", o.LeaderElection.RetryPeriod},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %s", d.name, d.v)
+		}
+	}
+	if o.RetryIntervalMax < o.RetryIntervalStart {
+		return fmt.Errorf("--retry-interval-max (%s) must not be less than --retry-interval-start (%s)", o.RetryIntervalMax, o.RetryIntervalStart)
+	}
+	if le := o.LeaderElection; le.Enabled && (le.LeaseDuration <= le.RenewDeadline || float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod)) {
+		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s)",
+			le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
+	}
+	if o.WorkerThreads < 1 || o.WorkerThreads > 10000 {
+		return fmt.Errorf("--worker-threads must be between 1 and 10000, got %d", o.WorkerThreads)
+	}
+	if o.KubeAPIQPS == 0 || o.KubeAPIQPS > 0 && o.KubeAPIBurst < 1 {
+		return fmt.Errorf("--kube-api-qps must be non-zero (negative disables client-side throttling) and --kube-api-burst at least 1; got %v and %d", o.KubeAPIQPS, o.KubeAPIBurst)
+	}
+	if o.HTTPEndpoint != "" && o.MetricsAddress != "" {
+		return errors.New("only one of --metrics-address and --http-endpoint can be set")
+	}
+	if o.MetricsAddress != "" {
+		o.HTTPEndpoint = o.MetricsAddress
+	}
+	if !strings.HasPrefix(o.MetricsPath, "/") {
+		return fmt.Errorf("--metrics-path %q must start with /", o.MetricsPath)
+	}
+	return nil
+}
+
+// RESTConfig builds the client config: the kubeconfig when given, else in-cluster.
+func (o *Options) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	return cfg, nil
+}
+
+// LeaseNamespace resolves the Lease namespace as upstream: the flag, POD_NAMESPACE, the
+// service account's namespace, then "default".
+func LeaseNamespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
+}
