@@ -5,10 +5,6 @@ import "github.com/spf13/cobra"
 // The component subcommands below are filled in by their own issues. Until then they
 // exist, answer --help and exit 2 with "not implemented yet".
 
-func newBenchNodeCommand() *cobra.Command {
-	return notImplemented("node", "node volume manager: time to mount, update propagation, idle CPU")
-}
-
 func notImplemented(use, short string) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
