@@ -189,9 +189,9 @@ func Run(ctx context.Context, cfg Config) error {
 	run.WriteTable(out)
 	if sut != nil {
 		cpu1, _ := sut.cpu()
-		rss, _ := sut.rss("VmHWM:")
-		fmt.Fprintf(out, "provisioner CPU %.2f s (%.2f s per 1000 provisions), peak RSS %.1f MiB\n",
-			(cpu1 - cpu0).Seconds(), (cpu1-cpu0).Seconds()*1000/float64(cfg.Count), float64(rss)/(1<<20))
+		mib := func(field string) float64 { v, _ := sut.rss(field); return float64(v) / (1 << 20) }
+		fmt.Fprintf(out, "provisioner CPU %.2f s (%.2f s per 1000 provisions), peak RSS %.1f MiB (now %.1f MiB: %.1f anonymous, %.1f file-backed pages of the binary)\n",
+			(cpu1 - cpu0).Seconds(), (cpu1-cpu0).Seconds()*1000/float64(cfg.Count), mib("VmHWM:"), mib("VmRSS:"), mib("RssAnon:"), mib("RssFile:"))
 		if own, err := sut.ownTimes(); err == nil {
 			fmt.Fprintln(out, own)
 		}
