@@ -111,7 +111,7 @@ func (e *env) forceDeletePV(name string) {
 func (e *env) attachment(pv *corev1.PersistentVolume) *storagev1.VolumeAttachment {
 	e.t.Helper()
 	// The attach/detach controller's name for it: csi-<sha256(handle+driver+node)>.
-	name := fmt.Sprintf("csi-%x", sha256.Sum256([]byte(pv.Spec.CSI.VolumeHandle+e.name+e.node)))
+	name := fmt.Sprintf("csi-%x", sha256sum(pv.Spec.CSI.VolumeHandle+e.name+e.node))
 	va := &storagev1.VolumeAttachment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: storagev1.VolumeAttachmentSpec{
@@ -191,6 +191,8 @@ func (e *env) create(f func() error) {
 		e.t.Fatal(err)
 	}
 }
+
+func sha256sum(s string) [32]byte { return sha256.Sum256([]byte(s)) }
 
 func (e *env) finalizer() string { return attacher.Finalizer(e.name) }
 
