@@ -52,6 +52,8 @@ type envOptions struct {
 	driverArgs []string // extra `kubevol driver` flags
 	provArgs   []string // extra `kubevol provisioner` flags
 	noProv     bool     // do not start the provisioner
+	driverName string   // default: unique per test
+	kubeconfig string   // the provisioner's; default: the admin kubeconfig
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -67,6 +69,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	t.Cleanup(func() { os.RemoveAll(e.dir) })
 	e.socket = "unix://" + filepath.Join(e.dir, "csi.sock")
+	if o.driverName != "" {
+		e.driver = o.driverName
+	}
 	e.createNode()
 	args := append([]string{"driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
 		"--mode", "controller", "--drivername", e.driver}, o.driverArgs...)
@@ -81,7 +86,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatalf("driver did not become ready: %v", err)
 	}
 	e.http = freeAddr(t)
-	e.provArgs = append([]string{"provisioner", "--csi-address", e.socket, "--kubeconfig", framework.Cluster().KubeconfigPath(),
+	kubeconfig := o.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = framework.Cluster().KubeconfigPath()
+	}
+	e.provArgs = append([]string{"provisioner", "--csi-address", e.socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--http-endpoint", e.http, "--retry-interval-max", "10s", "-v", "3"}, o.provArgs...)
 	if !o.noProv {
 		e.startProvisioner()
