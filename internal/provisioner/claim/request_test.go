@@ -1,0 +1,16 @@
+package claim
+
+import (
+	"testing"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/proto"
+)
+
+func mustRequest(t *testing.T, name string) []byte {
+	b, err := proto.Marshal(&csipb.CreateVolumeRequest{Name: name, CapacityRange: &csipb.CapacityRange{RequiredBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
