@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 // Component names, also the kubevol-cluster subcommands.
@@ -84,7 +86,7 @@ type Cluster struct {
 	ports Ports
 
 	mu    sync.Mutex
-	procs []*process // in start order
+	procs []*proc.Process // in start order
 }
 
 // Start brings up etcd, kube-apiserver, kube-controller-manager and kube-scheduler and waits
@@ -153,7 +155,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	for _, s := range steps {
-		p, err := startProcess(c.opts.Binary, s.name, s.args, c.LogPath(s.name))
+		p, err := proc.Start(s.name, c.opts.Binary, append([]string{s.name}, s.args...), c.LogPath(s.name))
 		if err != nil {
 			return err
 		}
@@ -161,7 +163,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		c.procs = append(c.procs, p)
 		c.mu.Unlock()
 		if err := waitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
-			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.logPath, LogTail(p.logPath, 15))
+			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
 		}
 		fmt.Fprintf(c.opts.Progress, "%s ready (%s)\n", s.name, time.Since(start).Round(100*time.Millisecond))
 	}
@@ -170,7 +172,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 
 // waitReady polls ready until it succeeds, the process dies, or the timeout passes. The
 // poll runs only during start-up.
-func waitReady(ctx context.Context, p *process, timeout time.Duration, ready func(context.Context) error) error {
+func waitReady(ctx context.Context, p *proc.Process, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -184,8 +186,8 @@ func waitReady(ctx context.Context, p *process, timeout time.Duration, ready fun
 			return nil
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("%w (%v)", errExited, p.exitErr)
+		case <-p.Done():
+			return fmt.Errorf("exited before it became ready (%v)", p.Err())
 		case <-ctx.Done():
 			return fmt.Errorf("not ready after %s: %v", timeout, last)
 		case <-tick.C:
@@ -202,7 +204,7 @@ func (c *Cluster) Stop() error {
 	c.mu.Unlock()
 	var errs []error
 	for i := len(procs) - 1; i >= 0; i-- {
-		if err := procs[i].stop(20 * time.Second); err != nil {
+		if err := procs[i].Stop(20 * time.Second); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -215,7 +217,7 @@ func (c *Cluster) PIDs() []int {
 	defer c.mu.Unlock()
 	var pids []int
 	for _, p := range c.procs {
-		pids = append(pids, p.pid())
+		pids = append(pids, p.PID())
 	}
 	return pids
 }
@@ -260,7 +262,7 @@ type ComponentStatus struct {
 // Status probes every component once.
 func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 	c.mu.Lock()
-	procs := append([]*process(nil), c.procs...)
+	procs := append([]*proc.Process(nil), c.procs...)
 	c.mu.Unlock()
 	probes := map[string]func(context.Context) error{
 		Etcd:              c.etcdReady,
@@ -270,10 +272,10 @@ func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 	}
 	var out []ComponentStatus
 	for _, p := range procs {
-		s := ComponentStatus{Name: p.name, PID: p.pid(), Running: !p.exited()}
+		s := ComponentStatus{Name: p.Name, PID: p.PID(), Running: !p.Exited()}
 		if !s.Running {
-			s.Detail = fmt.Sprintf("exited: %v", p.exitErr)
-		} else if err := probes[p.name](ctx); err != nil {
+			s.Detail = fmt.Sprintf("exited: %v", p.Err())
+		} else if err := probes[p.Name](ctx); err != nil {
 			s.Detail = err.Error()
 		} else {
 			s.Healthy = true
@@ -286,11 +288,11 @@ func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 // Exited returns a channel that receives the name of the first component that exits.
 func (c *Cluster) Exited() <-chan string {
 	c.mu.Lock()
-	procs := append([]*process(nil), c.procs...)
+	procs := append([]*proc.Process(nil), c.procs...)
 	c.mu.Unlock()
 	ch := make(chan string, len(procs))
 	for _, p := range procs {
-		go func() { <-p.done; ch <- p.name }()
+		go func() { <-p.Done(); ch <- p.Name }()
 	}
 	return ch
 }

@@ -6,11 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 var (
@@ -47,15 +47,15 @@ func KubevolBinary(t testing.TB) string {
 	return binPath
 }
 
-// Process is a kubevol subcommand run by a test. It is killed when the test ends.
+// Process is a kubevol subcommand run by a test. It is killed when the test ends, and it can
+// be killed and started again to test crash recovery.
 type Process struct {
 	t       testing.TB
 	args    []string
 	LogPath string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu sync.Mutex
+	p  *proc.Process
 }
 
 // StartKubevol runs `kubevol <args...>` with its output in a log file in the test's temp dir.
@@ -66,7 +66,7 @@ func StartKubevol(t testing.TB, args ...string) *Process {
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {
-			t.Logf("kubevol %s log (%s):\n%s", args[0], p.LogPath, localcluster.LogTail(p.LogPath, 40))
+			t.Logf("kubevol %s log (%s):\n%s", args[0], p.LogPath, proc.LogTail(p.LogPath, 40))
 		}
 	})
 	addProcessCleanup(p.Kill)
@@ -76,56 +76,37 @@ func StartKubevol(t testing.TB, args ...string) *Process {
 // Start (re)starts the process; its log is appended to.
 func (p *Process) Start() {
 	p.t.Helper()
-	bin := KubevolBinary(p.t)
-	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	started, err := proc.Start("kubevol "+p.args[0], KubevolBinary(p.t), p.args, p.LogPath)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	cmd := exec.Command(bin, p.args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		p.t.Fatalf("start kubevol %v: %v", p.args, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.p = started
 	p.mu.Unlock()
 }
 
+func (p *Process) current() *proc.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.p
+}
+
 // Kill sends SIGKILL, as a crash would, and waits for the exit.
-func (p *Process) Kill() { p.signal(syscall.SIGKILL, 0) }
+func (p *Process) Kill() {
+	if c := p.current(); c != nil {
+		_ = c.Kill()
+	}
+}
 
 // Stop sends SIGTERM and waits up to 30 s before SIGKILL.
-func (p *Process) Stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
-
-func (p *Process) signal(sig syscall.Signal, grace time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+func (p *Process) Stop() {
+	if c := p.current(); c != nil {
+		_ = c.Stop(30 * time.Second)
 	}
 }
 
 // Exited reports whether the process has exited.
 func (p *Process) Exited() bool {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
+	c := p.current()
+	return c == nil || c.Exited()
 }

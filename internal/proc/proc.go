@@ -1,0 +1,112 @@
+// Package proc runs child processes that cannot outlive their parent: each runs in its own
+// process group, which Stop and Kill signal as a whole, and the kernel kills it (Pdeathsig)
+// if the process that started it dies, so a crashed test or `kubevol up` leaves nothing.
+package proc
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Process is a started child process.
+type Process struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error // valid once done is closed
+}
+
+// Start runs path with args, appending its stdout and stderr to logPath under a header line.
+func Start(name, path string, args []string, logPath string) (*Process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(logFile, "\n==== %s starting %s at %s ====\n", name, path, time.Now().Format(time.RFC3339))
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// PID is the process ID, also its process group ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the exit error; call it after Done.
+func (p *Process) Err() error { return p.err }
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after grace, and waits for the exit.
+func (p *Process) Stop(grace time.Duration) error {
+	return p.signal(syscall.SIGTERM, grace)
+}
+
+// Kill sends SIGKILL to the process group, as a crash would, and waits for the exit.
+func (p *Process) Kill() error { return p.signal(syscall.SIGKILL, 0) }
+
+func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
+	pgid := -p.PID()
+	if !p.Exited() {
+		_ = syscall.Kill(pgid, sig)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			_ = syscall.Kill(pgid, syscall.SIGKILL)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.PID())
+			}
+		}
+	}
+	// Anything the process forked shares its group; none of it may outlive it.
+	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	return nil
+}
+
+// LogTail returns the last n lines of a log file, for error messages.
+func LogTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const max = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		_, _ = f.Seek(st.Size()-max, io.SeekStart)
+	}
+	data, _ := io.ReadAll(f)
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
