@@ -92,7 +92,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.DurationVar(&c.LeaderElection.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration, in seconds, that non-leader candidates will wait to force acquire leadership.")
 	f.DurationVar(&c.LeaderElection.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration, in seconds, that the acting leader will retry refreshing leadership before giving up.")
 	f.DurationVar(&c.LeaderElection.RetryPeriod, "leader-election-retry-period", 5*time.Second, "Duration, in seconds, the LeaderElector clients should wait between tries of actions.")
-	f.StringToStringVar(&o.leaderLabels, "leader-election-labels", nil, "List of labels to add to lease when given replica becomes leader. Formatted as a comma separated list of key:value labels. Example: 'my-label:my-value,my-second-label:my-second-value'")
+	f.Var(&labelsValue{m: &o.leaderLabels}, "leader-election-labels", "List of labels to add to lease when given replica becomes leader. Formatted as a comma separated list of key:value labels. Example: 'my-label:my-value,my-second-label:my-second-value'")
 	f.Var(newGatesValue(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList())
 	f.BoolVar(&c.StrictTopology, "strict-topology", false, "Late binding: pass only the selected node's topology to CreateVolume.")
 	f.BoolVar(&c.ImmediateTopology, "immediate-topology", true, "Immediate binding: pass the aggregated cluster topologies to CreateVolume. If false, pass no topology unless the StorageClass has allowedTopologies.")
@@ -247,4 +247,23 @@ func gateList() string {
 		out = append(out, fmt.Sprintf("%s=true|false (default %v)", k, provisionerFeatureGates[k]))
 	}
 	return strings.Join(out, ", ")
+}
+
+// labelsValue parses the csi-lib-utils form of --leader-election-labels: k:v,k2:v2.
+type labelsValue struct{ m *map[string]string }
+
+func (l *labelsValue) String() string { return fmt.Sprint(*l.m) }
+func (l *labelsValue) Type() string   { return "labels" }
+func (l *labelsValue) Set(s string) error {
+	if *l.m == nil {
+		*l.m = map[string]string{}
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key:value", kv)
+		}
+		(*l.m)[k] = v
+	}
+	return nil
 }

@@ -28,6 +28,7 @@ func TestProvisionerFlagValidation(t *testing.T) {
 		{[]string{"--feature-gates=Topology=maybe"}, "invalid value of Topology"},
 		{[]string{"--feature-gates=CrossNamespaceVolumeDataSource=true"}, "not supported by kubevol yet"},
 		{[]string{"--timeout=soon"}, "invalid argument"},
+		{[]string{"--leader-election-labels=a=b"}, `"a=b" is not key:value`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("KUBECONFIG", "")
