@@ -43,7 +43,7 @@ node-propagation.{csv,svg} to --out-dir and deletes everything it created.`,
 	f.IntVar(&cfg.Pods, "pods", 100, "number of pods")
 	f.IntVar(&cfg.Volumes, "volumes", 5, "volumes per pod")
 	f.IntVar(&cfg.Updates, "updates", 20, "ConfigMap updates whose propagation is measured (0 skips)")
-	f.DurationVar(&cfg.Idle, "idle", 10*time.Second, "how long the idle CPU is measured")
+	f.DurationVar(&cfg.Idle, "idle", 20*time.Second, "how long the idle CPU is measured")
 	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "cluster to run against (default: the 'kubevol up' cluster, else a new local cluster)")
 	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for the CSV and SVG files")
 	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up waiting for mounts or an update after this long")

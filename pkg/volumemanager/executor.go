@@ -27,10 +27,6 @@ type OpKey struct {
 	Pod    types.UID
 }
 
-func (k OpKey) conflicts(o OpKey) bool {
-	return k.Volume == o.Volume && (k.Pod == "" || o.Pod == "" || k.Pod == o.Pod)
-}
-
 // ErrPending is returned by Run when a conflicting operation is still running.
 var ErrPending = errors.New("an operation on the volume is already in progress")
 
@@ -61,7 +57,7 @@ type Executor struct {
 	now     func() time.Time
 
 	mu      sync.Mutex
-	pending map[OpKey]string
+	pending map[v1.UniqueVolumeName]map[types.UID]string // volume → pod ("" for all) → operation
 	backoff map[OpKey]*backoff
 	wg      sync.WaitGroup
 }
@@ -74,7 +70,7 @@ func NewExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
 	}
 	return &Executor{
 		timeout: timeout, sem: make(chan struct{}, parallel), metrics: m, now: time.Now,
-		pending: map[OpKey]string{}, backoff: map[OpKey]*backoff{},
+		pending: map[v1.UniqueVolumeName]map[types.UID]string{}, backoff: map[OpKey]*backoff{},
 	}
 }
 
@@ -93,11 +89,9 @@ type Operation struct {
 // context is reported to Run as an uncertain error.
 func (e *Executor) Run(ctx context.Context, op Operation) error {
 	e.mu.Lock()
-	for k := range e.pending {
-		if k.conflicts(op.Key) {
-			e.mu.Unlock()
-			return ErrPending
-		}
+	if e.pendingLocked(op.Key) {
+		e.mu.Unlock()
+		return ErrPending
 	}
 	if b := e.backoff[op.Key]; b != nil {
 		if b.op != op.Name {
@@ -107,7 +101,10 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 			return &BackoffError{Op: op.Name, Until: b.until}
 		}
 	}
-	e.pending[op.Key] = op.Name
+	if e.pending[op.Key.Volume] == nil {
+		e.pending[op.Key.Volume] = map[types.UID]string{}
+	}
+	e.pending[op.Key.Volume][op.Key.Pod] = op.Name
 	e.wg.Add(1)
 	e.mu.Unlock()
 
@@ -115,7 +112,10 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 		defer e.wg.Done()
 		err := e.execute(ctx, op)
 		e.mu.Lock()
-		delete(e.pending, op.Key)
+		delete(e.pending[op.Key.Volume], op.Key.Pod)
+		if len(e.pending[op.Key.Volume]) == 0 {
+			delete(e.pending, op.Key.Volume)
+		}
 		if err != nil && !volume.IsTransient(err) {
 			b := e.backoff[op.Key]
 			if b == nil || b.op != op.Name {
@@ -166,12 +166,21 @@ func (e *Executor) execute(ctx context.Context, op Operation) (err error) {
 func (e *Executor) Pending(key OpKey) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for k := range e.pending {
-		if k.conflicts(key) {
-			return true
-		}
+	return e.pendingLocked(key)
+}
+
+// pendingLocked: an empty pod conflicts with every operation on the volume.
+func (e *Executor) pendingLocked(key OpKey) bool {
+	pods := e.pending[key.Volume]
+	if len(pods) == 0 {
+		return false
 	}
-	return false
+	if key.Pod == "" {
+		return true
+	}
+	_, all := pods[""]
+	_, same := pods[key.Pod]
+	return all || same
 }
 
 // ResetBackoff forgets the backoff of every key of the pod, so an operation that waited for

@@ -11,27 +11,30 @@ import (
 
 func labelsEverything() labels.Selector { return labels.Everything() }
 
-// refIndex maps an object a pod refers to ("configmap/ns/name", "secret/ns/name",
-// "pvc/ns/name") to the pods that refer to it, so an event enqueues exactly those pods.
+// refIndex maps an object pods refer to ("configmap/ns/name", "secret/ns/name",
+// "pvc/ns/name") to the pods and pod volumes that refer to it, so an event reaches exactly
+// those volumes.
 type refIndex struct {
 	mu    sync.Mutex
-	byRef map[string]map[types.UID]bool
-	byPod map[types.UID][]string
+	byRef map[string]map[types.UID][]string
+	byPod map[types.UID][]volumeRef
 }
+
+type volumeRef struct{ ref, volume string }
 
 func newRefIndex() *refIndex {
-	return &refIndex{byRef: map[string]map[types.UID]bool{}, byPod: map[types.UID][]string{}}
+	return &refIndex{byRef: map[string]map[types.UID][]string{}, byPod: map[types.UID][]volumeRef{}}
 }
 
-func (r *refIndex) set(uid types.UID, refs []string) {
+func (r *refIndex) set(uid types.UID, refs []volumeRef) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.removeLocked(uid)
-	for _, ref := range refs {
-		if r.byRef[ref] == nil {
-			r.byRef[ref] = map[types.UID]bool{}
+	for _, vr := range refs {
+		if r.byRef[vr.ref] == nil {
+			r.byRef[vr.ref] = map[types.UID][]string{}
 		}
-		r.byRef[ref][uid] = true
+		r.byRef[vr.ref][uid] = append(r.byRef[vr.ref][uid], vr.volume)
 	}
 	if len(refs) > 0 {
 		r.byPod[uid] = refs
@@ -45,46 +48,48 @@ func (r *refIndex) remove(uid types.UID) {
 }
 
 func (r *refIndex) removeLocked(uid types.UID) {
-	for _, ref := range r.byPod[uid] {
-		delete(r.byRef[ref], uid)
-		if len(r.byRef[ref]) == 0 {
-			delete(r.byRef, ref)
+	for _, vr := range r.byPod[uid] {
+		delete(r.byRef[vr.ref], uid)
+		if len(r.byRef[vr.ref]) == 0 {
+			delete(r.byRef, vr.ref)
 		}
 	}
 	delete(r.byPod, uid)
 }
 
-func (r *refIndex) pods(ref string) []types.UID {
+// pods returns the pods referring to ref, with the names of the pod volumes that do.
+func (r *refIndex) pods(ref string) map[types.UID][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]types.UID, 0, len(r.byRef[ref]))
-	for uid := range r.byRef[ref] {
-		out = append(out, uid)
+	out := make(map[types.UID][]string, len(r.byRef[ref]))
+	for uid, vols := range r.byRef[ref] {
+		out[uid] = vols
 	}
 	return out
 }
 
 // podRefs lists what a pod's volumes refer to.
-func podRefs(pod *v1.Pod) []string {
+func podRefs(pod *v1.Pod) []volumeRef {
 	ns := pod.Namespace
-	var refs []string
+	var refs []volumeRef
+	add := func(kind, name, volume string) { refs = append(refs, volumeRef{kind + "/" + ns + "/" + name, volume}) }
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.ConfigMap != nil:
-			refs = append(refs, "configmap/"+ns+"/"+v.ConfigMap.Name)
+			add("configmap", v.ConfigMap.Name, v.Name)
 		case v.Secret != nil:
-			refs = append(refs, "secret/"+ns+"/"+v.Secret.SecretName)
+			add("secret", v.Secret.SecretName, v.Name)
 		case v.PersistentVolumeClaim != nil:
-			refs = append(refs, "pvc/"+ns+"/"+v.PersistentVolumeClaim.ClaimName)
+			add("pvc", v.PersistentVolumeClaim.ClaimName, v.Name)
 		case v.Ephemeral != nil:
-			refs = append(refs, "pvc/"+ns+"/"+pod.Name+"-"+v.Name)
+			add("pvc", pod.Name+"-"+v.Name, v.Name)
 		case v.Projected != nil:
 			for _, s := range v.Projected.Sources {
 				if s.ConfigMap != nil {
-					refs = append(refs, "configmap/"+ns+"/"+s.ConfigMap.Name)
+					add("configmap", s.ConfigMap.Name, v.Name)
 				}
 				if s.Secret != nil {
-					refs = append(refs, "secret/"+ns+"/"+s.Secret.Name)
+					add("secret", s.Secret.Name, v.Name)
 				}
 			}
 		}
@@ -109,7 +114,7 @@ func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInf
 			m.notePod(pod, false)
 			// Labels and annotations feed the downward API: refresh like a ConfigMap change.
 			if !equalMaps(oldPod.Labels, pod.Labels) || !equalMaps(oldPod.Annotations, pod.Annotations) {
-				m.markRemount(pod.UID)
+				m.markRemount(pod.UID, nil)
 			}
 			m.podQueue.Add(pod.UID)
 		},
@@ -165,9 +170,9 @@ func (m *Manager) refHandler(refOf func(any) string, contents bool) cache.Resour
 		if ref == "" {
 			return
 		}
-		for _, uid := range m.refs.pods(ref) {
+		for uid, volumes := range m.refs.pods(ref) {
 			if contents {
-				m.markRemount(uid)
+				m.markRemount(uid, volumes)
 			}
 			m.exec.ResetBackoff(uid)
 			m.podQueue.Add(uid)
@@ -199,15 +204,15 @@ func (m *Manager) notePod(pod *v1.Pod, deleted bool) {
 	m.refs.set(pod.UID, podRefs(pod))
 }
 
-// markRemount makes the pod's refreshable volumes set up again. The sequence number lets a
-// SetUp that raced with the change leave the volume marked.
-func (m *Manager) markRemount(uid types.UID) {
+// markRemount makes the named pod volumes (nil: all) that are refreshable set up again.
+// The sequence number lets a SetUp that raced with the change leave the volume marked.
+func (m *Manager) markRemount(uid types.UID, volumes []string) {
 	m.mu.Lock()
 	m.remountSeq[uid]++
 	m.mu.Unlock()
 	var names []v1.UniqueVolumeName
 	for _, dv := range m.dsw.PodVolumes(uid) {
-		if dv.RequiresRemount {
+		if dv.RequiresRemount && (volumes == nil || overlaps(dv.OuterNames, volumes)) {
 			names = append(names, dv.Name)
 		}
 	}
@@ -218,6 +223,17 @@ func (m *Manager) remountSeqOf(uid types.UID) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.remountSeq[uid]
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func equalMaps(a, b map[string]string) bool {

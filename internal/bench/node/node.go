@@ -373,7 +373,11 @@ func (b *bench) measurePropagation(ctx context.Context) (*report.Run, error) {
 // measureIdle is the CPU this process (the agent, with the benchmark idle) uses while
 // nothing changes, in percent of one core.
 func (b *bench) measureIdle(ctx context.Context) float64 {
-	time.Sleep(time.Second) // let the last status writes settle
+	// Let the pod condition and event writes of the last phase drain first.
+	select {
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+	}
 	before, t0 := cpuTime(), time.Now()
 	select {
 	case <-time.After(b.cfg.Idle):

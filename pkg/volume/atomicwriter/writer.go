@@ -13,10 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -79,53 +83,86 @@ func Write(dir string, payload map[string]FileProjection, setPerms func(tsDir st
 		return fmt.Errorf("%s points to %q, not a timestamped directory", dataDirName, oldTS)
 	}
 
-	if oldTS == "" || changed(filepath.Join(dir, oldTS), clean) {
-		tsDir, err := os.MkdirTemp(dir, time.Now().UTC().Format("..2006_01_02_15_04_05."))
-		if err != nil {
-			return err
-		}
-		tsName := filepath.Base(tsDir)
-		if err := os.Chmod(tsDir, 0o755); err != nil {
-			os.RemoveAll(tsDir)
-			return err
-		}
-		if err := writeFiles(tsDir, clean); err != nil {
-			os.RemoveAll(tsDir)
-			return err
-		}
-		if setPerms != nil {
-			if err := setPerms(tsName); err != nil {
-				os.RemoveAll(tsDir)
-				return fmt.Errorf("set permissions: %w", err)
-			}
-		}
-		tmpLink := filepath.Join(dir, newDataDirName)
-		_ = os.Remove(tmpLink)
-		if err := os.Symlink(tsName, tmpLink); err != nil {
-			os.RemoveAll(tsDir)
-			return err
-		}
-		if err := os.Rename(tmpLink, filepath.Join(dir, dataDirName)); err != nil {
-			os.Remove(tmpLink)
-			os.RemoveAll(tsDir)
-			return err
-		}
-		if oldTS != "" {
-			defer os.RemoveAll(filepath.Join(dir, oldTS))
+	var oldTop map[string]bool
+	if oldTS != "" {
+		var differs bool
+		differs, oldTop = changed(filepath.Join(dir, oldTS), clean)
+		if !differs {
+			return syncVisibleLinks(dir, clean, oldTop)
 		}
 	}
-	return syncVisibleLinks(dir, clean)
+	tsDir, err := mkdirTimestamped(dir)
+	if err != nil {
+		return err
+	}
+	tsName := filepath.Base(tsDir)
+	if err := writeFiles(tsDir, clean); err != nil {
+		os.RemoveAll(tsDir)
+		return err
+	}
+	if setPerms != nil {
+		if err := setPerms(tsName); err != nil {
+			os.RemoveAll(tsDir)
+			return fmt.Errorf("set permissions: %w", err)
+		}
+	}
+	tmpLink := filepath.Join(dir, newDataDirName)
+	err = os.Symlink(tsName, tmpLink)
+	if errors.Is(err, fs.ErrExist) { // left by a crash between symlink and rename
+		_ = os.Remove(tmpLink)
+		err = os.Symlink(tsName, tmpLink)
+	}
+	if err != nil {
+		os.RemoveAll(tsDir)
+		return err
+	}
+	if err := os.Rename(tmpLink, filepath.Join(dir, dataDirName)); err != nil {
+		os.Remove(tmpLink)
+		os.RemoveAll(tsDir)
+		return err
+	}
+	if oldTS != "" {
+		defer os.RemoveAll(filepath.Join(dir, oldTS))
+	}
+	return syncVisibleLinks(dir, clean, oldTop)
 }
+
+// mkdirTimestamped creates <dir>/..<UTC time>.<random>, mode 0755 (the umask cannot
+// narrow it: a volume's files are meant to be read by the pod's user).
+func mkdirTimestamped(dir string) (string, error) {
+	prefix := time.Now().UTC().Format("..2006_01_02_15_04_05.")
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
+		err := os.Mkdir(p, 0o755)
+		if err == nil {
+			if umask&0o755 != 0 {
+				err = os.Chmod(p, 0o755)
+			}
+			return p, err
+		}
+		if !errors.Is(err, fs.ErrExist) || i > 10 {
+			return "", err
+		}
+	}
+}
+
+// umask is the process umask, read once: a file's mode is chmodded only when it narrowed it.
+var umask = func() os.FileMode {
+	m := unix.Umask(0)
+	unix.Umask(m)
+	return os.FileMode(m)
+}()
 
 func isTimestampDir(name string) bool {
 	return strings.HasPrefix(name, "..") && name != dataDirName && name != newDataDirName && !strings.Contains(name, "/")
 }
 
 // changed compares bytes, modes and the file set: unlike upstream, a mode-only change is
-// written too.
-func changed(oldDir string, payload map[string]FileProjection) bool {
+// written too. It also returns the old set's top-level names, to prune their links.
+func changed(oldDir string, payload map[string]FileProjection) (bool, map[string]bool) {
 	n := 0
 	differs := false
+	top := map[string]bool{}
 	err := filepath.WalkDir(oldDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -135,10 +172,14 @@ func changed(oldDir string, payload map[string]FileProjection) bool {
 		}
 		n++
 		rel, _ := filepath.Rel(oldDir, path)
+		top[strings.SplitN(rel, string(os.PathSeparator), 2)[0]] = true
 		f, ok := payload[rel]
 		if !ok {
 			differs = true
-			return fs.SkipAll
+			return nil
+		}
+		if differs {
+			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -146,7 +187,7 @@ func changed(oldDir string, payload map[string]FileProjection) bool {
 		}
 		if info.Mode().Perm() != os.FileMode(f.Mode).Perm() {
 			differs = true
-			return fs.SkipAll
+			return nil
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -154,25 +195,29 @@ func changed(oldDir string, payload map[string]FileProjection) bool {
 		}
 		if !bytes.Equal(data, f.Data) {
 			differs = true
-			return fs.SkipAll
 		}
 		return nil
 	})
-	return err != nil || differs || n != len(payload)
+	return err != nil || differs || n != len(payload), top
 }
 
 func writeFiles(tsDir string, payload map[string]FileProjection) error {
 	for p, f := range payload {
 		full := filepath.Join(tsDir, p)
-		if err := os.MkdirAll(filepath.Dir(full), os.ModePerm); err != nil {
-			return err
+		if strings.Contains(p, string(os.PathSeparator)) {
+			if err := os.MkdirAll(filepath.Dir(full), os.ModePerm); err != nil {
+				return err
+			}
 		}
-		if err := os.WriteFile(full, f.Data, os.FileMode(f.Mode).Perm()); err != nil {
+		mode := os.FileMode(f.Mode).Perm()
+		if err := os.WriteFile(full, f.Data, mode); err != nil {
 			return err
 		}
 		// WriteFile's mode is filtered by the umask.
-		if err := os.Chmod(full, os.FileMode(f.Mode).Perm()); err != nil {
-			return err
+		if mode&umask != 0 {
+			if err := os.Chmod(full, mode); err != nil {
+				return err
+			}
 		}
 		if f.FsUser != nil {
 			if err := os.Lchown(full, int(*f.FsUser), -1); err != nil {
@@ -184,8 +229,9 @@ func writeFiles(tsDir string, payload map[string]FileProjection) error {
 }
 
 // syncVisibleLinks makes one link per top-level name, <name> -> ..data/<name>, and removes
-// links of names no longer in the payload.
-func syncVisibleLinks(dir string, payload map[string]FileProjection) error {
+// links of names no longer in the payload. oldTop, when known, are the previous set's
+// top-level names: if the new set has them all, no directory scan is needed.
+func syncVisibleLinks(dir string, payload map[string]FileProjection, oldTop map[string]bool) error {
 	want := map[string]bool{}
 	for p := range payload {
 		want[strings.SplitN(p, string(os.PathSeparator), 2)[0]] = true
@@ -201,6 +247,15 @@ func syncVisibleLinks(dir string, payload map[string]FileProjection) error {
 		}
 		if err := os.Symlink(target, link); err != nil {
 			return err
+		}
+	}
+	if oldTop != nil {
+		stale := false
+		for name := range oldTop {
+			stale = stale || !want[name]
+		}
+		if !stale {
+			return nil
 		}
 	}
 	entries, err := os.ReadDir(dir)
