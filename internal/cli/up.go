@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/up"
 )
 
 type upOptions struct {
@@ -22,15 +24,17 @@ type upOptions struct {
 	clusterBinary  string
 	statusInterval time.Duration
 	buildOnly      bool
+	nodeName       string
 }
 
 func newUpCommand() *cobra.Command {
 	o := upOptions{}
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a local single-node cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with kubevol",
+		Short: "Run a local single-node cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with the kubevol components",
 		Long: `up starts a real single-node Kubernetes control plane on loopback, built from upstream
-Kubernetes ` + localcluster.UpstreamVersion + ` (built once, on first run), then the kubevol components.
+Kubernetes ` + localcluster.UpstreamVersion + ` (built once, on first run), then the kubevol components (driver,
+provisioner, attacher and node agent) with a default StorageClass "` + up.DefaultStorageClass + `".
 State is kept in --dir, so a second start is fast and keeps its objects; --reset wipes it.
 Ctrl-C or SIGTERM stops everything.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +50,7 @@ Ctrl-C or SIGTERM stops everything.`,
 	f.BoolVar(&o.demo, "demo", false, "also apply the examples (reserved: not implemented yet)")
 	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
+	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -59,6 +64,9 @@ func (o *upOptions) validate() error {
 	}
 	if o.statusInterval < 100*time.Millisecond {
 		return usageErrorf("--status-interval must be at least 100ms, got %s", o.statusInterval)
+	}
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+		return usageErrorf("--node-name %q: %s", o.nodeName, strings.Join(errs, "; "))
 	}
 	abs, err := filepath.Abs(o.dir)
 	if err != nil {
@@ -90,22 +98,22 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	start := time.Now()
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.dir, Binary: o.clusterBinary, Progress: stderr})
+	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr})
 	if err != nil {
 		return err
 	}
 	defer func() {
 		fmt.Fprintln(stderr, "\nstopping…")
-		if err := cluster.Stop(); err != nil {
+		if err := stack.Stop(); err != nil {
 			fmt.Fprintf(stderr, "stop: %v\n", err)
 		} else {
 			fmt.Fprintln(stderr, "stopped; state kept in "+o.dir)
 		}
 	}()
 	fmt.Fprintf(stderr, "cluster ready in %s; logs in %s\n", time.Since(start).Round(100*time.Millisecond), filepath.Join(o.dir, "logs"))
-	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", cluster.KubeconfigPath())
+	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", stack.Cluster.KubeconfigPath())
 
-	exited := cluster.Exited()
+	exited := stack.Exited()
 	tty := isTerminal(stderr)
 	ticker := time.NewTicker(o.statusInterval)
 	defer ticker.Stop()
@@ -115,9 +123,9 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		case <-ctx.Done():
 			return nil
 		case name := <-exited:
-			return fmt.Errorf("%s exited unexpectedly; see %s", name, cluster.LogPath(name))
+			return fmt.Errorf("%s exited unexpectedly; see %s", name, stack.LogPath(name))
 		case <-ticker.C:
-			line := statusLine(cluster.Status(ctx), time.Since(start))
+			line := statusLine(stack.Status(ctx), time.Since(start))
 			switch {
 			case tty:
 				fmt.Fprintf(stderr, "\r\033[K%s", line)
@@ -160,4 +168,13 @@ func truncate(s string, n int) string {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// defaultNodeName is the host name, lowercased, as the kubelet names its Node.
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "kubevol-node"
+	}
+	return strings.ToLower(h)
 }

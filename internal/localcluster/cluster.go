@@ -467,7 +467,7 @@ func (c *Cluster) choosePorts(fresh bool) error {
 			}
 		}
 	}
-	free, err := freePorts(5)
+	free, err := FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -490,8 +490,8 @@ func allFree(ports ...int) bool {
 	return true
 }
 
-// freePorts asks the kernel for n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
+// FreePorts asks the kernel for n distinct free loopback ports.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
