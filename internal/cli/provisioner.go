@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/provisioner"
+	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -31,9 +32,6 @@ var provisionerFeatureGates = map[string]bool{
 type provisionerOptions struct {
 	cfg                 provisioner.Config
 	showVersion         bool
-	workerThreads       uint
-	metricsAddress      string
-	leaderLabels        map[string]string
 	featureGates        map[string]bool
 	nodeDeployment      bool
 	nodeDeploymentImm   bool
@@ -70,29 +68,18 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	}
 	f := cmd.Flags()
 	c := &o.cfg
+	c.Sidecar.AddFlags(f, sidecar.Defaults{Timeout: 10 * time.Second, WorkerThreads: 100, KubeAPIQPS: defaultKubeAPIQPS, KubeAPIBurst: defaultKubeAPIBurst})
+	// Upstream's form is key:value (csi-lib-utils), not pflag's key=value.
+	f.Lookup("leader-election-labels").Value = &labelsValue{m: &c.Sidecar.LeaderElection.Labels}
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
-	f.StringVar(&c.CSIAddress, "csi-address", "/run/csi/socket", "The gRPC endpoint for Target CSI Volume.")
-	f.StringVar(&c.Kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster; $KUBECONFIG overrides it.")
 	f.StringVar(&c.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
 	f.StringVar(&c.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix to apply to the name of a created volume.")
 	f.IntVar(&c.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncates generated UUID of a created volume to this length (1-32), or -1 for the full UID.")
-	f.DurationVar(&c.Timeout, "timeout", 10*time.Second, "Timeout for waiting for creation or deletion of a volume.")
-	f.DurationVar(&c.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of failed provisioning or deletion. It doubles with each failure, up to retry-interval-max.")
-	f.DurationVar(&c.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of failed provisioning or deletion, infeasible (InvalidArgument) errors included.")
-	f.UintVar(&o.workerThreads, "worker-threads", 100, "Number of provisioner worker threads, in other words nr. of simultaneous CSI calls.")
 	f.UintVar(&o.cloningThreads, "cloning-protection-threads", 1, "Accepted for compatibility; clone sources are released by the claim workers.")
 	f.UintVar(&o.capacityThreads, "capacity-threads", 1, "Accepted for compatibility; capacity is computed by one level-triggered worker.")
 	f.DurationVar(&o.snapshotSweep, "snapshot-orphan-sweep-interval", 5*time.Minute, "Accepted for compatibility; kubevol sets no snapshot finalizers that could be orphaned.")
-	f.Float32Var(&c.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "QPS to use while communicating with the kubernetes apiserver (negative: no client-side limit).")
-	f.IntVar(&c.KubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst to use while communicating with the kubernetes apiserver.")
 	f.Float32Var(&c.CapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates while communicating with the kubernetes apiserver.")
 	f.IntVar(&c.CapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates while communicating with the kubernetes apiserver.")
-	f.BoolVar(&c.LeaderElection.Enabled, "leader-election", false, "Enables leader election. If leader election is enabled, additional RBAC rules are required.")
-	f.StringVar(&c.LeaderElection.Namespace, "leader-election-namespace", "", "Namespace where the leader election resource lives. Defaults to the pod namespace if not set.")
-	f.DurationVar(&c.LeaderElection.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration, in seconds, that non-leader candidates will wait to force acquire leadership.")
-	f.DurationVar(&c.LeaderElection.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration, in seconds, that the acting leader will retry refreshing leadership before giving up.")
-	f.DurationVar(&c.LeaderElection.RetryPeriod, "leader-election-retry-period", 5*time.Second, "Duration, in seconds, the LeaderElector clients should wait between tries of actions.")
-	f.Var(&labelsValue{m: &o.leaderLabels}, "leader-election-labels", "List of labels to add to lease when given replica becomes leader. Formatted as a comma separated list of key:value labels. Example: 'my-label:my-value,my-second-label:my-second-value'")
 	f.Var(newGatesValue(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList())
 	f.BoolVar(&c.StrictTopology, "strict-topology", false, "Late binding: pass only the selected node's topology to CreateVolume.")
 	f.BoolVar(&c.ImmediateTopology, "immediate-topology", true, "Immediate binding: pass the aggregated cluster topologies to CreateVolume. If false, pass no topology unless the StorageClass has allowedTopologies.")
@@ -106,9 +93,6 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.BoolVar(&o.nodeDeploymentImm, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node.")
 	f.DurationVar(&o.nodeBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding.")
 	f.DurationVar(&o.nodeMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding.")
-	f.StringVar(&c.HTTPEndpoint, "http-endpoint", "", "The TCP network address where the HTTP server for diagnostics, including metrics and leader election health check, will listen (example: `:8080`). The default is empty string, which means the server is disabled.")
-	f.StringVar(&o.metricsAddress, "metrics-address", "", "(deprecated) The TCP network address where the prometheus metrics endpoint will listen (example: `:8080`). Only one of --metrics-address and --http-endpoint can be set.")
-	f.StringVar(&c.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed.")
 	f.BoolVar(&c.ControllerPublishReadOnly, "controller-publish-readonly", false, "This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.")
 	f.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
 	f.BoolVar(&o.enablePprof, "enable-pprof", false, "Accepted for compatibility; pprof is not served.")
@@ -126,8 +110,8 @@ var prefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 
 func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 	c := &o.cfg
-	if env := os.Getenv("KUBECONFIG"); env != "" {
-		c.Kubeconfig = env // upstream: the environment wins over the flag
+	if err := c.Sidecar.Validate(); err != nil {
+		return &UsageError{Err: err}
 	}
 	switch n := c.VolumeNameUUIDLength; {
 	case n == -1, n > 0 && n <= 32:
@@ -137,41 +121,11 @@ func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 	if !prefixRE.MatchString(c.VolumeNamePrefix) || len(c.VolumeNamePrefix) > 200 {
 		return usageErrorf("--volume-name-prefix %q: must be a lowercase DNS name part (a-z, 0-9, '-', '.') of at most 200 characters", c.VolumeNamePrefix)
 	}
-	if c.CSIAddress == "" {
-		return usageErrorf("--csi-address must not be empty")
-	}
-	for name, d := range map[string]time.Duration{"--timeout": c.Timeout, "--retry-interval-start": c.RetryIntervalStart, "--retry-interval-max": c.RetryIntervalMax,
-		"--leader-election-lease-duration": c.LeaderElection.LeaseDuration, "--leader-election-renew-deadline": c.LeaderElection.RenewDeadline,
-		"--leader-election-retry-period": c.LeaderElection.RetryPeriod, "--capacity-poll-interval": c.Capacity.PollInterval} {
-		if d <= 0 {
-			return usageErrorf("%s must be positive, got %s", name, d)
-		}
-	}
-	if c.RetryIntervalMax < c.RetryIntervalStart {
-		return usageErrorf("--retry-interval-max (%s) must not be less than --retry-interval-start (%s)", c.RetryIntervalMax, c.RetryIntervalStart)
-	}
-	if le := c.LeaderElection; le.Enabled && (le.LeaseDuration <= le.RenewDeadline || float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod)) {
-		return usageErrorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s)",
-			le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
-	}
-	if o.workerThreads < 1 || o.workerThreads > 10000 {
-		return usageErrorf("--worker-threads must be between 1 and 10000, got %d", o.workerThreads)
-	}
-	c.WorkerThreads = int(o.workerThreads)
-	if c.KubeAPIQPS == 0 || c.KubeAPIBurst < 1 && c.KubeAPIQPS > 0 {
-		return usageErrorf("--kube-api-qps must be non-zero (negative disables client-side throttling) and --kube-api-burst at least 1; got %v and %d", c.KubeAPIQPS, c.KubeAPIBurst)
+	if c.Capacity.PollInterval <= 0 {
+		return usageErrorf("--capacity-poll-interval must be positive, got %s", c.Capacity.PollInterval)
 	}
 	if c.CapacityQPS <= 0 || c.CapacityBurst < 1 {
 		return usageErrorf("--kube-api-capacity-qps must be positive and --kube-api-capacity-burst at least 1; got %v and %d", c.CapacityQPS, c.CapacityBurst)
-	}
-	if c.HTTPEndpoint != "" && o.metricsAddress != "" {
-		return usageErrorf("only one of --metrics-address and --http-endpoint can be set")
-	}
-	if o.metricsAddress != "" {
-		c.HTTPEndpoint = o.metricsAddress
-	}
-	if !strings.HasPrefix(c.MetricsPath, "/") {
-		return usageErrorf("--metrics-path %q must start with /", c.MetricsPath)
 	}
 	if o.nodeDeployment {
 		return usageErrorf("--node-deployment is not supported by kubevol yet: run one central provisioner (with --leader-election for replicas)")
@@ -194,9 +148,8 @@ func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 	if on := o.featureGates["CrossNamespaceVolumeDataSource"]; on {
 		return usageErrorf("--feature-gates CrossNamespaceVolumeDataSource=true is not supported by kubevol yet")
 	}
-	c.LeaderElection.Labels = o.leaderLabels
 	if c.IntentNamespace == "" {
-		c.IntentNamespace = provisioner.LeaseNamespace(c.LeaderElection.Namespace)
+		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)
 	}
 	for _, name := range []string{"cloning-protection-threads", "capacity-threads", "snapshot-orphan-sweep-interval", "enable-pprof", "automaxprocs",
 		"node-deployment-immediate-binding", "node-deployment-base-delay", "node-deployment-max-delay"} {

@@ -5,7 +5,6 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -34,21 +33,18 @@ import (
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/reclaim"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // Config holds the provisioner's settings; the CLI fills it from upstream-named flags.
 type Config struct {
-	Master, Kubeconfig string
-	CSIAddress         string
-	KubeAPIQPS         float32
-	KubeAPIBurst       int
+	// Sidecar holds the flags every kubevol sidecar shares (CSI address, kubeconfig, timeout,
+	// workers, retry intervals, client limits, leader election, HTTP endpoint).
+	Sidecar sidecar.Options
+	Master  string
 
 	VolumeNamePrefix     string
 	VolumeNameUUIDLength int
-	Timeout              time.Duration
-	RetryIntervalStart   time.Duration
-	RetryIntervalMax     time.Duration
-	WorkerThreads        int
 
 	StrictTopology              bool
 	ImmediateTopology           bool
@@ -57,33 +53,22 @@ type Config struct {
 	ControllerPublishReadOnly   bool
 	PreventVolumeModeConversion bool
 
-	LeaderElection LeaderElection
-	Capacity       capacity.Options
+	Capacity capacity.Options
 	// CapacityQPS and CapacityBurst throttle the separate client for CSIStorageCapacity writes.
 	CapacityQPS   float32
 	CapacityBurst int
-
-	HTTPEndpoint string
-	MetricsPath  string
 
 	// IntentNamespace holds the intent journal ConfigMap.
 	IntentNamespace string
 }
 
-// LeaderElection configures the Lease-based election (csi-lib-utils flags).
-type LeaderElection struct {
-	Enabled                                   bool
-	Namespace                                 string
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	Labels                                    map[string]string
-}
-
 // Run runs the provisioner until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
-	restCfg, err := clientcmd.BuildConfigFromFlags(cfg.Master, cfg.Kubeconfig)
+	sc := cfg.Sidecar
+	restCfg, err := restConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
 	clients, err := newClients(restCfg, cfg)
 	if err != nil {
@@ -92,22 +77,13 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	conn, err := csi.Dial(csi.Config{Address: cfg.CSIAddress, Timeout: cfg.Timeout, Metrics: csi.NewMetrics(reg)})
+	conn, err := csi.Dial(csi.Config{Address: sc.CSIAddress, Timeout: sc.Timeout, Metrics: csi.NewMetrics(reg)})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 
-	health := newHealth()
-	if cfg.HTTPEndpoint != "" {
-		stop, err := serveHTTP(ctx, cfg.HTTPEndpoint, cfg.MetricsPath, reg, health)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-
-	logger.Info("Waiting for the CSI driver", "address", cfg.CSIAddress)
+	logger.Info("Waiting for the CSI driver", "address", sc.CSIAddress)
 	if err := conn.ProbeForever(ctx); err != nil {
 		return err
 	}
@@ -127,14 +103,21 @@ func Run(ctx context.Context, cfg Config) error {
 	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), driver)
 	journal := intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+Sanitize(driver))
 	m := metrics.New(reg, func() float64 { return float64(journal.Len()) })
-
-	lead := func(ctx context.Context) error {
+	return sidecar.Run(ctx, sc, clients.leader, reg, Sanitize(driver), func(ctx context.Context) error {
 		return runControllers(ctx, cfg, clients, conn, caps, driver, identity, hostname, journal, m)
+	})
+}
+
+// restConfig honours --master, which only the provisioner among the sidecars has upstream.
+func restConfig(cfg Config) (*rest.Config, error) {
+	if cfg.Master == "" {
+		return cfg.Sidecar.RESTConfig()
 	}
-	if !cfg.LeaderElection.Enabled {
-		return lead(ctx)
+	c, err := clientcmd.BuildConfigFromFlags(cfg.Master, cfg.Sidecar.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
-	return runWithLeaderElection(ctx, cfg.LeaderElection, clients.leader, Sanitize(driver), hostname, health, lead)
+	return c, nil
 }
 
 type clientSet struct {
@@ -157,21 +140,22 @@ func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
 	}
 	var cs clientSet
 	var err error
-	if cs.main, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+	qps, burst := cfg.Sidecar.KubeAPIQPS, cfg.Sidecar.KubeAPIBurst
+	if cs.main, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
 		return nil, err
 	}
 	// Events get their own client and budget so an event storm never delays a PV create
 	// (upstream shares one client, §6.2).
-	if cs.events, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+	if cs.events, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
 		return nil, err
 	}
-	if cs.leader, err = kubernetes.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, true)); err != nil {
+	if cs.leader, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
 		return nil, err
 	}
 	if cs.capacity, err = kubernetes.NewForConfig(withLimits(cfg.CapacityQPS, cfg.CapacityBurst, true)); err != nil {
 		return nil, err
 	}
-	if cs.dynamic, err = dynamic.NewForConfig(withLimits(cfg.KubeAPIQPS, cfg.KubeAPIBurst, false)); err != nil {
+	if cs.dynamic, err = dynamic.NewForConfig(withLimits(qps, burst, false)); err != nil {
 		return nil, err
 	}
 	return &cs, nil
@@ -213,7 +197,7 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 		DefaultFSType: cfg.DefaultFSType, ExtraCreateMetadata: cfg.ExtraCreateMetadata,
 		StrictTopology: cfg.StrictTopology, ImmediateTopology: cfg.ImmediateTopology,
 		ControllerPublishReadOnly: cfg.ControllerPublishReadOnly, PreventVolumeModeConversion: cfg.PreventVolumeModeConversion,
-		RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+		RetryIntervalStart: cfg.Sidecar.RetryIntervalStart, RetryIntervalMax: cfg.Sidecar.RetryIntervalMax,
 	}
 	if topo {
 		ccfg.Nodes, ccfg.CSINodes = factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
@@ -225,7 +209,7 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 	rcfg := reclaim.Config{
 		Client: cs.main, Recorder: recorder, CSI: conn, Driver: driver, Metrics: m,
 		Volumes:            factory.Core().V1().PersistentVolumes(),
-		RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+		RetryIntervalStart: cfg.Sidecar.RetryIntervalStart, RetryIntervalMax: cfg.Sidecar.RetryIntervalMax,
 	}
 	if caps.Controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
 		rcfg.Attachments = factory.Storage().V1().VolumeAttachments()
@@ -239,7 +223,7 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 		if capCtl, err = capacity.New(capacity.Config{
 			Client: cs.capacity, CSI: conn, Driver: driver, Options: cfg.Capacity, Topology: topo,
 			Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes(),
-			QueueMetrics: m.Queue, RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax,
+			QueueMetrics: m.Queue, RetryIntervalStart: cfg.Sidecar.RetryIntervalStart, RetryIntervalMax: cfg.Sidecar.RetryIntervalMax,
 		}); err != nil {
 			return err
 		}
@@ -255,8 +239,8 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	go claims.Run(ctx, cfg.WorkerThreads)
-	go volumes.Run(ctx, cfg.WorkerThreads)
+	go claims.Run(ctx, cfg.Sidecar.WorkerThreads)
+	go volumes.Run(ctx, cfg.Sidecar.WorkerThreads)
 	if capCtl != nil {
 		go capCtl.Run(ctx)
 	}
@@ -274,5 +258,3 @@ func Sanitize(name string) string {
 	}
 	return strings.ToLower(s)
 }
-
-var errLostLease = errors.New("lost the leader lease")
