@@ -112,3 +112,11 @@ func TestMayBeInProgress(t *testing.T) {
 		t.Error("a non-status error may be in progress")
 	}
 }
+
+func TestSanitizeDriverName(t *testing.T) {
+	for in, want := range map[string]string{"local.kubevol.io": "local-kubevol-io", "a/b_c-": "a-b-c-X"} {
+		if got := csi.SanitizeDriverName(in); got != want {
+			t.Errorf("SanitizeDriverName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -101,9 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 	hostname, _ := os.Hostname()
 	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), driver)
-	journal := intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+Sanitize(driver))
+	journal := intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+objectName(driver))
 	m := metrics.New(reg, func() float64 { return float64(journal.Len()) })
-	return sidecar.Run(ctx, sc, clients.leader, reg, Sanitize(driver), func(ctx context.Context) error {
+	return sidecar.Run(ctx, sc, clients.leader, reg, objectName(driver), func(ctx context.Context) error {
 		return runControllers(ctx, cfg, clients, conn, caps, driver, identity, hostname, journal, m)
 	})
 }
@@ -248,13 +247,6 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 	return nil
 }
 
-var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9-]`)
-
-// Sanitize turns a driver name into an object name, as csi-lib-utils names the lease.
-func Sanitize(name string) string {
-	s := unsafeChars.ReplaceAllString(strings.ReplaceAll(name, "/", "-"), "-")
-	if strings.HasSuffix(s, "-") {
-		s += "X"
-	}
-	return strings.ToLower(s)
-}
+// objectName is the driver's name as an object name: the Lease (as upstream names it) and
+// the intent journal.
+func objectName(driver string) string { return strings.ToLower(csi.SanitizeDriverName(driver)) }
