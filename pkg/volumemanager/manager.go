@@ -100,7 +100,8 @@ type Manager struct {
 	status      map[types.UID]podStatus
 	opErrors    map[types.UID]map[v1.UniqueVolumeName]string
 	tornDown    map[types.UID]bool
-	unknownPods map[types.UID]bool // pod dirs found on disk whose pod is unknown
+	subpathsDone map[types.UID]bool
+	subpathErr   map[types.UID]string
 }
 
 type podStatus struct {
@@ -142,7 +143,7 @@ func New(cfg Config) (*Manager, error) {
 		pods:        map[types.UID]*v1.Pod{}, deleted: map[types.UID]bool{}, refs: newRefIndex(),
 		remountSeq: map[types.UID]uint64{}, status: map[types.UID]podStatus{},
 		opErrors: map[types.UID]map[v1.UniqueVolumeName]string{}, tornDown: map[types.UID]bool{},
-		unknownPods: map[types.UID]bool{},
+		subpathsDone: map[types.UID]bool{}, subpathErr: map[types.UID]string{},
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
 	m.exec = NewExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)

@@ -33,8 +33,13 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 	}
 	if pod := m.dsw.Pod(uid); pod != nil {
 		now := time.Now()
-		for _, dv := range m.dsw.PodVolumes(uid) {
+		volumes := m.dsw.PodVolumes(uid)
+		allMounted := true
+		for _, dv := range volumes {
 			mv, ok := m.asw.PodVolume(uid, dv.Name)
+			if !ok || mv.State != VolumeMounted {
+				allMounted = false
+			}
 			if ok && mv.State == VolumeMounted && !mv.RemountRequired {
 				if mv.RefreshAt.IsZero() {
 					continue
@@ -48,6 +53,9 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 				continue // mounted once the other pods' unmounts are done
 			}
 			after = minPositive(after, m.startMount(ctx, pod, dv))
+		}
+		if allMounted && len(m.dsw.PodErrors(uid)) == 0 {
+			after = minPositive(after, m.ensureSubpaths(ctx, pod, volumes))
 		}
 	}
 	return minPositive(after, m.updateStatus(ctx, uid))
@@ -144,6 +152,9 @@ func (m *Manager) podStatus(uid types.UID) podStatus {
 	errs := m.dsw.PodErrors(uid)
 	var unmounted []string
 	m.mu.Lock()
+	if e := m.subpathErr[uid]; e != "" {
+		errs = append(errs, e)
+	}
 	opErrs := m.opErrors[uid]
 	for _, dv := range m.dsw.PodVolumes(uid) {
 		if mv, ok := m.asw.PodVolume(uid, dv.Name); !ok || mv.State != VolumeMounted {
@@ -174,6 +185,8 @@ func (m *Manager) forget(uid types.UID) {
 	delete(m.remountSeq, uid)
 	delete(m.opErrors, uid)
 	delete(m.tornDown, uid)
+	delete(m.subpathsDone, uid)
+	delete(m.subpathErr, uid)
 	m.refs.remove(uid)
 }
 

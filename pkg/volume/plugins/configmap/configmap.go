@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubevol/kubevol/pkg/volume"
-	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/payload"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
 )
 

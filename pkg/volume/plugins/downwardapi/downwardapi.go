@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
-	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/payload"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
 )
 

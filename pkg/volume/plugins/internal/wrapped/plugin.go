@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevol/kubevol/pkg/volume"
-	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/payload"
 )
 
 // PayloadFunc builds a volume's files at SetUp time.

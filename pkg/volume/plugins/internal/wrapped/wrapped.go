@@ -16,7 +16,7 @@ import (
 
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/atomicwriter"
-	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/payload"
+	"github.com/kubevol/kubevol/pkg/volume/payload"
 )
 
 // Config describes one wrapped volume of one pod.
