@@ -92,14 +92,14 @@ type Manager struct {
 	synced      []cache.InformerSynced
 	initialized chan struct{}
 
-	mu          sync.Mutex
-	pods        map[types.UID]*v1.Pod // last object seen, also for deleted pods until torn down
-	deleted     map[types.UID]bool
-	refs        *refIndex
-	remountSeq  map[types.UID]uint64
-	status      map[types.UID]podStatus
-	opErrors    map[types.UID]map[v1.UniqueVolumeName]string
-	tornDown    map[types.UID]bool
+	mu           sync.Mutex
+	pods         map[types.UID]*v1.Pod // last object seen, also for deleted pods until torn down
+	deleted      map[types.UID]bool
+	refs         *refIndex
+	remountSeq   map[types.UID]uint64
+	status       map[types.UID]podStatus
+	opErrors     map[types.UID]map[v1.UniqueVolumeName]string
+	tornDown     map[types.UID]bool
 	subpathsDone map[types.UID]bool
 	subpathErr   map[types.UID]string
 }

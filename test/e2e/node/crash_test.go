@@ -31,7 +31,7 @@ func TestCrashStorm(t *testing.T) {
 	mustf(t, err, "secret")
 
 	var mu sync.Mutex
-	live := map[string]types.UID{}  // created and not deleted
+	live := map[string]types.UID{}    // created and not deleted
 	written := map[types.UID]string{} // pod → mount ID of its memory emptyDir when data was written
 	deleted := map[string]bool{}
 

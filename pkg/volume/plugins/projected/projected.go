@@ -17,8 +17,8 @@ import (
 
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/atomicwriter"
-	"github.com/kubevol/kubevol/pkg/volume/plugins/configmap"
 	"github.com/kubevol/kubevol/pkg/volume/payload"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/configmap"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/secret"
 )
