@@ -1,0 +1,175 @@
+// Package up tests `kubevol up` as a user runs it: the binary in a terminal-less process,
+// the printed kubectl line, a healthy stack, and nothing left after SIGINT.
+package up
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubevol/kubevol/internal/localcluster"
+)
+
+func TestUpThenInterrupt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("kubevol up needs root (mounts); run the tests as root")
+	}
+	root, err := localcluster.FindModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "kubevol")
+	if out, err := exec.Command("go", "build", "-C", root, "-o", bin, "./cmd/kubevol").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "up.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "up", "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			log, _ := os.ReadFile(stderr.Name())
+			t.Logf("kubevol up output:\n%s", log)
+		}
+	})
+
+	// The one line on stdout is the exact command to run.
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case err := <-exited:
+		t.Fatalf("kubevol up exited before it was ready: %v", err)
+	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
+		t.Fatal("kubevol up never printed its kubectl line")
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if want := "kubectl --kubeconfig " + kubeconfig + " get nodes"; line != want {
+		t.Errorf("stdout line = %q, want %q", line, want)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("/readyz = %q, %v", body, err)
+	}
+	for _, obj := range []func() error{
+		func() error {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, "kubevol-system", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.StorageV1().StorageClasses().Get(ctx, "kubevol-local", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.StorageV1().CSIDrivers().Get(ctx, "local.kubevol.io", metav1.GetOptions{})
+			return err
+		},
+	} {
+		if err := obj(); err != nil {
+			t.Errorf("kubevol up did not install its objects: %v", err)
+		}
+	}
+	pids := descendants(cmd.Process.Pid)
+	if len(pids) < 8 {
+		t.Errorf("kubevol up runs %d processes, want at least 8 (4 control plane + 4 kubevol): %v", len(pids), pids)
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process %d outlived kubevol up", pid)
+		}
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
+		t.Errorf("mounts under %s left after kubevol up stopped", dir)
+	}
+}
+
+// descendants lists every process below pid, read from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		var self, parent int
+		if _, err := fmt.Sscan(e.Name(), &self); err != nil || len(f) < 2 {
+			continue
+		}
+		if _, err := fmt.Sscan(f[1], &parent); err != nil {
+			continue
+		}
+		children[parent] = append(children[parent], self)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
