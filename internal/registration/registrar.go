@@ -1,0 +1,111 @@
+// Package registration speaks the kubelet plugin registration API v1
+// (k8s.io/kubelet/pkg/apis/pluginregistration/v1) on both sides:
+//
+//   - Registrar is the driver side, what node-driver-registrar does: it serves
+//     <dir>/<driver>-reg.sock and tells the node agent the driver's CSI endpoint.
+//   - Watcher is the node side, what the kubelet's plugin manager does: it watches the
+//     registry directory, asks each socket for its info, hands CSI plugins to a Handler
+//     and reports the outcome back to the plugin.
+//
+// Either side interoperates with its upstream counterpart.
+package registration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// SupportedVersions are the CSI versions a registration announces, as node-driver-registrar.
+var SupportedVersions = []string{"1.0.0"}
+
+// SocketPath is where node-driver-registrar puts a driver's registration socket.
+func SocketPath(dir, driver string) string { return filepath.Join(dir, driver+"-reg.sock") }
+
+// Registrar serves one driver's registration socket.
+type Registrar struct {
+	// Dir is the registry directory the node agent watches (<root-dir>/plugins_registry).
+	Dir string
+	// Driver is the CSI driver name.
+	Driver string
+	// Endpoint is the driver's CSI socket path, as the node agent sees it.
+	Endpoint string
+	// OnStatus, if set, receives the node agent's verdict; an error from it ends Serve.
+	// Upstream's registrar exits when registration fails.
+	OnStatus func(registered bool, msg string) error
+
+	registerapi.UnimplementedRegistrationServer
+	failed chan error
+}
+
+// Serve listens on the registration socket until ctx ends, and removes the socket then, so
+// the node agent sees the driver go away.
+func (r *Registrar) Serve(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("driver", r.Driver)
+	if err := os.MkdirAll(r.Dir, 0o750); err != nil {
+		return err
+	}
+	path := SocketPath(r.Dir, r.Driver)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale %s: %w", path, err)
+	}
+	// As node-driver-registrar: the socket is for the node agent (root) only.
+	old := syscall.Umask(0o077)
+	lis, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("registration socket: %w", err)
+	}
+	r.failed = make(chan error, 1)
+	srv := grpc.NewServer()
+	registerapi.RegisterRegistrationServer(srv, r)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	logger.Info("Serving plugin registration", "socket", path, "endpoint", r.Endpoint)
+	var result error
+	select {
+	case <-ctx.Done():
+	case result = <-r.failed:
+	case result = <-served:
+	}
+	srv.Stop()
+	_ = os.Remove(path)
+	return result
+}
+
+// GetInfo implements registerapi.RegistrationServer.
+func (r *Registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{
+		Type:              registerapi.CSIPlugin,
+		Name:              r.Driver,
+		Endpoint:          r.Endpoint,
+		SupportedVersions: SupportedVersions,
+	}, nil
+}
+
+// NotifyRegistrationStatus implements registerapi.RegistrationServer.
+func (r *Registrar) NotifyRegistrationStatus(ctx context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	logger := klog.FromContext(ctx).WithValues("driver", r.Driver)
+	if st.PluginRegistered {
+		logger.Info("Registered with the node agent")
+	} else {
+		logger.Error(nil, "Registration refused by the node agent", "reason", st.Error)
+	}
+	if r.OnStatus != nil {
+		if err := r.OnStatus(st.PluginRegistered, st.Error); err != nil {
+			select {
+			case r.failed <- err:
+			default:
+			}
+		}
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
