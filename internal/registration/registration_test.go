@@ -11,7 +11,6 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-
 type recordingHandler struct {
 	mu      sync.Mutex
 	events  []string

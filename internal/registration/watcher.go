@@ -128,7 +128,9 @@ func (w *Watcher) register(ctx context.Context, path string) {
 	client := registerapi.NewRegistrationClient(conn)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	info, err := client.GetInfo(cctx, &registerapi.InfoRequest{})
+	// The socket file appears at bind(), a moment before listen(): wait for it to answer
+	// instead of failing on the first refused connection.
+	info, err := client.GetInfo(cctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		logger.Error(err, "GetInfo on registration socket failed; will retry")
 		return
