@@ -270,8 +270,8 @@ func TestClone(t *testing.T) {
 }
 
 // Without the snapshot.storage.k8s.io CRDs a snapshot data source is refused with an event.
+// Not parallel, so that it runs before TestRestoreFromSnapshot installs the CRDs.
 func TestSnapshotSourceWithoutCRDs(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, envOptions{})
 	if _, err := e.cs.Discovery().ServerResourcesForGroupVersion("snapshot.storage.k8s.io/v1"); err == nil {
 		t.Skip("the snapshot CRDs are installed in this cluster")
