@@ -1,6 +1,8 @@
 package volumemanager
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -203,11 +205,7 @@ func (a *ActualState) MarkRemountRequired(uid types.UID, names []v1.UniqueVolume
 func (a *ActualState) PodUIDs() []types.UID {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	out := make([]types.UID, 0, len(a.byPod))
-	for uid := range a.byPod {
-		out = append(out, uid)
-	}
-	return out
+	return slices.Collect(maps.Keys(a.byPod))
 }
 
 // UnusedVolumes lists volumes no pod has mounted: candidates for device unmount.

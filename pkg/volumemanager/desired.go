@@ -1,6 +1,8 @@
 package volumemanager
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -175,23 +177,14 @@ func (d *DesiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
 func (d *DesiredState) VolumeUsers(name v1.UniqueVolumeName) []types.UID {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make([]types.UID, 0, len(d.byVolume[name]))
-	for uid := range d.byVolume[name] {
-		out = append(out, uid)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(d.byVolume[name]))
 }
 
 // PodUIDs lists the pods in the desired state.
 func (d *DesiredState) PodUIDs() []types.UID {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := make([]types.UID, 0, len(d.pods))
-	for uid := range d.pods {
-		out = append(out, uid)
-	}
-	return out
+	return slices.Collect(maps.Keys(d.pods))
 }
 
 // AttachableVolumes lists the attachable volumes wanted, for node.status.volumesInUse.
@@ -244,10 +237,5 @@ func (d *DesiredState) Counts() map[string]int {
 }
 
 func sortedNames(set map[v1.UniqueVolumeName]bool) []v1.UniqueVolumeName {
-	out := make([]v1.UniqueVolumeName, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(set))
 }

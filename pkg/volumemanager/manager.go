@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -274,11 +276,7 @@ func (m *Manager) enqueueAll(extra []types.UID) {
 func (m *Manager) knownPodUIDs() []types.UID {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]types.UID, 0, len(m.pods))
-	for uid := range m.pods {
-		out = append(out, uid)
-	}
-	return out
+	return slices.Collect(maps.Keys(m.pods))
 }
 
 func (m *Manager) runPodWorker(ctx context.Context) {

@@ -221,14 +221,12 @@ func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
 	if err := m.cleanSubpaths(uid, ""); err != nil {
 		return err
 	}
-	mps, err := m.mounter.List()
+	mps, err := m.mountsBelow(dir)
 	if err != nil {
 		return err
 	}
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, dir+"/") {
-			return fmt.Errorf("%s is still mounted", mp.Path)
-		}
+	if len(mps) > 0 {
+		return fmt.Errorf("%s is still mounted", mps[0])
 	}
 	return os.RemoveAll(dir)
 }

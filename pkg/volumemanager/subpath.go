@@ -27,18 +27,31 @@ func (m *Manager) cleanSubpaths(uid types.UID, specName string) error {
 	if _, err := os.Lstat(dir); err != nil {
 		return nil
 	}
-	mps, err := m.mounter.List()
+	mps, err := m.mountsBelow(dir)
 	if err != nil {
 		return err
 	}
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, dir+"/") {
-			if err := m.mounter.Unmount(mp.Path); err != nil {
-				return err
-			}
+	for i := len(mps) - 1; i >= 0; i-- { // deepest, i.e. latest, first
+		if err := m.mounter.Unmount(mps[i]); err != nil {
+			return err
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// mountsBelow lists the mount points under dir, in mount table order.
+func (m *Manager) mountsBelow(dir string) ([]string, error) {
+	mps, err := m.mounter.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp.Path, dir+"/") {
+			out = append(out, mp.Path)
+		}
+	}
+	return out, nil
 }
 
 // subpathRetry is how soon a pod whose subPath could not be prepared is tried again.

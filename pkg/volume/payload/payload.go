@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubevol/kubevol/pkg/volume/atomicwriter"
@@ -58,6 +59,25 @@ func FromKeys(data map[string][]byte, items []v1.KeyToPath, defaultMode *int32, 
 		out[it.Path] = atomicwriter.FileProjection{Data: v, Mode: m}
 	}
 	return out, nil
+}
+
+// FromObject projects the keys of a ConfigMap or Secret that get returns: a missing object
+// is empty when optional, else an error naming it. Errors never contain the data.
+func FromObject(kind, name string, get func() (map[string][]byte, error), items []v1.KeyToPath, defaultMode *int32, optional bool) (Files, error) {
+	data, err := get()
+	switch {
+	case apierrors.IsNotFound(err) && optional:
+		return Files{}, nil
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%s %q not found", kind, name)
+	case err != nil:
+		return nil, fmt.Errorf("get %s %q: %w", kind, name, err)
+	}
+	files, err := FromKeys(data, items, defaultMode, optional)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+	return files, nil
 }
 
 // ConfigMapData merges data and binaryData.

@@ -4,11 +4,9 @@ package configmap
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/payload"
@@ -36,20 +34,12 @@ func New() volume.Plugin {
 
 // Payload builds the files of src in namespace.
 func Payload(h volume.Host, namespace string, src *v1.ConfigMapVolumeSource) (payload.Files, error) {
-	optional := src.Optional != nil && *src.Optional
-	cm, err := h.GetConfigMap(namespace, src.Name)
-	if err != nil {
-		if apierrors.IsNotFound(err) && optional {
-			return payload.Files{}, nil
+	get := func() (map[string][]byte, error) {
+		cm, err := h.GetConfigMap(namespace, src.Name)
+		if err != nil {
+			return nil, err
 		}
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("configmap %q not found", src.Name)
-		}
-		return nil, fmt.Errorf("get configmap %q: %w", src.Name, err)
+		return payload.ConfigMapData(cm), nil
 	}
-	files, err := payload.FromKeys(payload.ConfigMapData(cm), src.Items, src.DefaultMode, optional)
-	if err != nil {
-		return nil, fmt.Errorf("configmap %q: %w", src.Name, err)
-	}
-	return files, nil
+	return payload.FromObject("configmap", src.Name, get, src.Items, src.DefaultMode, src.Optional != nil && *src.Optional)
 }

@@ -4,11 +4,9 @@ package secret
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/payload"
@@ -34,22 +32,14 @@ func New() volume.Plugin {
 	})
 }
 
-// Payload builds the files of a secret source. The error never contains secret data.
-func Payload(h volume.Host, namespace, name string, items []v1.KeyToPath, defaultMode *int32, optionalPtr *bool) (payload.Files, error) {
-	optional := optionalPtr != nil && *optionalPtr
-	s, err := h.GetSecret(namespace, name)
-	if err != nil {
-		if apierrors.IsNotFound(err) && optional {
-			return payload.Files{}, nil
+// Payload builds the files of a secret source.
+func Payload(h volume.Host, namespace, name string, items []v1.KeyToPath, defaultMode *int32, optional *bool) (payload.Files, error) {
+	get := func() (map[string][]byte, error) {
+		s, err := h.GetSecret(namespace, name)
+		if err != nil {
+			return nil, err
 		}
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("secret %q not found", name)
-		}
-		return nil, fmt.Errorf("get secret %q: %w", name, err)
+		return s.Data, nil
 	}
-	files, err := payload.FromKeys(s.Data, items, defaultMode, optional)
-	if err != nil {
-		return nil, fmt.Errorf("secret %q: %w", name, err)
-	}
-	return files, nil
+	return payload.FromObject("secret", name, get, items, defaultMode, optional != nil && *optional)
 }
