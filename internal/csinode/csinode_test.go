@@ -1,0 +1,84 @@
+package csinode
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestInstallAndUninstall(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-1", Labels: map[string]string{"kubernetes.io/hostname": "n1"}}})
+	m := &Manager{Client: cs, NodeName: "n1"}
+
+	a := Driver{Name: "a.example.com", NodeID: "node-a", Topology: map[string]string{"topology.a/zone": "z1", "topology.a/node": "n1"}, MaxVolumes: 16}
+	if err := m.Install(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Install(ctx, Driver{Name: "b.example.com", NodeID: "node-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Install(ctx, a); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	node, _ := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if got, want := node.Annotations[NodeIDAnnotation], `{"a.example.com":"node-a","b.example.com":"node-b"}`; got != want {
+		t.Errorf("node-id annotation = %s, want %s", got, want)
+	}
+	if node.Labels["topology.a/zone"] != "z1" || node.Labels["kubernetes.io/hostname"] != "n1" {
+		t.Errorf("labels = %v: topology missing or existing labels lost", node.Labels)
+	}
+	cn, err := cs.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cn.OwnerReferences) != 1 || cn.OwnerReferences[0].UID != "uid-1" {
+		t.Errorf("CSINode owner = %v, want the Node", cn.OwnerReferences)
+	}
+	if len(cn.Spec.Drivers) != 2 {
+		t.Fatalf("CSINode drivers = %+v, want 2", cn.Spec.Drivers)
+	}
+	d := cn.Spec.Drivers[0]
+	if d.Name != "a.example.com" || d.NodeID != "node-a" || d.Allocatable == nil || *d.Allocatable.Count != 16 ||
+		len(d.TopologyKeys) != 2 || d.TopologyKeys[0] != "topology.a/node" {
+		t.Errorf("driver a entry = %+v", d)
+	}
+	if cn.Spec.Drivers[1].Allocatable != nil {
+		t.Error("a driver without max_volumes_per_node got an allocatable count")
+	}
+
+	if err := m.Uninstall(ctx, "a.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	node, _ = cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if got := node.Annotations[NodeIDAnnotation]; got != `{"b.example.com":"node-b"}` {
+		t.Errorf("after uninstall, node-id annotation = %s", got)
+	}
+	cn, _ = cs.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+	if len(cn.Spec.Drivers) != 1 || cn.Spec.Drivers[0].Name != "b.example.com" {
+		t.Errorf("after uninstall, CSINode drivers = %+v", cn.Spec.Drivers)
+	}
+}
+
+func TestTopologyConflictIsRefused(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"zone": "east"}}})
+	m := &Manager{Client: cs, NodeName: "n1"}
+	err := m.Install(ctx, Driver{Name: "a.example.com", NodeID: "x", Topology: map[string]string{"zone": "west"}})
+	if err == nil {
+		t.Fatal("a driver could overwrite a conflicting topology label")
+	}
+	if _, err := cs.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{}); err == nil {
+		t.Error("CSINode written despite the refused registration")
+	}
+}
+
+func TestMissingNode(t *testing.T) {
+	m := &Manager{Client: fake.NewClientset(), NodeName: "absent"}
+	if err := m.Install(context.Background(), Driver{Name: "a", NodeID: "x"}); err == nil {
+		t.Fatal("Install succeeded without a Node object")
+	}
+}
