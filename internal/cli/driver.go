@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/registration"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -23,6 +24,8 @@ type driverOptions struct {
 	capacity     string
 	httpEndpoint string
 	faults       []string
+	regDir       string
+	regPath      string
 }
 
 func newDriverCommand() *cobra.Command {
@@ -46,6 +49,8 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.regDir, "plugin-registration-dir", "", "node or all mode: serve the kubelet plugin registration socket <dir>/<drivername>-reg.sock here, as node-driver-registrar does (e.g. /var/lib/kubelet/plugins_registry)")
+	f.StringVar(&o.regPath, "kubelet-registration-path", "", "CSI socket path announced at registration, as the node agent sees it (default: the --endpoint path)")
 	f.StringVar(&o.endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/csi.sock (default $CSI_ENDPOINT)")
 	f.StringVar(&o.cfg.NodeID, "node-id", "", "name of this node, also its topology segment "+driver.TopologyKey+" (required)")
 	f.StringVar(&o.cfg.StateDir, "state-dir", "", "directory of the records, volumes and snapshots (required)")
@@ -89,6 +94,12 @@ func (o *driverOptions) validate() error {
 		}
 		o.cfg.Faults = append(o.cfg.Faults, rules...)
 	}
+	if o.regDir != "" && o.mode == string(driver.ModeController) {
+		return usageErrorf("--plugin-registration-dir registers the node service; it needs --mode node or all")
+	}
+	if o.regPath == "" {
+		o.regPath, _ = driver.ParseEndpoint(o.endpoint)
+	}
 	o.cfg.Version = version.Get()
 	if err := o.cfg.Validate(); err != nil {
 		return usageErrorf("%v", err)
@@ -125,6 +136,20 @@ func (o *driverOptions) run(ctx context.Context) error {
 			_ = srv.Shutdown(sctx)
 		}()
 		logger.Info("Serving /metrics and /healthz", "address", hl.Addr().String())
+	}
+	if o.regDir != "" {
+		// Registration starts with serving: the node agent may call the driver at once.
+		regCtx, cancel := context.WithCancel(ctx)
+		reg := &registration.Registrar{Dir: o.regDir, Driver: o.cfg.DriverName, Endpoint: o.regPath}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := reg.Serve(regCtx); err != nil {
+				logger.Error(err, "Plugin registration stopped")
+			}
+		}()
+		// The socket goes before the process does, so the node agent deregisters the driver.
+		defer func() { cancel(); <-done }()
 	}
 	return d.Run(ctx, lis)
 }
