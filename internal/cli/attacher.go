@@ -106,6 +106,6 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		return err
 	}
 	// The Lease name upstream derives from the driver, so both can share one election.
-	lock := "external-attacher-leader-" + attacher.SanitizeDriverName(driver)
+	lock := "external-attacher-leader-" + csi.SanitizeDriverName(driver)
 	return sidecar.Run(ctx, o.sidecar, client, reg, lock, ctrl.Run)
 }

@@ -162,37 +162,12 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		c.mu.Lock()
 		c.procs = append(c.procs, p)
 		c.mu.Unlock()
-		if err := waitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
+		if err := proc.WaitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
 			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
 		}
 		fmt.Fprintf(c.opts.Progress, "%s ready (%s)\n", s.name, time.Since(start).Round(100*time.Millisecond))
 	}
 	return nil
-}
-
-// waitReady polls ready until it succeeds, the process dies, or the timeout passes. The
-// poll runs only during start-up.
-func waitReady(ctx context.Context, p *proc.Process, timeout time.Duration, ready func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		last = ready(rctx)
-		rcancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-p.Done():
-			return fmt.Errorf("exited before it became ready (%v)", p.Err())
-		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s: %v", timeout, last)
-		case <-tick.C:
-		}
-	}
 }
 
 // Stop terminates the components in reverse start order and waits for each to exit.
@@ -272,17 +247,22 @@ func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 	}
 	var out []ComponentStatus
 	for _, p := range procs {
-		s := ComponentStatus{Name: p.Name, PID: p.PID(), Running: !p.Exited()}
-		if !s.Running {
-			s.Detail = fmt.Sprintf("exited: %v", p.Err())
-		} else if err := probes[p.Name](ctx); err != nil {
-			s.Detail = err.Error()
-		} else {
-			s.Healthy = true
-		}
-		out = append(out, s)
+		out = append(out, StatusOf(ctx, p, probes[p.Name]))
 	}
 	return out
+}
+
+// StatusOf reports one process: running or not, and healthy when probe passes.
+func StatusOf(ctx context.Context, p *proc.Process, probe func(context.Context) error) ComponentStatus {
+	s := ComponentStatus{Name: p.Name, PID: p.PID(), Running: !p.Exited()}
+	if !s.Running {
+		s.Detail = fmt.Sprintf("exited: %v", p.Err())
+	} else if err := probe(ctx); err != nil {
+		s.Detail = err.Error()
+	} else {
+		s.Healthy = true
+	}
+	return s
 }
 
 // Exited returns a channel that receives the name of the first component that exits.

@@ -5,6 +5,7 @@ package proc
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -109,4 +110,28 @@ func LogTail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// WaitReady polls ready every 100 ms until it succeeds, the process exits, or timeout passes.
+// It is for start-up only, never a steady-state loop.
+func WaitReady(ctx context.Context, p *Process, timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ready(rctx)
+		rcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.Done():
+			return fmt.Errorf("exited before it became ready (%v)", p.Err())
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after %s: %v", timeout, err)
+		case <-tick.C:
+		}
+	}
 }

@@ -27,23 +27,4 @@ func probe(ctx context.Context, url string) error {
 	return nil
 }
 
-// waitHealthy polls the component's /healthz during start-up only.
-func waitHealthy(ctx context.Context, c *component, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := probe(ctx, c.health)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-c.p.Done():
-			return fmt.Errorf("exited before it became healthy (%v)", c.p.Err())
-		case <-ctx.Done():
-			return fmt.Errorf("not healthy after %s: %v", timeout, err)
-		case <-tick.C:
-		}
-	}
-}
+func (c *component) probe(ctx context.Context) error { return probe(ctx, c.health) }

@@ -130,7 +130,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		s.mu.Lock()
 		s.procs = append(s.procs, c)
 		s.mu.Unlock()
-		if err := waitHealthy(ctx, c, time.Minute); err != nil {
+		if err := proc.WaitReady(ctx, p, time.Minute, c.probe); err != nil {
 			return fmt.Errorf("kubevol %s: %w; last log lines (%s):\n%s", st.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
 		}
 		fmt.Fprintf(s.opts.Progress, "kubevol %s ready\n", st.name)
@@ -161,15 +161,7 @@ func (s *Stack) Status(ctx context.Context) []localcluster.ComponentStatus {
 	procs := append([]*component(nil), s.procs...)
 	s.mu.Unlock()
 	for _, c := range procs {
-		st := localcluster.ComponentStatus{Name: c.p.Name, PID: c.p.PID(), Running: !c.p.Exited()}
-		if !st.Running {
-			st.Detail = fmt.Sprintf("exited: %v", c.p.Err())
-		} else if err := probe(ctx, c.health); err != nil {
-			st.Detail = err.Error()
-		} else {
-			st.Healthy = true
-		}
-		out = append(out, st)
+		out = append(out, localcluster.StatusOf(ctx, c.p, c.probe))
 	}
 	return out
 }
