@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const tmpfsMagic = 0x01021994
@@ -225,8 +227,12 @@ func TestNodeRegistration(t *testing.T) {
 	if n.Labels[corev1.LabelHostname] != a.name {
 		t.Errorf("labels %v", n.Labels)
 	}
-	l, err := a.client.CoordinationV1().Leases("kube-node-lease").Get(ctx, a.name, metav1.GetOptions{})
-	mustf(t, err, "get lease")
+	var l *coordinationv1.Lease
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err = a.client.CoordinationV1().Leases("kube-node-lease").Get(ctx, a.name, metav1.GetOptions{})
+		return err == nil && len(l.OwnerReferences) > 0, nil
+	})
+	mustf(t, err, "wait for the node lease")
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != a.name || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != n.UID {
 		t.Errorf("lease %+v", l)
 	}
