@@ -2,6 +2,8 @@ package provisioner_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,14 @@ func TestBlockRWOPAndExtraMetadata(t *testing.T) {
 	_, pv := e.waitBound(pvc.Name, time.Minute)
 	if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != block || pv.Spec.CSI.FSType != "" || pv.Spec.AccessModes[0] != corev1.ReadWriteOncePod {
 		t.Fatalf("PV spec %+v", pv.Spec)
+	}
+	// The driver records the parameters it got; --extra-create-metadata must have added these.
+	state, err := os.ReadFile(filepath.Join(e.dir, "state", "controller.json"))
+	fatalIf(t, err, "driver state")
+	for _, want := range []string{`"csi.storage.k8s.io/pvc/name":"raw"`, `"csi.storage.k8s.io/pvc/namespace":"` + e.ns + `"`, `"csi.storage.k8s.io/pv/name":"` + pv.Name + `"`} {
+		if !strings.Contains(string(state), want) {
+			t.Errorf("CreateVolume parameters lack %s", want)
+		}
 	}
 	e.deleteClaim(pvc.Name)
 	e.waitGone(e.pvGetter(pv.Name), "PV", time.Minute)
