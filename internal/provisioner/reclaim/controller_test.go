@@ -1,0 +1,96 @@
+package reclaim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/provisioner/metrics"
+	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+)
+
+const driverName = "fake.csi.kubevol.io"
+
+func releasedPV(name, handle string, policy corev1.PersistentVolumeReclaimPolicy) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{pvspec.Finalizer},
+			Annotations: map[string]string{pvspec.AnnProvisionedBy: driverName, pvspec.AnnDeletionSecretName: "", pvspec.AnnDeletionSecretNamespace: ""}},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeReclaimPolicy: policy,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: handle}},
+		},
+		Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased},
+	}
+}
+
+// A Released PV is deleted only once no VolumeAttachment names it; Retain drops the
+// finalizer and keeps the volume.
+func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pvName := "pvc-1"
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}, Spec: storagev1.VolumeAttachmentSpec{
+		Attacher: driverName, NodeName: "n", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
+	cs := fake.NewClientset(releasedPV(pvName, "h1", corev1.PersistentVolumeReclaimDelete), releasedPV("pvc-2", "h2", corev1.PersistentVolumeReclaimRetain), va)
+	drv := csitest.Start(t, &csitest.Driver{Name: driverName, ControllerCaps: []csipb.ControllerServiceCapability_RPC_Type{
+		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}})
+	conn, err := csi.Dial(csi.Config{Address: drv.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	recorder := record.NewFakeRecorder(100)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	c, err := New(Config{Client: cs, Recorder: recorder, CSI: conn, Driver: driverName, Metrics: metrics.New(nil, nil),
+		Volumes: factory.Core().V1().PersistentVolumes(), Attachments: factory.Storage().V1().VolumeAttachments(),
+		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	go c.Run(ctx, 2)
+
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	poll("the still-attached event", func() bool {
+		select {
+		case ev := <-recorder.Events:
+			return ev != ""
+		default:
+			return false
+		}
+	})
+	if n := drv.Calls("DeleteVolume"); n != 0 {
+		t.Fatalf("DeleteVolume called %d times while attached", n)
+	}
+	if err := cs.StorageV1().VolumeAttachments().Delete(ctx, "va", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("DeleteVolume after the detach", func() bool { return drv.Calls("DeleteVolume") == 1 })
+	poll("the PV to go", func() bool {
+		_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		return err != nil
+	})
+	poll("Retain to drop the finalizer", func() bool {
+		pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, "pvc-2", metav1.GetOptions{})
+		return err == nil && len(pv.Finalizers) == 0
+	})
+	if n := drv.Calls("DeleteVolume"); n != 1 {
+		t.Fatalf("DeleteVolume called %d times; Retain must not delete", n)
+	}
+}
