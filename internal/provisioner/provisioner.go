@@ -98,13 +98,26 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("CSI driver is ready", "topology", caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
 
-	hostname, _ := os.Hostname()
-	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), driver)
-	journal := intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+objectName(driver))
-	m := metrics.New(reg, func() float64 { return float64(journal.Len()) })
-	return sidecar.Run(ctx, sc, clients.leader, reg, objectName(driver), func(ctx context.Context) error {
-		return runControllers(ctx, cfg, clients, conn, caps, driver, identity, hostname, journal, m)
-	})
+	p := &instance{cfg: cfg, clients: clients, conn: conn, caps: caps, driver: driver,
+		identity: fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), driver),
+		journal:  intent.New(clients.main, cfg.IntentNamespace, "kubevol-provisioner-"+objectName(driver)),
+	}
+	p.hostname, _ = os.Hostname()
+	p.metrics = metrics.New(reg, func() float64 { return float64(p.journal.Len()) })
+	return sidecar.Run(ctx, sc, clients.leader, reg, objectName(driver), p.lead)
+}
+
+// instance is one provisioner connected to its driver, ready to lead.
+type instance struct {
+	cfg      Config
+	clients  *clientSet
+	conn     *csi.Conn
+	caps     *csi.Capabilities
+	driver   string
+	identity string
+	hostname string
+	journal  *intent.Journal
+	metrics  *metrics.Metrics
 }
 
 // restConfig honours --master, which only the provisioner among the sidecars has upstream.
@@ -172,8 +185,10 @@ func stripForCache(obj any) (any, error) {
 	return obj, nil
 }
 
-func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Conn, caps *csi.Capabilities, driver, identity, hostname string, journal *intent.Journal, m *metrics.Metrics) error {
+// lead runs the controllers while this instance holds the lease.
+func (p *instance) lead(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	cfg, cs, conn, caps, driver, journal, m := p.cfg, p.clients, p.conn, p.caps, p.driver, p.journal, p.metrics
 	records, err := journal.Load(ctx)
 	if err != nil {
 		return err
@@ -183,12 +198,12 @@ func runControllers(ctx context.Context, cfg Config, cs *clientSet, conn *csi.Co
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver + "_" + hostname})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver + "_" + p.hostname})
 
 	factory := informers.NewSharedInformerFactoryWithOptions(cs.main, 15*time.Minute, informers.WithTransform(stripForCache))
 	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
-		Client: cs.main, Recorder: recorder, CSI: conn, Caps: caps, Driver: driver, Identity: identity,
+		Client: cs.main, Recorder: recorder, CSI: conn, Caps: caps, Driver: driver, Identity: p.identity,
 		Journal: journal, Metrics: m, Dynamic: cs.dynamic,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
 		Classes:          factory.Storage().V1().StorageClasses(),
