@@ -373,9 +373,22 @@ func (b *bench) measurePropagation(ctx context.Context) (*report.Run, error) {
 // measureIdle is the CPU this process (the agent, with the benchmark idle) uses while
 // nothing changes, in percent of one core.
 func (b *bench) measureIdle(ctx context.Context) float64 {
-	// Let the pod condition and event writes of the last phase drain first.
+	// Idle means the agent has written every pod condition and success event.
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := b.cs.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if !volumesReady(&p) {
+				return false, nil
+			}
+		}
+		events, err := b.cs.CoreV1().Events(b.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=SuccessfulMountVolume"})
+		return err == nil && len(events.Items) >= len(pods.Items), nil
+	})
 	select {
-	case <-time.After(5 * time.Second):
+	case <-time.After(2 * time.Second):
 	case <-ctx.Done():
 	}
 	before, t0 := cpuTime(), time.Now()
@@ -384,6 +397,15 @@ func (b *bench) measureIdle(ctx context.Context) float64 {
 	case <-ctx.Done():
 	}
 	return 100 * (cpuTime() - before).Seconds() / time.Since(t0).Seconds()
+}
+
+func volumesReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == agentpkg.VolumesReadyCondition {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func cpuTime() time.Duration {
