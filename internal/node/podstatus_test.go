@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestPodStatusWriter(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}}
+	client := fake.NewClientset(pod)
+	var readyAt time.Time
+	w := newPodStatusWriter(client, func(_ *v1.Pod, at time.Time) { readyAt = at })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.run(ctx)
+
+	condition := func() *v1.PodCondition {
+		p, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == VolumesReadyCondition {
+				return &p.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	eventually := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	w.VolumesFailed(pod, "configmap \"x\" not found")
+	eventually("False condition", func() bool {
+		c := condition()
+		return c != nil && c.Status == v1.ConditionFalse && c.Reason == ReasonFailedMount && c.Message == "configmap \"x\" not found"
+	})
+	w.VolumesReady(pod)
+	eventually("True condition", func() bool { c := condition(); return c != nil && c.Status == v1.ConditionTrue })
+	if readyAt.IsZero() {
+		t.Error("OnVolumesReady not called")
+	}
+
+	// A terminal pod is left alone; a pod being deleted is deleted once torn down.
+	w.VolumesTornDown(pod)
+	time.Sleep(100 * time.Millisecond)
+	if _, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); err != nil {
+		t.Fatalf("pod without deletionTimestamp deleted: %v", err)
+	}
+	now := metav1.Now()
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp = &now
+	w.VolumesTornDown(deleting)
+	eventually("pod deleted", func() bool {
+		_, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}
