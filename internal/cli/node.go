@@ -22,6 +22,7 @@ type nodeOptions struct {
 	resync         time.Duration
 	leaseDuration  time.Duration
 	statusInterval time.Duration
+	sizeInterval   time.Duration
 	qps            float32
 	burst          int
 }
@@ -53,6 +54,7 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	f.DurationVar(&o.resync, "resync-period", 10*time.Minute, "safety-net resync of every pod and volume")
 	f.DurationVar(&o.leaseDuration, "lease-duration", 40*time.Second, "duration of the node Lease; renewed every quarter of it")
 	f.DurationVar(&o.statusInterval, "node-status-interval", time.Minute, "how often the Node status is refreshed when nothing changes")
+	f.DurationVar(&o.sizeInterval, "emptydir-size-interval", 30*time.Second, "how often disk-backed emptyDirs with a sizeLimit are measured")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the API server")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst towards the API server")
 	return cmd
@@ -77,6 +79,9 @@ func (o *nodeOptions) validate() error {
 	}
 	if o.statusInterval < time.Second {
 		return usageErrorf("--node-status-interval must be at least 1s, got %s", o.statusInterval)
+	}
+	if o.sizeInterval < time.Second {
+		return usageErrorf("--emptydir-size-interval must be at least 1s, got %s", o.sizeInterval)
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return usageErrorf("--kube-api-qps and --kube-api-burst must be positive")
@@ -106,6 +111,7 @@ func (o *nodeOptions) run(ctx context.Context) error {
 	agent, err := node.New(node.Config{
 		Client: client, NodeName: o.nodeName, RootDir: o.rootDir, MetricsAddress: o.metricsAddress,
 		ResyncPeriod: o.resync, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval,
+		SizeLimitInterval: o.sizeInterval,
 	})
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -53,6 +54,9 @@ type Config struct {
 	StatusInterval time.Duration
 	// ResyncPeriod is the volume manager's safety-net resync.
 	ResyncPeriod time.Duration
+	// SizeLimitInterval is how often disk-backed emptyDirs with a sizeLimit are measured;
+	// default 30 s.
+	SizeLimitInterval time.Duration
 	// OnVolumesReady, if set, is called when all volumes of a pod are mounted (benchmarks).
 	OnVolumesReady func(pod *v1.Pod, at time.Time)
 }
@@ -68,9 +72,10 @@ type Agent struct {
 	inUse    chan struct{}
 	healthy  atomic.Bool
 
-	mu       sync.Mutex
-	capacity v1.ResourceList
-	listener net.Listener
+	mu         sync.Mutex
+	capacity   v1.ResourceList
+	listener   net.Listener
+	readySince metav1.Time
 }
 
 // New validates cfg and builds the agent; Run starts it.
@@ -88,6 +93,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = time.Minute
+	}
+	if cfg.SizeLimitInterval <= 0 {
+		cfg.SizeLimitInterval = 30 * time.Second
 	}
 	a := &Agent{cfg: cfg, registry: prometheus.NewRegistry(), inUse: make(chan struct{}, 1)}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -159,8 +167,9 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	errCh := make(chan error, 1)
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); a.runLease(ctx) }()
+	go func() { defer wg.Done(); a.runEmptyDirLimits(ctx, a.cfg.SizeLimitInterval) }()
 	go func() { defer wg.Done(); a.pods.run(ctx) }()
 	go func() {
 		defer wg.Done()

@@ -129,13 +129,19 @@ func (a *Agent) newNode() *v1.Node {
 // keeps the reported list.
 func (a *Agent) updateNodeStatus(ctx context.Context, current []v1.UniqueVolumeName, inUse []v1.UniqueVolumeName) error {
 	now := metav1.Now()
+	a.mu.Lock()
+	if a.readySince.IsZero() {
+		a.readySince = now
+	}
+	since := a.readySince
+	a.mu.Unlock()
 	capacity := a.allocatable()
 	status := map[string]any{
 		"capacity":    capacity,
 		"allocatable": capacity,
 		"conditions": []v1.NodeCondition{{
 			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubevolReady",
-			Message: "kubevol node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+			Message: "kubevol node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: since,
 		}},
 		"nodeInfo": map[string]string{
 			"kubeletVersion": "kubevol-" + version.Get(), "operatingSystem": runtime.GOOS, "architecture": runtime.GOARCH,
@@ -177,7 +183,13 @@ func (a *Agent) runNodeStatus(ctx context.Context) {
 		if inUse == nil {
 			inUse = []v1.UniqueVolumeName{}
 		}
-		if err := a.updateNodeStatus(ctx, reported, inUse); err != nil {
+		err := a.updateNodeStatus(ctx, reported, inUse)
+		if apierrors.IsNotFound(err) {
+			// Someone deleted our Node: register it again, as the kubelet does on restart.
+			logger.Info("Node object is gone, registering it again")
+			err = a.registerNode(ctx)
+		}
+		if err != nil {
 			logger.Error(err, "Node status update failed")
 			continue
 		}

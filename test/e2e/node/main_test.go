@@ -41,7 +41,7 @@ type agent struct {
 
 // startAgent runs an agent for a fresh node. At the end of the test it is stopped, its
 // Node deleted, and every mount under its root directory reported as leaked (and unmounted).
-func startAgent(t *testing.T) *agent {
+func startAgent(t *testing.T, extraArgs ...string) *agent {
 	t.Helper()
 	a := &agent{t: t, client: framework.Client(t), name: "kv-" + rand.String(6), ns: framework.Namespace(t)}
 	root, err := os.MkdirTemp("", "kubevol-node-e2e-")
@@ -60,8 +60,9 @@ func startAgent(t *testing.T) *agent {
 		_ = os.RemoveAll(root)
 		_ = a.client.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{})
 	})
-	a.proc = framework.StartKubevol(t, "node", "--kubeconfig", framework.Cluster().KubeconfigPath(),
-		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2")
+	args := append([]string{"node", "--kubeconfig", framework.Cluster().KubeconfigPath(),
+		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2"}, extraArgs...)
+	a.proc = framework.StartKubevol(t, args...)
 	// Pods go first, while the agent still runs, so their volumes are torn down by it.
 	t.Cleanup(a.deleteAllPods)
 	a.waitNodeReady()

@@ -268,3 +268,14 @@ func TestTerminalPodTornDown(t *testing.T) {
 		t.Errorf("terminal pod deleted by the agent: %v", err)
 	}
 }
+
+// A disk-backed emptyDir that outgrows its sizeLimit is reported with upstream's eviction
+// message (the kubelet would evict the pod; the agent has no containers to stop).
+func TestEmptyDirSizeLimitReported(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t, "--emptydir-size-interval", "1s")
+	p := a.create(a.pod("big", corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))}}}))
+	p = a.waitPod(p.Name, time.Minute, "volumes ready", volumesReady)
+	mustf(t, os.WriteFile(filepath.Join(a.volumeDir(p, "kubernetes.io~empty-dir", "scratch"), "blob"), make([]byte, 2<<20), 0o644), "fill the emptyDir")
+	a.waitEvent(p.Name, "EmptyDirSizeLimitExceeded", `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi"`, 30*time.Second)
+}
