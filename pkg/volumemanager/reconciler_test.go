@@ -2,7 +2,9 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -19,6 +21,19 @@ type sharedPlugin struct {
 	host volume.Host
 	mu   sync.Mutex
 	log  []string
+	// setUpErrs are returned by the next SetUp calls, in order.
+	setUpErrs []error
+}
+
+func (p *sharedPlugin) nextSetUpErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.setUpErrs) == 0 {
+		return nil
+	}
+	err := p.setUpErrs[0]
+	p.setUpErrs = p.setUpErrs[1:]
+	return err
 }
 
 func (p *sharedPlugin) record(s string) { p.mu.Lock(); p.log = append(p.log, s); p.mu.Unlock() }
@@ -83,6 +98,9 @@ func (m *sharedMounter) Path() string                  { return m.dir }
 func (m *sharedMounter) Attributes() volume.Attributes { return volume.Attributes{} }
 func (m *sharedMounter) SetUp(context.Context, volume.MounterArgs) error {
 	m.p.record("setup " + m.pod)
+	if err := m.p.nextSetUpErr(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return err
 	}
@@ -154,4 +172,32 @@ func countOf(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// A SetUp that times out leaves the volume uncertain: it is retried until it succeeds, and a
+// pod deleted meanwhile still gets TearDown, so nothing that may be mounted is forgotten.
+func TestUncertainMountIsRetriedAndTornDown(t *testing.T) {
+	sp := &sharedPlugin{setUpErrs: []error{volume.NewUncertainError(errors.New("NodePublish timed out"))}}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{sp}
+	h.start()
+	h.create(pod("p", "uid-p", sharedVolume("data")))
+	h.eventually("failure reported", func() bool {
+		return h.obs.get(func(o *observer) bool { return strings.Contains(o.failed["uid-p"], "timed out") })
+	})
+	h.eventually("ready after the retry", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+
+	sp.mu.Lock()
+	sp.setUpErrs = []error{volume.NewUncertainError(errors.New("timed out again"))}
+	sp.mu.Unlock()
+	h.create(pod("q", "uid-q", v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol2"}}}))
+	h.eventually("q uncertain", func() bool {
+		mv, ok := h.m.ActualState().PodVolume("uid-q", "test/shared//vol2")
+		return ok && mv.State == VolumeMountUncertain
+	})
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "q", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("q torn down", func() bool { return countOf(sp.events(), "teardown uid-q") == 1 })
+	h.eventually("q unstaged", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol2") })
 }
