@@ -58,6 +58,7 @@ type Executor struct {
 
 	mu      sync.Mutex
 	pending map[v1.UniqueVolumeName]map[types.UID]string // volume → pod ("" for all) → operation
+	forPod  map[types.UID]int                            // running operations on behalf of each pod
 	backoff map[OpKey]*backoff
 	wg      sync.WaitGroup
 }
@@ -70,13 +71,16 @@ func NewExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
 	}
 	return &Executor{
 		timeout: timeout, sem: make(chan struct{}, parallel), metrics: m, now: time.Now,
-		pending: map[v1.UniqueVolumeName]map[types.UID]string{}, backoff: map[OpKey]*backoff{},
+		pending: map[v1.UniqueVolumeName]map[types.UID]string{}, forPod: map[types.UID]int{}, backoff: map[OpKey]*backoff{},
 	}
 }
 
 // Operation is one unit of work.
 type Operation struct {
-	Key        OpKey
+	Key OpKey
+	// Pod the operation works for, when the key does not say (a device-mountable volume's
+	// mount): a pod is not torn down while an operation for it runs.
+	Pod        types.UID
 	Name       string // upstream operation_name: volume_mount, volume_unmount, unmount_device, ...
 	PluginName string
 	Run        func(ctx context.Context) error
@@ -105,6 +109,12 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 		e.pending[op.Key.Volume] = map[types.UID]string{}
 	}
 	e.pending[op.Key.Volume][op.Key.Pod] = op.Name
+	if op.Pod == "" {
+		op.Pod = op.Key.Pod
+	}
+	if op.Pod != "" {
+		e.forPod[op.Pod]++
+	}
 	e.wg.Add(1)
 	e.mu.Unlock()
 
@@ -115,6 +125,11 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 		delete(e.pending[op.Key.Volume], op.Key.Pod)
 		if len(e.pending[op.Key.Volume]) == 0 {
 			delete(e.pending, op.Key.Volume)
+		}
+		if op.Pod != "" {
+			if e.forPod[op.Pod]--; e.forPod[op.Pod] <= 0 {
+				delete(e.forPod, op.Pod)
+			}
 		}
 		if err != nil && !volume.IsTransient(err) {
 			b := e.backoff[op.Key]
@@ -167,6 +182,13 @@ func (e *Executor) Pending(key OpKey) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.pendingLocked(key)
+}
+
+// PodBusy reports whether an operation for the pod is running.
+func (e *Executor) PodBusy(pod types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.forPod[pod] > 0
 }
 
 // pendingLocked: an empty pod conflicts with every operation on the volume.

@@ -49,7 +49,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	outer := dv.OuterNames[0]
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name)
 	return m.start(ctx, Operation{
-		Key: key, Name: opMount, PluginName: dv.PluginName,
+		Key: key, Pod: uid, Name: opMount, PluginName: dv.PluginName,
 		Run: func(ctx context.Context) error {
 			plugin, err := m.plugins.FindByName(dv.PluginName)
 			if err != nil {

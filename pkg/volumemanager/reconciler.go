@@ -122,7 +122,9 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 		}
 		return 0
 	}
-	if len(m.asw.PodVolumes(uid)) > 0 {
+	// A mount still running for the pod would land after the teardown: wait for it (its
+	// completion enqueues the pod), so a pod is never reported gone with a volume up.
+	if len(m.asw.PodVolumes(uid)) > 0 || m.exec.PodBusy(uid) {
 		return 0
 	}
 	m.mu.Lock()
