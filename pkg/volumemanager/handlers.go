@@ -4,12 +4,9 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
-
-func labelsEverything() labels.Selector { return labels.Everything() }
 
 // refIndex maps an object pods refer to ("configmap/ns/name", "secret/ns/name",
 // "pvc/ns/name") to the pods and pod volumes that refer to it, so an event reaches exactly

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -220,7 +221,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	onDisk := m.reconstruct(ctx)
 	// The first pass is synchronous so that nothing is unmounted before every pod's wishes
 	// are known (upstream gates unmounts on the populator's hasAddedPods).
-	pods, err := m.podLister.List(everything)
+	pods, err := m.podLister.List(labels.Everything())
 	if err != nil {
 		return err
 	}
@@ -348,8 +349,6 @@ func (m *Manager) PodVolumesReady(uid types.UID) bool {
 func (m *Manager) PodHasPossiblyMountedVolumes(uid types.UID) bool {
 	return len(m.asw.PodVolumes(uid)) > 0
 }
-
-var everything = labelsEverything()
 
 func (m *Manager) clusterTrustBundle(ctx context.Context, src v1.ClusterTrustBundleProjection) (string, error) {
 	return fetchClusterTrustBundle(ctx, m.cfg.Client, src)

@@ -55,11 +55,9 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			if err != nil {
 				return err
 			}
-			devicePath, err := m.ensureDevice(ctx, pod, dv)
-			if err != nil {
+			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
-			_ = devicePath
 			mounter, err := plugin.NewMounter(dv.Spec, pod)
 			if err != nil {
 				return err
