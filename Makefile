@@ -7,8 +7,9 @@ TEST_TIMEOUT ?= 80m
 
 all: build
 
+# The deployable binary: no DWARF or symbol table, as upstream ships Kubernetes binaries.
 build:
-	$(GO) build -o bin/kubevol ./cmd/kubevol
+	$(GO) build -ldflags "-s -w" -o bin/kubevol ./cmd/kubevol
 
 up:
 	$(GO) run ./cmd/kubevol up

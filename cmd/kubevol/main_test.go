@@ -11,9 +11,13 @@ import (
 // The deployable binary must not link the control plane, which lives in kubevol-cluster.
 const maxBinaryBytes = 80 << 20
 
+// releaseFlags are the flags of the deployable build (`make build`): without DWARF and the
+// symbol table, as upstream Kubernetes ships its binaries.
+var releaseFlags = []string{"-ldflags=-s -w"}
+
 func TestBinaryStaysSmallAndFreeOfTheControlPlane(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "kubevol")
-	build := exec.Command("go", "build", "-o", out, ".")
+	build := exec.Command("go", append(append([]string{"build"}, releaseFlags...), "-o", out, ".")...)
 	if msg, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, msg)
 	}
@@ -21,7 +25,7 @@ func TestBinaryStaysSmallAndFreeOfTheControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kubevol binary: %.1f MiB", float64(st.Size())/(1<<20))
+	t.Logf("kubevol release binary: %.1f MiB", float64(st.Size())/(1<<20))
 	if v, err := exec.Command(out, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(v), "kubevol ") {
 		t.Errorf("kubevol version: %v: %s", err, v)
 	}
