@@ -112,6 +112,7 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 				m.cfg.Observer.VolumesReady(pod)
 			}
 		case st.message != "" && st.message != prev.message:
+			logger.Info("Pod volumes not ready", "pod", klog.KObj(pod), "reason", st.message)
 			if len(m.dsw.PodErrors(uid)) > 0 {
 				// Operation failures have their own events; unresolvable volumes do not.
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", st.message)
