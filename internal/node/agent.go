@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +32,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/registration"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"
+	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
@@ -69,6 +72,7 @@ type Agent struct {
 	recorder record.EventRecorder
 	bcast    record.EventBroadcaster
 	pods     *podStatusWriter
+	drivers  *csiDrivers
 	inUse    chan struct{}
 	healthy  atomic.Bool
 
@@ -103,11 +107,12 @@ func New(cfg Config) (*Agent, error) {
 	a.recorder = a.bcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubevol-node", Host: cfg.NodeName})
 	a.capacity = machineCapacity(cfg.RootDir)
 	a.pods = newPodStatusWriter(cfg.Client, cfg.OnVolumesReady)
+	a.drivers = newCSIDrivers(cfg.Client, cfg.NodeName)
 	m, err := volumemanager.New(volumemanager.Config{
 		Client:          cfg.Client,
 		NodeName:        cfg.NodeName,
 		Paths:           volume.Paths{Root: cfg.RootDir},
-		Plugins:         plugins.All(),
+		Plugins:         append(plugins.All(), csiplugin.New(a.drivers)),
 		Mounter:         cfg.Mounter,
 		Recorder:        a.recorder,
 		Registerer:      a.registry,
@@ -130,6 +135,10 @@ func New(cfg Config) (*Agent, error) {
 
 // Manager is the agent's volume manager.
 func (a *Agent) Manager() *volumemanager.Manager { return a.manager }
+
+// PluginRegistryDir is <root-dir>/plugins_registry, where CSI drivers' registrars
+// (node-driver-registrar, `kubevol driver --plugin-registration-dir`) put their sockets.
+func (a *Agent) PluginRegistryDir() string { return filepath.Join(a.cfg.RootDir, "plugins_registry") }
 
 // MetricsAddr is the address the metrics server listens on, once Run has started it.
 func (a *Agent) MetricsAddr() string {
@@ -167,7 +176,16 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	errCh := make(chan error, 1)
-	wg.Add(4)
+	wg.Add(5)
+	defer a.drivers.closeAll()
+	go func() {
+		defer wg.Done()
+		// The kubelet's plugin manager: drivers register through sockets in this directory.
+		w := &registration.Watcher{Dir: a.PluginRegistryDir(), Handler: a.drivers}
+		if err := w.Run(ctx); err != nil {
+			logger.Error(err, "Plugin registration watcher failed; no CSI driver can register")
+		}
+	}()
 	go func() { defer wg.Done(); a.runLease(ctx) }()
 	go func() { defer wg.Done(); a.runEmptyDirLimits(ctx, a.cfg.SizeLimitInterval) }()
 	go func() { defer wg.Done(); a.pods.run(ctx) }()

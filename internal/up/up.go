@@ -110,7 +110,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		port int
 		args []string
 	}{
-		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all"}},
+		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
+			// The node agent learns of the driver as the kubelet would, through its registry.
+			"--plugin-registration-dir", s.path("node", "plugins_registry")}},
 		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
 		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
 		{"node", ports[3], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},

@@ -1,0 +1,219 @@
+package csi
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
+
+	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// attachTimeout bounds one wait for the external attacher, as the kubelet's csiTimeout
+// bounds waitForVolumeAttachment; the operation is then retried with backoff.
+const attachTimeout = time.Minute
+
+// AttachmentName is the VolumeAttachment the attach/detach controller creates for a CSI
+// volume on a node: csi-<sha256(handle+driver+node)>.
+func AttachmentName(handle, driver, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(handle+driver+node)))
+}
+
+// deviceMounter waits for the attach, stages and unstages: the kubelet's csiAttacher.
+type deviceMounter struct{ p *Plugin }
+
+// WaitForAttach implements volume.Attacher: it watches the VolumeAttachment until the
+// attacher marks it attached, and returns its name (the kubelet's "device path" of CSI).
+func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ string, _ *v1.Pod) (string, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return "", err
+	}
+	c := d.p.host.KubeClient()
+	if c == nil {
+		return "", errors.New("no API client to read VolumeAttachments")
+	}
+	name := AttachmentName(src.handle, src.driver, d.p.host.NodeName())
+	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
+	defer cancel()
+	check := func(va *storagev1.VolumeAttachment) (bool, error) {
+		if va.Status.Attached {
+			return true, nil
+		}
+		if e := va.Status.AttachError; e != nil {
+			return false, fmt.Errorf("attachdetachment error of volume attachment %s: %s", name, e.Message)
+		}
+		return false, nil
+	}
+	vas := c.StorageV1().VolumeAttachments()
+	va, err := vas.Get(ctx, name, metav1.GetOptions{})
+	rv := ""
+	switch {
+	case err == nil:
+		if ok, err := check(va); ok || err != nil {
+			return name, err
+		}
+		rv = va.ResourceVersion
+	case !apierrors.IsNotFound(err):
+		return "", volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
+	}
+	w, err := vas.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: rv})
+	if err != nil {
+		return "", volume.NewTransientError(fmt.Errorf("watch VolumeAttachment %s: %w", name, err))
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", volume.NewTransientError(fmt.Errorf("timed out waiting for external-attacher of %s CSI driver to attach volume %s (VolumeAttachment %s)", src.driver, src.handle, name))
+		case ev, open := <-w.ResultChan():
+			if !open {
+				return "", volume.NewTransientError(fmt.Errorf("watch of VolumeAttachment %s closed", name))
+			}
+			va, isVA := ev.Object.(*storagev1.VolumeAttachment)
+			if !isVA || ev.Type == watch.Deleted {
+				continue
+			}
+			if ok, err := check(va); ok || err != nil {
+				return name, err
+			}
+		}
+	}
+}
+
+// publishContext is the attachmentMetadata of the volume's VolumeAttachment, when the
+// driver is attached; nil otherwise.
+func (p *Plugin) publishContext(ctx context.Context, spec *volume.Spec, src source) (map[string]string, error) {
+	if src.ephemeral {
+		return nil, nil
+	}
+	attach, err := p.CanAttach(spec)
+	if err != nil || !attach {
+		return nil, err
+	}
+	name := AttachmentName(src.handle, src.driver, p.host.NodeName())
+	va, err := p.host.KubeClient().StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
+	}
+	if !va.Status.Attached {
+		return nil, volume.NewTransientError(fmt.Errorf("VolumeAttachment %s is not attached", name))
+	}
+	return va.Status.AttachmentMetadata, nil
+}
+
+// DeviceMountPath implements volume.DeviceMounter.
+func (d *deviceMounter) DeviceMountPath(spec *volume.Spec) (string, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return "", err
+	}
+	return d.p.stagingPath(src.driver, src.handle), nil
+}
+
+// MountDevice implements volume.DeviceMounter: NodeStageVolume when the driver has
+// STAGE_UNSTAGE_VOLUME. vol_data.json goes beside the staging path first, so
+// UnmountDevice finds the driver even after a crash.
+func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ string, path string, args volume.MounterArgs) error {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return err
+	}
+	node, caps, err := d.p.nodeClient(ctx, src.driver)
+	if err != nil {
+		return err
+	}
+	if !caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		return nil // upstream: "NodeStageVolume not supported", nothing to stage
+	}
+	// A staging path that is already a mount point with our metadata beside it was staged
+	// before a restart: the stage is not repeated. Reconstruction marks every device
+	// uncertain, and this is how the agent avoids a second NodeStage for it.
+	if data, err := readVolData(filepath.Dir(path)); err == nil && data.VolumeHandle == src.handle && data.DriverName == src.driver {
+		if mnt, err := d.p.host.Mounter().IsLikelyNotMountPoint(path); err == nil && !mnt {
+			klog.FromContext(ctx).V(2).Info("Volume already staged", "volumeID", src.handle, "path", path)
+			return nil
+		}
+	}
+	pctx, err := d.p.publishContext(ctx, spec, src)
+	if err != nil {
+		return err
+	}
+	secrets, err := d.p.secrets(src.stageSecret)
+	if err != nil {
+		return err
+	}
+	group, err := d.p.mountGroup(ctx, src, caps, args)
+	if err != nil {
+		return err
+	}
+	if err := writeVolData(filepath.Dir(path), volData{DriverName: src.driver, VolumeHandle: src.handle}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(path, 0o750); err != nil {
+		return err
+	}
+	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: path,
+		VolumeCapability: src.capability(group), Secrets: secrets, VolumeContext: src.attributes,
+	})
+	if err != nil {
+		if internalcsi.MayBeInProgress(err) {
+			return volume.NewUncertainError(err)
+		}
+		// Final: nothing is staged; leave no directory behind.
+		_ = removeStagingDir(path)
+		return err
+	}
+	return nil
+}
+
+// UnmountDevice implements volume.DeviceUnmounter: NodeUnstageVolume, then the staging
+// directory and its vol_data.json are removed.
+func (d *deviceMounter) UnmountDevice(ctx context.Context, path string) error {
+	data, err := readVolData(filepath.Dir(path))
+	if errors.Is(err, os.ErrNotExist) {
+		// Never staged (the driver has no STAGE_UNSTAGE_VOLUME) or already cleaned up.
+		return removeStagingDir(path)
+	}
+	if err != nil {
+		return err
+	}
+	node, caps, err := d.p.nodeClient(ctx, data.DriverName)
+	if err != nil {
+		return err
+	}
+	if caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		if _, err := node.NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: data.VolumeHandle, StagingTargetPath: path}); err != nil {
+			return err
+		}
+	}
+	return removeStagingDir(path)
+}
+
+func removeStagingDir(path string) error {
+	dir := filepath.Dir(path)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, volDataFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// Volume context keys of CSIDriver.podInfoOnMount.
+const (
+	podNameKey        = "csi.storage.k8s.io/pod.name"
+	podNamespaceKey   = "csi.storage.k8s.io/pod.namespace"
+	podUIDKey         = "csi.storage.k8s.io/pod.uid"
+	serviceAccountKey = "csi.storage.k8s.io/serviceAccount.name"
+	ephemeralKey      = "csi.storage.k8s.io/ephemeral"
+)
+
+// mounter publishes a volume for one pod: the kubelet's csiMountMgr.
+type mounter struct {
+	p        *Plugin
+	spec     *volume.Spec
+	pod      *v1.Pod
+	src      source
+	dir      string
+	readOnly bool
+	managed  bool
+}
+
+func (m *mounter) Path() string { return filepath.Join(m.dir, "mount") }
+
+func (m *mounter) Attributes() volume.Attributes {
+	return volume.Attributes{ReadOnly: m.readOnly, Managed: m.managed}
+}
+
+// SetUp implements volume.Mounter: NodePublishVolume to pods/<uid>/volumes/kubernetes.io~csi/
+// <volume>/mount, after vol_data.json is written beside it.
+func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
+	src := m.src
+	m.readOnly = src.readOnly
+	node, caps, err := m.p.nodeClient(ctx, src.driver)
+	if err != nil {
+		return err
+	}
+	drv, err := m.p.csiDriver(ctx, src.driver)
+	if err != nil {
+		return err
+	}
+	mode := storagev1.VolumeLifecyclePersistent
+	if src.ephemeral {
+		mode = storagev1.VolumeLifecycleEphemeral
+	}
+	if !supportsMode(drv, mode) {
+		return fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", mode, src.driver, modes(drv))
+	}
+	pctx, err := m.p.publishContext(ctx, m.spec, src)
+	if err != nil {
+		return err
+	}
+	staging := ""
+	if !src.ephemeral && caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		staging = m.p.stagingPath(src.driver, src.handle)
+	}
+	vctx := map[string]string{}
+	for k, v := range src.attributes {
+		vctx[k] = v
+	}
+	if drv != nil && drv.Spec.PodInfoOnMount != nil && *drv.Spec.PodInfoOnMount {
+		vctx[podNameKey] = m.pod.Name
+		vctx[podNamespaceKey] = m.pod.Namespace
+		vctx[podUIDKey] = string(m.pod.UID)
+		vctx[serviceAccountKey] = m.pod.Spec.ServiceAccountName
+		vctx[ephemeralKey] = strconv.FormatBool(src.ephemeral)
+	}
+	secrets, err := m.p.secretsIn(m.pod.Namespace, src.publishSecret)
+	if err != nil {
+		return err
+	}
+	group, err := m.p.mountGroup(ctx, src, caps, args)
+	if err != nil {
+		return err
+	}
+	data := volData{SpecVolumeID: m.spec.Name(), VolumeHandle: src.handle, DriverName: src.driver,
+		NodeName: m.p.host.NodeName(), LifecycleMode: string(mode)}
+	if !src.ephemeral {
+		if attach, _ := m.p.CanAttach(m.spec); attach {
+			data.AttachmentID = AttachmentName(src.handle, src.driver, data.NodeName)
+		}
+	}
+	if err := writeVolData(m.dir, data); err != nil {
+		return err
+	}
+	// The target's parent exists; the driver creates the target, as the CSI spec says the
+	// CO must not rely on either way, so the kubelet's behaviour is copied.
+	_, err = node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: staging, TargetPath: m.Path(),
+		VolumeCapability: src.capability(group), Readonly: src.readOnly, Secrets: secrets, VolumeContext: vctx,
+	})
+	if err != nil {
+		if internalcsi.MayBeInProgress(err) {
+			return volume.NewUncertainError(err)
+		}
+		_ = removeVolumeDir(m.dir)
+		return err
+	}
+	// fsGroup per CSIDriver.fsGroupPolicy (upstream supportsFSGroup), unless the driver
+	// applied it itself through VOLUME_MOUNT_GROUP.
+	if group == "" && args.FsGroup != nil && !src.readOnly && fsGroupApplies(drv, src) {
+		m.managed = true
+		if err := volume.SetOwnership(m.Path(), args.FsGroup, src.readOnly, args.FSGroupChangePolicy); err != nil {
+			return fmt.Errorf("applying fsGroup %d: %w", *args.FsGroup, err)
+		}
+	}
+	return nil
+}
+
+// unmounter unpublishes a pod's volume.
+type unmounter struct {
+	p   *Plugin
+	dir string
+}
+
+func (u *unmounter) Path() string { return filepath.Join(u.dir, "mount") }
+
+// TearDown implements volume.Unmounter: NodeUnpublishVolume, then the directory and its
+// vol_data.json go. A volume whose metadata is gone was never published.
+func (u *unmounter) TearDown(ctx context.Context) error {
+	data, err := readVolData(u.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		if mnt, merr := u.p.host.Mounter().IsLikelyNotMountPoint(u.Path()); merr == nil && !mnt {
+			return fmt.Errorf("%s is mounted but has no %s: cannot tell which driver owns it", u.Path(), volDataFile)
+		}
+		return removeVolumeDir(u.dir)
+	}
+	if err != nil {
+		return err
+	}
+	node, _, err := u.p.nodeClient(ctx, data.DriverName)
+	if err != nil {
+		return err
+	}
+	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: u.Path()}); err != nil {
+		return err
+	}
+	return removeVolumeDir(u.dir)
+}
+
+func removeVolumeDir(dir string) error {
+	for _, p := range []string{filepath.Join(dir, "mount"), filepath.Join(dir, volDataFile), dir} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountGroup is the fsGroup to hand the driver as VOLUME_MOUNT_GROUP, when the driver has
+// that capability and the policy lets fsGroup apply.
+func (p *Plugin) mountGroup(ctx context.Context, src source, caps map[csipb.NodeServiceCapability_RPC_Type]bool, args volume.MounterArgs) (string, error) {
+	if args.FsGroup == nil || !caps[csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP] {
+		return "", nil
+	}
+	drv, err := p.csiDriver(ctx, src.driver)
+	if err != nil {
+		return "", err
+	}
+	if !fsGroupApplies(drv, src) {
+		return "", nil
+	}
+	return strconv.FormatInt(*args.FsGroup, 10), nil
+}
+
+// fsGroupApplies follows CSIDriver.fsGroupPolicy: File always, None never, and the default
+// ReadWriteOnceWithFSType only for a volume with an fsType and ReadWriteOnce access.
+func fsGroupApplies(drv *storagev1.CSIDriver, src source) bool {
+	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
+	if drv != nil && drv.Spec.FSGroupPolicy != nil {
+		policy = *drv.Spec.FSGroupPolicy
+	}
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return true
+	case storagev1.NoneFSGroupPolicy:
+		return false
+	}
+	if src.fsType == "" {
+		return false
+	}
+	return src.ephemeral || slices.Contains(src.accessModes, v1.ReadWriteOnce) || slices.Contains(src.accessModes, v1.ReadWriteOncePod)
+}
+
+func supportsMode(drv *storagev1.CSIDriver, mode storagev1.VolumeLifecycleMode) bool {
+	return slices.Contains(modes(drv), mode)
+}
+
+// modes are the CSIDriver's lifecycle modes; no object, or none listed, means Persistent.
+func modes(drv *storagev1.CSIDriver) []storagev1.VolumeLifecycleMode {
+	if drv == nil || len(drv.Spec.VolumeLifecycleModes) == 0 {
+		return []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	}
+	return drv.Spec.VolumeLifecycleModes
+}
+
+// secrets reads a node-stage secret (namespace given by the reference).
+func (p *Plugin) secrets(ref *v1.SecretReference) (map[string]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	return p.secretsIn(ref.Namespace, ref)
+}
+
+// secretsIn reads a secret's data as the CSI secrets map; an empty reference namespace is
+// the pod's (inline volumes).
+func (p *Plugin) secretsIn(namespace string, ref *v1.SecretReference) (map[string]string, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	if ref.Namespace != "" {
+		namespace = ref.Namespace
+	}
+	s, err := p.host.GetSecret(namespace, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("fetching secret %s/%s: %w", namespace, ref.Name, err)
+	}
+	out := make(map[string]string, len(s.Data)+len(s.StringData))
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, nil
+}

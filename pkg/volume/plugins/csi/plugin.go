@@ -1,0 +1,251 @@
+// Package csi is the CSI volume plugin, the kubelet's kubernetes.io/csi: it sets up
+// PV-backed CSI volumes (wait for the VolumeAttachment when the driver needs attaching,
+// NodeStage to a per-node global mount, NodePublish per pod) and inline ephemeral CSI
+// volumes (NodePublish only), with the kubelet's on-disk layout and vol_data.json files, so
+// that reconstruction after a restart and drivers written for the kubelet both work.
+package csi
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// PluginName is the kubelet's name of the CSI plugin.
+const PluginName = "kubernetes.io/csi"
+
+// Drivers gives the plugin the node service of a registered CSI driver, one connection per
+// driver shared by every call, and the node capabilities the driver announced.
+type Drivers interface {
+	Node(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error)
+}
+
+// Plugin is the CSI volume plugin. It implements volume.AttachablePlugin.
+type Plugin struct {
+	drivers Drivers
+	host    volume.Host
+}
+
+var _ volume.AttachablePlugin = (*Plugin)(nil)
+
+// New returns the CSI plugin, which reaches drivers through drivers.
+func New(drivers Drivers) *Plugin { return &Plugin{drivers: drivers} }
+
+// Init implements volume.Plugin.
+func (p *Plugin) Init(host volume.Host) error {
+	if p.drivers == nil {
+		return errors.New("csi: no driver registry")
+	}
+	p.host = host
+	return nil
+}
+
+// Name implements volume.Plugin.
+func (p *Plugin) Name() string { return PluginName }
+
+// CanSupport implements volume.Plugin.
+func (p *Plugin) CanSupport(spec *volume.Spec) bool {
+	return (spec.PersistentVolume != nil && spec.PersistentVolume.Spec.CSI != nil) ||
+		(spec.Volume != nil && spec.Volume.CSI != nil)
+}
+
+// RequiresRemount implements volume.Plugin. CSIDriver.requiresRepublish is not supported.
+func (p *Plugin) RequiresRemount(*volume.Spec) bool { return false }
+
+// VolumeName implements volume.DeviceMountablePlugin: "<driver>^<handle>", as upstream.
+func (p *Plugin) VolumeName(spec *volume.Spec) (string, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return "", err
+	}
+	if src.ephemeral {
+		return "", fmt.Errorf("inline volume %q has no node-wide name", spec.Name())
+	}
+	return src.driver + "^" + src.handle, nil
+}
+
+// CanDeviceMount implements volume.DeviceMountablePlugin: PV-backed volumes are staged,
+// inline ephemeral ones are published only, as upstream.
+func (p *Plugin) CanDeviceMount(spec *volume.Spec) (bool, error) {
+	return spec.PersistentVolume != nil, nil
+}
+
+// CanAttach implements volume.AttachablePlugin: a PV-backed volume is attached unless its
+// CSIDriver says attachRequired: false; no CSIDriver object means attach (upstream
+// default).
+func (p *Plugin) CanAttach(spec *volume.Spec) (bool, error) {
+	if spec.PersistentVolume == nil {
+		return false, nil
+	}
+	drv, err := p.csiDriver(context.Background(), spec.PersistentVolume.Spec.CSI.Driver)
+	if err != nil {
+		return false, err
+	}
+	return drv == nil || drv.Spec.AttachRequired == nil || *drv.Spec.AttachRequired, nil
+}
+
+// NewAttacher implements volume.AttachablePlugin.
+func (p *Plugin) NewAttacher() (volume.Attacher, error) { return &deviceMounter{p: p}, nil }
+
+// NewDeviceMounter implements volume.DeviceMountablePlugin.
+func (p *Plugin) NewDeviceMounter() (volume.DeviceMounter, error) { return &deviceMounter{p: p}, nil }
+
+// NewDeviceUnmounter implements volume.DeviceMountablePlugin.
+func (p *Plugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
+	return &deviceMounter{p: p}, nil
+}
+
+// DeviceMountRefs implements volume.DeviceMountablePlugin.
+func (p *Plugin) DeviceMountRefs(deviceMountPath string) ([]string, error) {
+	if _, err := os.Stat(deviceMountPath); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return p.host.Mounter().GetMountRefs(deviceMountPath)
+}
+
+// NewMounter implements volume.Plugin.
+func (p *Plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	if src.ephemeral {
+		// The handle of an inline volume is derived from the pod and the volume, as upstream.
+		src.handle = fmt.Sprintf("csi-%x", sha256.Sum256([]byte(string(pod.UID)+spec.Name())))
+	}
+	return &mounter{p: p, spec: spec, pod: pod, src: src, dir: p.volumeDir(pod.UID, spec.Name())}, nil
+}
+
+// NewUnmounter implements volume.Plugin.
+func (p *Plugin) NewUnmounter(volumeName string, podUID types.UID) (volume.Unmounter, error) {
+	return &unmounter{p: p, dir: p.volumeDir(podUID, volumeName)}, nil
+}
+
+// ConstructVolumeSpec implements volume.Plugin from the vol_data.json beside the mount.
+func (p *Plugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spec, error) {
+	data, err := readVolData(volumePath)
+	if err != nil {
+		return nil, err
+	}
+	if data.LifecycleMode == string(storagev1.VolumeLifecycleEphemeral) {
+		return volume.SpecFromVolume(&v1.Volume{Name: volumeName, VolumeSource: v1.VolumeSource{
+			CSI: &v1.CSIVolumeSource{Driver: data.DriverName},
+		}}), nil
+	}
+	return volume.SpecFromPersistentVolume(&v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: volumeName},
+		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: data.DriverName, VolumeHandle: data.VolumeHandle},
+		}},
+	}, false), nil
+}
+
+// volumeDir is pods/<uid>/volumes/kubernetes.io~csi/<volume>: it holds vol_data.json and
+// the publish target "mount".
+func (p *Plugin) volumeDir(uid types.UID, name string) string {
+	return p.host.Paths().PodVolumeDir(uid, PluginName, name)
+}
+
+// stagingPath is plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount, the
+// kubelet's staging path since 1.25 (upstream makeDeviceMountPath).
+func (p *Plugin) stagingPath(driver, handle string) string {
+	return filepath.Join(p.host.Paths().PluginDir(PluginName), driver, fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
+}
+
+// csiDriver returns the CSIDriver object, or nil when there is none.
+func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+	c := p.host.KubeClient()
+	if c == nil {
+		return nil, nil
+	}
+	d, err := c.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, volume.NewTransientError(fmt.Errorf("get CSIDriver %s: %w", name, err))
+	}
+	return d, nil
+}
+
+// nodeClient returns the driver's node client; an unregistered driver is transient: it
+// may register in a moment.
+func (p *Plugin) nodeClient(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error) {
+	c, caps, err := p.drivers.Node(ctx, driver)
+	if err != nil {
+		return nil, nil, volume.NewTransientError(err)
+	}
+	return c, caps, nil
+}
+
+// source is what a spec says about its CSI volume.
+type source struct {
+	driver, handle, fsType string
+	readOnly, ephemeral    bool
+	attributes             map[string]string
+	stageSecret            *v1.SecretReference
+	publishSecret          *v1.SecretReference
+	mountOptions           []string
+	accessModes            []v1.PersistentVolumeAccessMode
+}
+
+func sourceOf(spec *volume.Spec) (source, error) {
+	switch {
+	case spec.PersistentVolume != nil && spec.PersistentVolume.Spec.CSI != nil:
+		pv := spec.PersistentVolume
+		c := pv.Spec.CSI
+		return source{
+			driver: c.Driver, handle: c.VolumeHandle, fsType: c.FSType,
+			readOnly: spec.ReadOnly || c.ReadOnly, attributes: c.VolumeAttributes,
+			stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
+			mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes,
+		}, nil
+	case spec.Volume != nil && spec.Volume.CSI != nil:
+		c := spec.Volume.CSI
+		s := source{driver: c.Driver, ephemeral: true, attributes: c.VolumeAttributes, readOnly: spec.ReadOnly}
+		if c.FSType != nil {
+			s.fsType = *c.FSType
+		}
+		if c.ReadOnly != nil && *c.ReadOnly {
+			s.readOnly = true
+		}
+		if c.NodePublishSecretRef != nil {
+			s.publishSecret = &v1.SecretReference{Name: c.NodePublishSecretRef.Name}
+		}
+		return s, nil
+	}
+	return source{}, fmt.Errorf("volume %q is not a CSI volume", spec.Name())
+}
+
+// capability is the CSI volume capability of a filesystem volume (upstream
+// accessModeMapping; RWOP maps to SINGLE_NODE_SINGLE_WRITER).
+func (s source) capability(mountGroup string) *csipb.VolumeCapability {
+	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	switch {
+	case slices.Contains(s.accessModes, v1.ReadWriteOncePod):
+		mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	case slices.Contains(s.accessModes, v1.ReadWriteMany):
+		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	case slices.Contains(s.accessModes, v1.ReadOnlyMany) && !slices.Contains(s.accessModes, v1.ReadWriteOnce):
+		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	}
+	return &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{
+			FsType: s.fsType, MountFlags: s.mountOptions, VolumeMountGroup: mountGroup,
+		}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
