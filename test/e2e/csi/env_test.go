@@ -1,0 +1,296 @@
+package csi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/test/e2e/framework"
+)
+
+// env is one test's world: a driver name, node and directories no other test uses, so
+// tests run in parallel, and the four kubevol processes.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	cs      kubernetes.Interface
+	ns      string
+	name    string // CSI driver name
+	node    string
+	sc      string
+	dir     string // holds root, state, socket and call log
+	root    string // the node agent's --root-dir
+	callLog string
+	attach  bool
+	driver  *framework.Process
+	agent   *framework.Process
+}
+
+type envOptions struct {
+	attachRequired bool
+	faults         []string
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	s := rand.String(6)
+	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
+		name: "e2e-" + s + ".kubevol.io", node: "csi-node-" + s, sc: "sc-" + s, attach: o.attachRequired}
+	e.dir = t.TempDir()
+	e.root = filepath.Join(e.dir, "root")
+	e.callLog = filepath.Join(e.dir, "calls.jsonl")
+	// Registered before the processes start, so it runs after they are stopped and before
+	// the temp dir is removed: removing a directory through a leaked bind mount would
+	// delete the backend's data.
+	t.Cleanup(func() { e.unmountLeftovers() })
+
+	e.apply(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: e.name}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired:       &o.attachRequired,
+		PodInfoOnMount:       ptr(true),
+		FSGroupPolicy:        ptr(storagev1.FileFSGroupPolicy),
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+	}})
+	bind := storagev1.VolumeBindingWaitForFirstConsumer
+	del := corev1.PersistentVolumeReclaimDelete
+	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.sc}, Provisioner: e.name,
+		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
+
+	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
+	kc := framework.Cluster().KubeconfigPath()
+	args := []string{"driver", "--endpoint", sock, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
+		"--drivername", e.name, "--call-log", e.callLog, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry")}
+	if o.attachRequired {
+		args = append(args, "--attach-required")
+	}
+	for _, f := range o.faults {
+		args = append(args, "--fault", f)
+	}
+	e.driver = framework.StartKubevol(t, args...)
+	framework.StartKubevol(t, "provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	if o.attachRequired {
+		framework.StartKubevol(t, "attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	}
+	e.agent = framework.StartKubevol(t, "node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", "", "-v", "4")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = e.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{})
+		_ = e.cs.StorageV1().CSINodes().Delete(ctx, e.node, metav1.DeleteOptions{})
+	})
+	return e
+}
+
+func (e *env) apply(obj any) {
+	e.t.Helper()
+	var err error
+	switch o := obj.(type) {
+	case *storagev1.CSIDriver:
+		_, err = e.cs.StorageV1().CSIDrivers().Create(e.ctx, o, metav1.CreateOptions{})
+		e.t.Cleanup(func() { _ = e.cs.StorageV1().CSIDrivers().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+	case *storagev1.StorageClass:
+		_, err = e.cs.StorageV1().StorageClasses().Create(e.ctx, o, metav1.CreateOptions{})
+		e.t.Cleanup(func() { _ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitRegistered waits for the node agent to publish the driver in the CSINode.
+func (e *env) waitRegistered() {
+	e.t.Helper()
+	e.poll("the driver in CSINode "+e.node, func(ctx context.Context) (bool, error) {
+		cn, err := e.cs.StorageV1().CSINodes().Get(ctx, e.node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, d := range cn.Spec.Drivers {
+			if d.Name == e.name && d.NodeID == e.node && len(d.TopologyKeys) == 1 && d.TopologyKeys[0] == driver.TopologyKey {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func (e *env) poll(what string, cond wait.ConditionWithContextFunc) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 3*time.Minute, true, cond); err != nil {
+		e.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func (e *env) pvc(name string) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &e.sc,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
+		},
+	}
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pvc
+}
+
+// pod is a pod with the given volumes mounted, kept on this test's node by its hostname
+// label; the scheduler places it (and so drives WaitForFirstConsumer provisioning).
+func (e *env) pod(name string, vols ...corev1.Volume) *corev1.Pod {
+	e.t.Helper()
+	c := corev1.Container{Name: "app", Image: "busybox"}
+	for _, v := range vols {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: e.node},
+			Containers:   []corev1.Container{c},
+			Volumes:      vols,
+		},
+	}
+	var created *corev1.Pod
+	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
+	e.poll("pod "+name+" created", func(ctx context.Context) (bool, error) {
+		var err error
+		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	return created
+}
+
+func claimVolume(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// waitVolumesReady waits for the agent's kubevol.io/VolumesReady condition.
+func (e *env) waitVolumesReady(pod *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
+	var cur *corev1.Pod
+	e.poll("volumes of pod "+pod.Name+" ready", func(ctx context.Context) (bool, error) {
+		var err error
+		cur, err = e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range cur.Status.Conditions {
+			if c.Type == "kubevol.io/VolumesReady" && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return cur
+}
+
+// deletePod deletes the pod and waits for the agent to finish its deletion, which it does
+// only once the volumes are torn down.
+func (e *env) deletePod(pod *corev1.Pod) {
+	e.t.Helper()
+	if err := e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.poll("pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// deleteClaim deletes the PVC and waits for its PV to be deleted (reclaim policy Delete).
+func (e *env) deleteClaim(name, pv string) {
+	e.t.Helper()
+	if err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.poll("PV "+pv+" deleted", func(ctx context.Context) (bool, error) {
+		_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+type call struct {
+	Method   string `json:"method"`
+	VolumeID string `json:"volumeID"`
+	Code     string `json:"code"`
+	Path     string `json:"path"`
+}
+
+// calls reads the driver's call log.
+func (e *env) calls() []call {
+	e.t.Helper()
+	f, err := os.Open(e.callLog)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	var out []call
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var c call
+		if json.Unmarshal(sc.Bytes(), &c) == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// succeeded lists the methods that succeeded on volumeID, in call-log order.
+func (e *env) succeeded(volumeID string) []string {
+	var out []string
+	for _, c := range e.calls() {
+		if c.VolumeID == volumeID && c.Code == "OK" {
+			out = append(out, c.Method)
+		}
+	}
+	return out
+}
+
+// mountsUnder lists the mount points below dir.
+func mountsUnder(dir string) []string {
+	mps, _ := mount.New("").List()
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp.Path, dir+"/") {
+			out = append(out, mp.Path)
+		}
+	}
+	return out
+}
+
+// unmountLeftovers fails the test for any mount still below the test's directory and
+// removes it, so nothing leaks even when the test fails.
+func (e *env) unmountLeftovers() {
+	for _, mp := range mountsUnder(e.dir) {
+		e.t.Errorf("mount leaked: %s", mp)
+		_ = mount.New("").Unmount(mp)
+	}
+}
+
+func isMountPoint(path string) bool {
+	notMnt, err := mount.New("").IsLikelyNotMountPoint(path)
+	return err == nil && !notMnt
+}
+
+func ptr[T any](v T) *T { return &v }
