@@ -51,14 +51,18 @@ func (c *Conn) metricsInterceptor(ctx context.Context, method string, req, reply
 // logInterceptor logs each call at V(5) with secrets replaced by "***stripped***", as the
 // upstream sidecars do; responses never carry secrets but can be large, hence V(5) too.
 func logInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	logger := klog.FromContext(ctx).WithValues("method", path.Base(method))
-	logger.V(5).Info("GRPC call", "request", protosanitizer.StripSecrets(req))
+	logger := klog.FromContext(ctx).V(5)
+	if !logger.Enabled() {
+		return invoker(ctx, method, req, reply, cc, opts...) // the common case costs nothing
+	}
+	logger = logger.WithValues("method", path.Base(method))
+	logger.Info("GRPC call", "request", protosanitizer.StripSecrets(req))
 	start := time.Now()
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err != nil {
-		logger.V(5).Info("GRPC error", "err", err, "duration", time.Since(start))
+		logger.Info("GRPC error", "err", err, "duration", time.Since(start))
 	} else {
-		logger.V(5).Info("GRPC response", "response", protosanitizer.StripSecrets(reply), "duration", time.Since(start))
+		logger.Info("GRPC response", "response", protosanitizer.StripSecrets(reply), "duration", time.Since(start))
 	}
 	return err
 }
