@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/csi/csitest"
@@ -118,5 +120,24 @@ func TestSanitizeDriverName(t *testing.T) {
 		if got := csi.SanitizeDriverName(in); got != want {
 			t.Errorf("SanitizeDriverName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestRequestLogStripsSecrets(t *testing.T) {
+	d := csitest.Start(t, &csitest.Driver{})
+	c, err := csi.Dial(csi.Config{Address: d.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := ktesting.NewConfig(ktesting.Verbosity(5), ktesting.BufferLogs(true))
+	logger := ktesting.NewLogger(t, cfg)
+	ctx := klog.NewContext(context.Background(), logger)
+	if _, err := c.Controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", Secrets: map[string]string{"password": "hunter2"}}); err != nil {
+		t.Fatal(err)
+	}
+	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()
+	if !strings.Contains(logs, "GRPC call") || !strings.Contains(logs, "***stripped***") || strings.Contains(logs, "hunter2") {
+		t.Fatalf("request log must show the call with the secret stripped:\n%s", logs)
 	}
 }
