@@ -233,6 +233,9 @@ func TestBadInputs(t *testing.T) {
 			want: "cannot read the provisioner secret"},
 		{name: "oversized", size: "100Ti", want: "failed to provision volume with StorageClass"},
 		{name: "bad-driver-parameter", params: map[string]string{"type": "tape"}, want: "infeasible"},
+		{name: "unsupported-access-mode", mutate: func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+		}, want: "access mode MULTI_NODE_MULTI_WRITER: kubevol volumes are local to one node"},
 		{name: "selector", mutate: func(p *corev1.PersistentVolumeClaim) {
 			p.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
 		}, want: "claim Selector is not supported"},
