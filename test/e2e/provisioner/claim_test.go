@@ -172,8 +172,9 @@ func TestWaitForFirstConsumerAndReschedule(t *testing.T) {
 	}
 }
 
-// Secrets: the provisioner secret is templated, read for CreateVolume and remembered on the
-// PV for DeleteVolume; the other kinds land in the PV's secret references.
+// Secrets of all seven kinds: the provisioner secret is templated, read for CreateVolume and
+// remembered on the PV for DeleteVolume; five land in the PV's secret references and the
+// controller-modify one in its annotations.
 func TestSecretsTemplates(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -182,12 +183,20 @@ func TestSecretsTemplates(t *testing.T) {
 	fatalIf(t, err, "secret")
 	sc := e.class(func(sc *storagev1.StorageClass) {
 		sc.Parameters = map[string]string{
-			"csi.storage.k8s.io/provisioner-secret-name":            "creds-${pvc.name}",
-			"csi.storage.k8s.io/provisioner-secret-namespace":       "${pvc.namespace}",
-			"csi.storage.k8s.io/node-stage-secret-name":             "${pvc.annotations['team.io/secret']}",
-			"csi.storage.k8s.io/node-stage-secret-namespace":        "${pvc.namespace}",
-			"csi.storage.k8s.io/controller-expand-secret-name":      "expand",
-			"csi.storage.k8s.io/controller-expand-secret-namespace": "kube-system",
+			"csi.storage.k8s.io/provisioner-secret-name":             "creds-${pvc.name}",
+			"csi.storage.k8s.io/provisioner-secret-namespace":        "${pvc.namespace}",
+			"csi.storage.k8s.io/node-stage-secret-name":              "${pvc.annotations['team.io/secret']}",
+			"csi.storage.k8s.io/node-stage-secret-namespace":         "${pvc.namespace}",
+			"csi.storage.k8s.io/controller-expand-secret-name":       "expand",
+			"csi.storage.k8s.io/controller-expand-secret-namespace":  "kube-system",
+			"csi.storage.k8s.io/controller-publish-secret-name":      "publish-${pv.name}",
+			"csi.storage.k8s.io/controller-publish-secret-namespace": "${pvc.namespace}",
+			"csi.storage.k8s.io/node-publish-secret-name":            "node-publish",
+			"csi.storage.k8s.io/node-publish-secret-namespace":       "${pvc.namespace}",
+			"csi.storage.k8s.io/node-expand-secret-name":             "node-expand",
+			"csi.storage.k8s.io/node-expand-secret-namespace":        "${pvc.namespace}",
+			"csi.storage.k8s.io/controller-modify-secret-name":       "modify",
+			"csi.storage.k8s.io/controller-modify-secret-namespace":  "${pvc.namespace}",
 		}
 	})
 	pvc := e.createClaim(claimSpec("data", sc.Name, "16Mi", func(p *corev1.PersistentVolumeClaim) {
@@ -203,6 +212,16 @@ func TestSecretsTemplates(t *testing.T) {
 	}
 	if r := pv.Spec.CSI.ControllerExpandSecretRef; r == nil || r.Name != "expand" || r.Namespace != "kube-system" {
 		t.Errorf("controllerExpandSecretRef %+v", r)
+	}
+	for name, r := range map[string]*corev1.SecretReference{
+		"publish-" + pv.Name: pv.Spec.CSI.ControllerPublishSecretRef, "node-publish": pv.Spec.CSI.NodePublishSecretRef, "node-expand": pv.Spec.CSI.NodeExpandSecretRef,
+	} {
+		if r == nil || r.Name != name || r.Namespace != e.ns {
+			t.Errorf("secret reference %+v, want %s/%s", r, e.ns, name)
+		}
+	}
+	if pv.Annotations["volume.kubernetes.io/controller-modify-secret-name"] != "modify" || pv.Annotations["volume.kubernetes.io/controller-modify-secret-namespace"] != e.ns {
+		t.Errorf("controller-modify annotations %v", pv.Annotations)
 	}
 	e.deleteClaim(pvc.Name)
 	e.waitGone(e.pvGetter(pv.Name), "PV", time.Minute)
