@@ -52,13 +52,22 @@ func newEnv(t *testing.T, o envOptions) *env {
 	s := rand.String(6)
 	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
 		name: "e2e-" + s + ".kubevol.io", node: "csi-node-" + s, sc: "sc-" + s, attach: o.attachRequired}
-	e.dir = t.TempDir()
+	// Not t.TempDir: a long test name would make the socket paths exceed the 108 bytes of
+	// a unix socket address.
+	dir, err := os.MkdirTemp("", "kvcsi-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.dir = dir
 	e.root = filepath.Join(e.dir, "root")
 	e.callLog = filepath.Join(e.dir, "calls.jsonl")
 	// Registered before the processes start, so it runs after they are stopped and before
 	// the temp dir is removed: removing a directory through a leaked bind mount would
 	// delete the backend's data.
-	t.Cleanup(func() { e.unmountLeftovers() })
+	t.Cleanup(func() {
+		e.unmountLeftovers()
+		_ = os.RemoveAll(e.dir)
+	})
 
 	e.apply(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: e.name}, Spec: storagev1.CSIDriverSpec{
 		AttachRequired:       &o.attachRequired,
