@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -63,6 +64,11 @@ type Controller struct {
 	attachments cache.Indexer
 	queue       workqueue.TypedRateLimitingInterface[string]
 	synced      []cache.InformerSynced
+
+	// deleted holds the PVs whose backend volume is gone, until the informer sees the PV go:
+	// a stale cache must not send DeleteVolume twice (upstream #1235).
+	mu      sync.Mutex
+	deleted map[types.UID]bool
 }
 
 // New wires the controller to its informers. Call it before the informers start.
@@ -73,7 +79,8 @@ func New(cfg Config) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes", MetricsProvider: cfg.Metrics.Queue}),
-		synced: []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
+		synced:  []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
+		deleted: map[types.UID]bool{},
 	}
 	enqueue := func(obj any) {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.Driver) {
@@ -83,6 +90,16 @@ func New(cfg Config) (*Controller, error) {
 	if _, err := cfg.Volumes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pv, ok := obj.(*corev1.PersistentVolume); ok {
+				c.mu.Lock()
+				delete(c.deleted, pv.UID)
+				c.mu.Unlock()
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -198,33 +215,29 @@ func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) er
 			return err
 		}
 	}
-	ref, err := deletionSecret(pv)
-	if err != nil {
-		logger.Error(err, "Deletion secret annotations are unusable; deleting without secrets")
+	c.mu.Lock()
+	done := c.deleted[pv.UID]
+	c.mu.Unlock()
+	if !done {
+		if err := c.deleteVolume(ctx, pv); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.deleted[pv.UID] = true
+		c.mu.Unlock()
+		logger.V(2).Info("Deleted volume")
 	}
-	data, err := secrets.Fetch(ctx, c.cfg.Client, ref)
-	if err != nil {
-		// Upstream documents that deletion proceeds without the secret.
-		logger.Error(err, "Cannot read the deletion secret; calling DeleteVolume without it")
-	}
-	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
-	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: data})
-	cancel()
-	if err != nil && status.Code(err) != codes.NotFound {
-		c.cfg.Metrics.DeleteFailed.WithLabelValues(pv.Spec.StorageClassName).Inc()
-		c.cfg.Recorder.Eventf(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, "DeleteVolume of %s failed: %v", pv.Spec.CSI.VolumeHandle, err)
-		return err
-	}
-	logger.V(2).Info("Deleted volume")
-	err = c.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
+	err := c.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete PersistentVolume %s: %w", pv.Name, err)
 	}
 	if err := c.patchFinalizer(ctx, pv, false); err != nil {
 		return err
 	}
-	c.cfg.Metrics.DeleteTotal.WithLabelValues(pv.Spec.StorageClassName).Inc()
-	c.cfg.Metrics.DeleteDuration.WithLabelValues(pv.Spec.StorageClassName).Observe(time.Since(start).Seconds())
+	if !done {
+		c.cfg.Metrics.DeleteTotal.WithLabelValues(pv.Spec.StorageClassName).Inc()
+		c.cfg.Metrics.DeleteDuration.WithLabelValues(pv.Spec.StorageClassName).Observe(time.Since(start).Seconds())
+	}
 	return nil
 }
 
@@ -255,4 +268,27 @@ func (c *Controller) patchFinalizer(ctx context.Context, pv *corev1.PersistentVo
 		return nil
 	}
 	return err
+}
+
+// deleteVolume calls DeleteVolume with the deletion secret the PV names. A secret that
+// cannot be read is logged and DeleteVolume proceeds without it, as upstream documents.
+func (c *Controller) deleteVolume(ctx context.Context, pv *corev1.PersistentVolume) error {
+	logger := klog.FromContext(ctx)
+	ref, err := deletionSecret(pv)
+	if err != nil {
+		logger.Error(err, "Deletion secret annotations are unusable; deleting without secrets")
+	}
+	data, err := secrets.Fetch(ctx, c.cfg.Client, ref)
+	if err != nil {
+		logger.Error(err, "Cannot read the deletion secret; calling DeleteVolume without it")
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	defer cancel()
+	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: data})
+	if err != nil && status.Code(err) != codes.NotFound {
+		c.cfg.Metrics.DeleteFailed.WithLabelValues(pv.Spec.StorageClassName).Inc()
+		c.cfg.Recorder.Eventf(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, "DeleteVolume of %s failed: %v", pv.Spec.CSI.VolumeHandle, err)
+		return err
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package reclaim
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/csi/csitest"
@@ -37,7 +40,8 @@ func releasedPV(name, handle string, policy corev1.PersistentVolumeReclaimPolicy
 // A Released PV is deleted only once no VolumeAttachment names it; Retain drops the
 // finalizer and keeps the volume.
 func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	pvName := "pvc-1"
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}, Spec: storagev1.VolumeAttachmentSpec{
@@ -67,14 +71,16 @@ func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
-	poll("the still-attached event", func() bool {
-		select {
-		case ev := <-recorder.Events:
-			return ev != ""
-		default:
-			return false
+	// Drain the events: a full FakeRecorder blocks the workers.
+	var attachedEvents atomic.Int32
+	go func() {
+		for ev := range recorder.Events {
+			if strings.Contains(ev, "still attached") {
+				attachedEvents.Add(1)
+			}
 		}
-	})
+	}()
+	poll("the still-attached event", func() bool { return attachedEvents.Load() > 0 })
 	if n := drv.Calls("DeleteVolume"); n != 0 {
 		t.Fatalf("DeleteVolume called %d times while attached", n)
 	}
