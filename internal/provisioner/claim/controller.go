@@ -8,6 +8,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,11 @@ type Controller struct {
 	queue    workqueue.TypedRateLimitingInterface[types.UID]
 	synced   []cache.InformerSynced
 	topology bool
+
+	// saved holds the claims whose PV this process created, until the PV informer shows it,
+	// so that a claim update arriving first does not repeat CreateVolume and the PV create.
+	mu    sync.Mutex
+	saved map[types.UID]time.Time
 }
 
 const uidIndex = "uid"
@@ -89,6 +95,7 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "claims", MetricsProvider: cfg.Metrics.Queue}),
 		synced:   []cache.InformerSynced{cfg.Claims.Informer().HasSynced, cfg.Volumes.Informer().HasSynced, cfg.Classes.Informer().HasSynced},
 		topology: cfg.Caps.Plugin[csiPluginTopology],
+		saved:    map[types.UID]time.Time{},
 	}
 	if c.topology {
 		if cfg.Nodes == nil || cfg.CSINodes == nil {
@@ -102,6 +109,13 @@ func New(cfg Config) (*Controller, error) {
 			return []string{string(pvc.UID)}, nil
 		}
 		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.Volumes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
+			c.forgetSaved(pv.Spec.ClaimRef.UID)
+		}
 	}}); err != nil {
 		return nil, err
 	}

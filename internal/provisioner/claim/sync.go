@@ -83,7 +83,11 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) result {
 	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only (§6.4 item 4).
 	if _, err := c.volumes.Get(pvName); err == nil {
 		c.cfg.Journal.Remove(uid)
+		c.forgetSaved(uid)
 		return result{}
+	}
+	if wait := c.savedRecently(uid); wait > 0 {
+		return result{after: wait} // our PV is on its way into the cache
 	}
 	return c.provision(ctx, claim, class, pvName, selectedNode)
 }
@@ -163,6 +167,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	if err := c.savePV(ctx, claim, pv); err != nil {
 		return result{err: err}
 	}
+	c.markSaved(claim.UID, pvName)
 	c.cfg.Journal.Remove(claim.UID)
 	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()
 	c.cfg.Metrics.ProvisionDuration.WithLabelValues(class.Name, source).Observe(time.Since(start).Seconds())
@@ -315,4 +320,40 @@ func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) 
 	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.Driver) &&
 		(rec.VolumeID == "" || pv.Spec.CSI.VolumeHandle == rec.VolumeID) &&
 		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == rec.ClaimUID
+}
+
+// savedWindow is how long a saved PV may take to reach the cache before the claim is
+// provisioned again (CreateVolume is idempotent, so that is safe, only wasteful).
+const savedWindow = 30 * time.Second
+
+// markSaved remembers a saved PV unless the cache already has it. The informer stores an
+// object before it calls the handler that forgets it, so checking under the lock cannot miss
+// that handler.
+func (c *Controller) markSaved(uid types.UID, pvName string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.volumes.Get(pvName); err != nil {
+		c.saved[uid] = time.Now()
+	}
+}
+
+func (c *Controller) forgetSaved(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.saved, uid)
+}
+
+// savedRecently returns how long to wait for the cache to show the claim's saved PV.
+func (c *Controller) savedRecently(uid types.UID) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.saved[uid]
+	if !ok {
+		return 0
+	}
+	if left := savedWindow - time.Since(at); left > 0 {
+		return left
+	}
+	delete(c.saved, uid)
+	return 0
 }
