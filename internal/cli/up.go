@@ -47,7 +47,7 @@ Ctrl-C or SIGTERM stops everything.`,
 	f := cmd.Flags()
 	f.StringVar(&o.dir, "dir", "/var/lib/kubevol/up", "state directory: certificates, etcd data, kubeconfig, logs")
 	f.BoolVar(&o.reset, "reset", false, "wipe the state directory before starting")
-	f.BoolVar(&o.demo, "demo", false, "also apply the examples (reserved: not implemented yet)")
+	f.BoolVar(&o.demo, "demo", false, "also apply examples/ (StorageClass, PVC, a pod with PVC, configMap, secret, emptyDir and inline CSI volumes), show where each volume is mounted and that PVC data survives recreating the pod")
 	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
@@ -58,9 +58,6 @@ Ctrl-C or SIGTERM stops everything.`,
 func (o *upOptions) validate() error {
 	if o.dir == "" {
 		return usageErrorf("--dir must not be empty")
-	}
-	if o.demo {
-		return usageErrorf("--demo: not implemented yet")
 	}
 	if o.statusInterval < 100*time.Millisecond {
 		return usageErrorf("--status-interval must be at least 100ms, got %s", o.statusInterval)
@@ -112,6 +109,11 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}()
 	fmt.Fprintf(stderr, "cluster ready in %s; logs in %s\n", time.Since(start).Round(100*time.Millisecond), filepath.Join(o.dir, "logs"))
 	fmt.Fprintf(stdout, "kubectl --kubeconfig %s get nodes\n", stack.Cluster.KubeconfigPath())
+	if o.demo {
+		if err := stack.Demo(ctx, stdout); err != nil {
+			return err
+		}
+	}
 
 	exited := stack.Exited()
 	tty := isTerminal(stderr)

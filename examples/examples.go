@@ -1,0 +1,17 @@
+// Package examples holds the manifests `kubevol up --demo` applies: a StorageClass, a PVC,
+// a ConfigMap and a Secret, and a pod that mounts them with an emptyDir and an inline
+// ephemeral CSI volume. They are plain YAML, usable with kubectl apply -f examples/.
+package examples
+
+import "embed"
+
+// Namespace is where the demo objects live.
+const Namespace = "kubevol-demo"
+
+// PodName is the demo pod.
+const PodName = "demo"
+
+// Manifests are the YAML files of this directory.
+//
+//go:embed *.yaml
+var Manifests embed.FS

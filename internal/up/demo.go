@@ -1,0 +1,288 @@
+package up
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/examples"
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// demoTimeout bounds each wait of the demo; a healthy stack needs seconds.
+const demoTimeout = 2 * time.Minute
+
+// NodeRootDir is the node agent's --root-dir: pods/<uid>/volumes/... live below it.
+func (s *Stack) NodeRootDir() string { return s.path("node") }
+
+// Demo applies examples/, shows where each volume of the demo pod is mounted on this
+// machine, writes through the PVC's mount, recreates the pod and shows the data survived.
+// The demo objects stay, for inspection with kubectl.
+func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
+	cs, err := kubernetes.NewForConfig(s.Cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	objs, err := demoObjects()
+	if err != nil {
+		return err
+	}
+	var pod *corev1.Pod
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pod = p
+			continue
+		}
+		if err := createIfMissing(ctx, cs, o); err != nil {
+			return err
+		}
+	}
+	if pod == nil {
+		return errors.New("demo: examples/ has no pod")
+	}
+	fmt.Fprintf(out, "\ndemo: applied examples/ (namespace %s)\n", examples.Namespace)
+
+	first, err := recreatePod(ctx, cs, pod)
+	if err != nil {
+		return err
+	}
+	dataDir, err := s.showVolumes(ctx, cs, first, out)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(dataDir, "hello.txt")
+	msg := fmt.Sprintf("written at %s through pod %s\n", time.Now().UTC().Format(time.RFC3339), first.UID)
+	if err := os.WriteFile(file, []byte(msg), 0o644); err != nil {
+		return fmt.Errorf("demo: write through the PVC mount: %w", err)
+	}
+	fmt.Fprintf(out, "\nwrote %s: %s", file, msg)
+
+	fmt.Fprintf(out, "deleting and recreating pod %s/%s…\n", pod.Namespace, pod.Name)
+	second, err := recreatePod(ctx, cs, pod)
+	if err != nil {
+		return err
+	}
+	dataDir, err = s.pvcMount(ctx, cs, second)
+	if err != nil {
+		return err
+	}
+	got, err := os.ReadFile(filepath.Join(dataDir, "hello.txt"))
+	if err != nil {
+		return fmt.Errorf("demo: the data did not survive the pod: %w", err)
+	}
+	fmt.Fprintf(out, "new pod %s mounts the same volume at %s; hello.txt still says: %s", second.UID, dataDir, got)
+	kc := s.Cluster.KubeconfigPath()
+	fmt.Fprintf(out, "\ninspect it:\n  kubectl --kubeconfig %s -n %s get pod,pvc -o wide\n  kubectl --kubeconfig %s get pv,volumeattachments,csinodes\n  kubectl --kubeconfig %s -n %s describe pod %s\n",
+		kc, examples.Namespace, kc, kc, examples.Namespace, pod.Name)
+	return nil
+}
+
+// demoObjects decodes every manifest, cluster-scoped and configuration objects first.
+func demoObjects() ([]runtime.Object, error) {
+	var objs []runtime.Object
+	err := fs.WalkDir(examples.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := examples.Manifests.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for {
+			var ext runtime.RawExtension
+			if err := dec.Decode(&ext); errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("examples/%s: %w", path, err)
+			}
+			if len(bytes.TrimSpace(ext.Raw)) == 0 {
+				continue
+			}
+			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(ext.Raw, nil, nil)
+			if err != nil {
+				return fmt.Errorf("examples/%s: %w", path, err)
+			}
+			objs = append(objs, obj)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	rank := func(o runtime.Object) int {
+		switch o.(type) {
+		case *corev1.Namespace:
+			return 0
+		case *corev1.Pod:
+			return 2
+		}
+		return 1
+	}
+	out := make([]runtime.Object, 0, len(objs))
+	for r := 0; r <= 2; r++ {
+		for _, o := range objs {
+			if rank(o) == r {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+// createIfMissing creates obj, keeping an existing one: the demo can run again on a kept
+// state directory.
+func createIfMissing(ctx context.Context, cs kubernetes.Interface, obj runtime.Object) error {
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+	case *storagev1.StorageClass:
+		_, err = cs.StorageV1().StorageClasses().Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.ConfigMap:
+		_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.Secret:
+		_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	case *corev1.PersistentVolumeClaim:
+		_, err = cs.CoreV1().PersistentVolumeClaims(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+	default:
+		return fmt.Errorf("demo: unsupported object %T in examples/", obj)
+	}
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// recreatePod deletes the pod if it exists, waits for the node agent to finish its deletion
+// (after unmounting), creates it again and waits for its volumes.
+func recreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, error) {
+	pods := cs.CoreV1().Pods(pod.Namespace)
+	err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err == nil {
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, demoTimeout, true, func(ctx context.Context) (bool, error) {
+			_, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("demo: pod %s/%s was not deleted: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	var cur *corev1.Pod
+	var lastErr error
+	// Pods are refused until the ServiceAccount controller made the namespace's default
+	// ServiceAccount; then the volumes are mounted once the PVC is provisioned and bound.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, demoTimeout, true, func(ctx context.Context) (bool, error) {
+		if cur == nil {
+			cur, lastErr = pods.Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+			if lastErr != nil {
+				cur = nil
+				return false, nil
+			}
+		}
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		cur = p
+		for _, c := range p.Status.Conditions {
+			if c.Type == "kubevol.io/VolumesReady" {
+				lastErr = fmt.Errorf("%s: %s", c.Reason, c.Message)
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("demo: volumes of pod %s/%s not ready: %w (last: %v)", pod.Namespace, pod.Name, err, lastErr)
+	}
+	return cur, nil
+}
+
+// showVolumes prints each volume's directory and what is mounted there; it returns the
+// PVC's mount.
+func (s *Stack) showVolumes(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, out io.Writer) (string, error) {
+	mis, _ := mount.ParseMountInfo("/proc/self/mountinfo")
+	mounted := map[string]mount.MountInfo{}
+	for _, mi := range mis {
+		mounted[mi.MountPoint] = mi
+	}
+	fmt.Fprintf(out, "pod %s/%s (uid %s) is on node %s; its volumes on this machine:\n", pod.Namespace, pod.Name, pod.UID, pod.Spec.NodeName)
+	var data string
+	for _, v := range pod.Spec.Volumes {
+		path, kind, err := s.volumePath(ctx, cs, pod, v)
+		if err != nil {
+			return "", err
+		}
+		if v.PersistentVolumeClaim != nil {
+			data = path
+		}
+		how := "a directory of the node root (not a mount)"
+		if mi, ok := mounted[path]; ok {
+			how = fmt.Sprintf("mounted: %s %s", mi.FsType, mi.Source)
+			if mi.Root != "/" {
+				how += ", bind of " + mi.Root
+			}
+		}
+		fmt.Fprintf(out, "  %-22s %-28s %s\n  %-22s %s\n", v.Name, kind, path, "", how)
+	}
+	if data == "" {
+		return "", errors.New("demo: the pod has no PVC volume")
+	}
+	return data, nil
+}
+
+func (s *Stack) pvcMount(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (string, error) {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			p, _, err := s.volumePath(ctx, cs, pod, v)
+			return p, err
+		}
+	}
+	return "", errors.New("demo: the pod has no PVC volume")
+}
+
+// volumePath is where the node agent set v up, in the kubelet's layout.
+func (s *Stack) volumePath(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, v corev1.Volume) (path, kind string, err error) {
+	paths := volume.Paths{Root: s.NodeRootDir()}
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			return "", "", err
+		}
+		return filepath.Join(paths.PodVolumeDir(pod.UID, "kubernetes.io/csi", pvc.Spec.VolumeName), "mount"), "PVC " + pvc.Name + " → PV " + pvc.Spec.VolumeName, nil
+	case v.CSI != nil:
+		return filepath.Join(paths.PodVolumeDir(pod.UID, "kubernetes.io/csi", v.Name), "mount"), "inline CSI " + v.CSI.Driver, nil
+	case v.ConfigMap != nil:
+		return paths.PodVolumeDir(pod.UID, "kubernetes.io/configmap", v.Name), "configMap " + v.ConfigMap.Name, nil
+	case v.Secret != nil:
+		return paths.PodVolumeDir(pod.UID, "kubernetes.io/secret", v.Name), "secret " + v.Secret.SecretName, nil
+	case v.EmptyDir != nil:
+		return paths.PodVolumeDir(pod.UID, "kubernetes.io/empty-dir", v.Name), "emptyDir", nil
+	case v.Projected != nil:
+		// The service account token volume the ServiceAccount admission plugin adds.
+		return paths.PodVolumeDir(pod.UID, "kubernetes.io/projected", v.Name), "projected", nil
+	}
+	return "", "", fmt.Errorf("demo: volume %q: no example of this volume type", v.Name)
+}
