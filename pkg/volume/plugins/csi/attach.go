@@ -84,7 +84,7 @@ func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ 
 				return "", volume.NewTransientError(fmt.Errorf("watch of VolumeAttachment %s closed", name))
 			}
 			va, isVA := ev.Object.(*storagev1.VolumeAttachment)
-			if !isVA || ev.Type == watch.Deleted {
+			if !isVA || va.Name != name || ev.Type == watch.Deleted {
 				continue
 			}
 			if ok, err := check(va); ok || err != nil {
