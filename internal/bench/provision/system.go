@@ -192,10 +192,11 @@ func (s *system) ownTimes() (string, error) {
 			break
 		}
 	}
-	return fmt.Sprintf("provisioner's own time per claim (averages from its metrics): queue wait %s, provisioning (prepare + CreateVolume + PV save) %s, CreateVolume %s",
+	createLabels := `driver_name="` + s.driver + `",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"`
+	return fmt.Sprintf("provisioner's own time per claim (averages from its metrics): queue wait %s, provisioning (prepare + CreateVolume + PV save) %s, CreateVolume %s (%.0f calls)",
 		avg("workqueue_queue_duration_seconds", `name="claims"`).Round(time.Microsecond),
 		avg("controller_persistentvolumeclaim_provision_duration_seconds", provLabels).Round(time.Microsecond),
-		avg("csi_sidecar_operations_seconds", `driver_name="`+s.driver+`",grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"`).Round(time.Microsecond)), nil
+		avg("csi_sidecar_operations_seconds", createLabels).Round(time.Microsecond), vals["csi_sidecar_operations_seconds|"+createLabels+"|count"]), nil
 }
 
 func (s *system) stop() {
