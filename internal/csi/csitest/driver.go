@@ -196,7 +196,16 @@ func (d *Driver) GetCapacity(_ context.Context, req *csipb.GetCapacityRequest) (
 	if err := d.enter("GetCapacity", req); err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return &csipb.GetCapacityResponse{AvailableCapacity: d.Capacity}, nil
+}
+
+// SetCapacity changes what GetCapacity returns while the driver serves.
+func (d *Driver) SetCapacity(n int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.Capacity = n
 }
 
 // String describes the driver for test failure messages.
