@@ -134,7 +134,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	rsp, err := c.cfg.CSI.Controller.CreateVolume(cctx, p.req)
 	cancel()
 	if err != nil {
-		return c.createFailed(ctx, claim, class, source, selectedNode, p, err)
+		return c.createFailed(ctx, claim, class, source, selectedNode, err)
 	}
 	vol := rsp.GetVolume()
 	c.cfg.Journal.SetVolumeID(claim.UID, vol.GetVolumeId())
@@ -219,7 +219,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 	return nil
 }
 
-func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, p *prepared, err error) result {
+func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, err error) result {
 	logger := klog.FromContext(ctx)
 	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
 	if !csi.MayBeInProgress(err) {
