@@ -35,6 +35,10 @@ type Options struct {
 	NodeName string
 	// Progress receives human-readable progress.
 	Progress io.Writer
+	// CallLog, if set, makes the driver log every CSI call there (benchmarks, tests).
+	CallLog string
+	// UnsafeNoFsync runs etcd without fsync: for throwaway benchmark clusters only.
+	UnsafeNoFsync bool
 }
 
 // Namespace is where the kubevol components keep their namespaced objects (leases, the
@@ -70,7 +74,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.NodeName == "" {
 		return nil, errors.New("up: NodeName is required")
 	}
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress})
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync})
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +120,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
 		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
 		{"node", ports[3], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
+	}
+	if s.opts.CallLog != "" {
+		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)
 	}
 	for _, st := range steps {
 		addr := "127.0.0.1:" + strconv.Itoa(st.port)
