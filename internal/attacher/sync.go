@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
 )
 
 const publishCapability = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
@@ -226,18 +228,11 @@ func (c *Controller) publishRequest(ctx context.Context, src *source, nodeID str
 }
 
 func (c *Controller) secrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
-	if ref == nil {
-		return nil, nil
-	}
-	s, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	data, err := csi.FetchSecrets(ctx, c.cfg.Client, ref)
 	if err != nil {
-		return nil, fmt.Errorf("controller-publish secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("controller-publish secret: %w", err)
 	}
-	out := make(map[string]string, len(s.Data))
-	for k, v := range s.Data {
-		out[k] = string(v)
-	}
-	return out, nil
+	return data, nil
 }
 
 func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttachment, nodeID string) (*storagev1.VolumeAttachment, error) {

@@ -70,7 +70,6 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	c := &o.cfg
 	c.Sidecar.AddFlags(f, sidecar.Defaults{Timeout: 10 * time.Second, WorkerThreads: 100, KubeAPIQPS: defaultKubeAPIQPS, KubeAPIBurst: defaultKubeAPIBurst})
 	// Upstream's form is key:value (csi-lib-utils), not pflag's key=value.
-	f.Lookup("leader-election-labels").Value = &labelsValue{m: &c.Sidecar.LeaderElection.Labels}
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
 	f.StringVar(&c.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
 	f.StringVar(&c.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix to apply to the name of a created volume.")
@@ -200,23 +199,4 @@ func gateList() string {
 		out = append(out, fmt.Sprintf("%s=true|false (default %v)", k, provisionerFeatureGates[k]))
 	}
 	return strings.Join(out, ", ")
-}
-
-// labelsValue parses the csi-lib-utils form of --leader-election-labels: k:v,k2:v2.
-type labelsValue struct{ m *map[string]string }
-
-func (l *labelsValue) String() string { return fmt.Sprint(*l.m) }
-func (l *labelsValue) Type() string   { return "labels" }
-func (l *labelsValue) Set(s string) error {
-	if *l.m == nil {
-		*l.m = map[string]string{}
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
-		if !ok || k == "" {
-			return fmt.Errorf("%q is not key:value", kv)
-		}
-		(*l.m)[k] = v
-	}
-	return nil
 }

@@ -64,7 +64,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet, d Defaults) {
 	f.DurationVar(&o.LeaderElection.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long non-leaders wait before forcing leadership.")
 	f.DurationVar(&o.LeaderElection.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader retries renewing before giving up.")
 	f.DurationVar(&o.LeaderElection.RetryPeriod, "leader-election-retry-period", 5*time.Second, "How long clients wait between tries of leader election actions.")
-	f.StringToStringVar(&o.LeaderElection.Labels, "leader-election-labels", nil, "Labels to add to the Lease when this replica leads, as key=value pairs.")
+	f.Var(&labelsValue{m: &o.LeaderElection.Labels}, "leader-election-labels", "Labels to add to the Lease when this replica leads, as key:value pairs separated by commas, as csi-lib-utils takes them.")
 	f.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	f.StringVar(&o.MetricsAddress, "metrics-address", "", "(deprecated) TCP address of the metrics endpoint. Only one of --metrics-address and --http-endpoint can be set.")
 	f.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
@@ -145,4 +145,23 @@ func LeaseNamespace(flag string) string {
 		return strings.TrimSpace(string(b))
 	}
 	return "default"
+}
+
+// labelsValue parses the csi-lib-utils form of --leader-election-labels: k:v,k2:v2.
+type labelsValue struct{ m *map[string]string }
+
+func (l *labelsValue) String() string { return fmt.Sprint(*l.m) }
+func (l *labelsValue) Type() string   { return "labels" }
+func (l *labelsValue) Set(s string) error {
+	if *l.m == nil {
+		*l.m = map[string]string{}
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
+		if !ok || k == "" {
+			return fmt.Errorf("%q is not key:value", kv)
+		}
+		(*l.m)[k] = v
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/params"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
@@ -157,5 +158,5 @@ func (c *Controller) resolveSecrets(ctx context.Context, claim *corev1.Persisten
 }
 
 func fetchSecret(ctx context.Context, client kubernetes.Interface, ref *corev1.SecretReference) (map[string]string, error) {
-	return secrets.Fetch(ctx, client, ref)
+	return csi.FetchSecrets(ctx, client, ref)
 }

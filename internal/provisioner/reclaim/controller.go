@@ -34,7 +34,6 @@ import (
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
-	"github.com/kubevol/kubevol/internal/provisioner/secrets"
 )
 
 // ReasonVolumeFailedDelete is the upstream event reason on the PV.
@@ -278,7 +277,7 @@ func (c *Controller) deleteVolume(ctx context.Context, pv *corev1.PersistentVolu
 	if err != nil {
 		logger.Error(err, "Deletion secret annotations are unusable; deleting without secrets")
 	}
-	data, err := secrets.Fetch(ctx, c.cfg.Client, ref)
+	data, err := csi.FetchSecrets(ctx, c.cfg.Client, ref)
 	if err != nil {
 		logger.Error(err, "Cannot read the deletion secret; calling DeleteVolume without it")
 	}

@@ -5,7 +5,6 @@
 package secrets
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -13,9 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Prefix is the reserved namespace of StorageClass parameters interpreted by the provisioner.
@@ -158,20 +155,4 @@ func allowed(vars map[string]string) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
-}
-
-// Fetch reads the secret's data. The data is never logged.
-func Fetch(ctx context.Context, client kubernetes.Interface, ref *corev1.SecretReference) (map[string]string, error) {
-	if ref == nil {
-		return nil, nil
-	}
-	s, err := client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	data := make(map[string]string, len(s.Data))
-	for k, v := range s.Data {
-		data[k] = string(v)
-	}
-	return data, nil
 }

@@ -1,13 +1,10 @@
 package secrets
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestRef(t *testing.T) {
@@ -60,16 +57,5 @@ func TestRef(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestFetch(t *testing.T) {
-	cs := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "n"}, Data: map[string][]byte{"k": []byte("v")}})
-	got, err := Fetch(context.Background(), cs, &corev1.SecretReference{Name: "s", Namespace: "n"})
-	if err != nil || got["k"] != "v" {
-		t.Fatalf("%v %v", got, err)
-	}
-	if _, err := Fetch(context.Background(), cs, &corev1.SecretReference{Name: "missing", Namespace: "n"}); err == nil {
-		t.Fatal("missing secret must fail")
 	}
 }
