@@ -80,6 +80,7 @@ type Agent struct {
 	capacity   v1.ResourceList
 	listener   net.Listener
 	readySince metav1.Time
+	runCtx     context.Context
 }
 
 // New validates cfg and builds the agent; Run starts it.
@@ -130,6 +131,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.manager = m
+	a.registry.MustRegister(&volumeStats{manager: m, drivers: a.drivers, paths: volume.Paths{Root: cfg.RootDir}, ctx: a.runContext})
 	return a, nil
 }
 
@@ -150,6 +152,16 @@ func (a *Agent) MetricsAddr() string {
 	return a.listener.Addr().String()
 }
 
+// runContext is Run's context, for work done on behalf of scrapes.
+func (a *Agent) runContext() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.runCtx == nil {
+		return context.Background()
+	}
+	return a.runCtx
+}
+
 func (a *Agent) allocatable() v1.ResourceList {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -160,6 +172,9 @@ func (a *Agent) allocatable() v1.ResourceList {
 func (a *Agent) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("node", a.cfg.NodeName)
 	ctx = klog.NewContext(ctx, logger)
+	a.mu.Lock()
+	a.runCtx = ctx
+	a.mu.Unlock()
 	a.bcast.StartStructuredLogging(4)
 	a.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Client.CoreV1().Events("")})
 	defer a.bcast.Shutdown()

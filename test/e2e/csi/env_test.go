@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -40,6 +42,7 @@ type env struct {
 	attach  bool
 	driver  *framework.Process
 	agent   *framework.Process
+	metrics string // the agent's /metrics URL
 }
 
 type envOptions struct {
@@ -95,7 +98,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.attachRequired {
 		framework.StartKubevol(t, "attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
-	e.agent = framework.StartKubevol(t, "node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", "", "-v", "4")
+	ports, err := localcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	e.metrics = "http://" + addr + "/metrics"
+	e.agent = framework.StartKubevol(t, "node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "-v", "4")
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = e.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +73,17 @@ func testLifecycle(t *testing.T, attach bool) {
 	}
 	if err := os.WriteFile(filepath.Join(target, "hello"), []byte("world"), 0o644); err != nil {
 		t.Fatalf("write through the mount: %v", err)
+	}
+	// NodeGetVolumeStats reaches the kubelet's metrics.
+	rsp, err := http.Get(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(rsp.Body)
+	rsp.Body.Close()
+	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="data"}`, e.ns)
+	if !strings.Contains(string(body), series) {
+		t.Errorf("/metrics lacks %s", series)
 	}
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + e.name + "^" + handle)
 	if attach {
