@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,8 +11,12 @@ import (
 	"strconv"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	internalcsi "github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -24,6 +29,9 @@ const (
 	podUIDKey         = "csi.storage.k8s.io/pod.uid"
 	serviceAccountKey = "csi.storage.k8s.io/serviceAccount.name"
 	ephemeralKey      = "csi.storage.k8s.io/ephemeral"
+	// tokensKey carries CSIDriver.tokenRequests' tokens: a JSON map of audience to
+	// {"token", "expirationTimestamp"}.
+	tokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
 )
 
 // mounter publishes a volume for one pod: the kubelet's csiMountMgr.
@@ -81,6 +89,16 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		vctx[podUIDKey] = string(m.pod.UID)
 		vctx[serviceAccountKey] = m.pod.Spec.ServiceAccountName
 		vctx[ephemeralKey] = strconv.FormatBool(src.ephemeral)
+	}
+	if drv != nil && len(drv.Spec.TokenRequests) > 0 {
+		tokens, err := m.p.podTokens(ctx, m.pod, drv.Spec.TokenRequests)
+		if err != nil {
+			return err
+		}
+		vctx[tokensKey] = tokens
+		// The volume context is not a secret field to protosanitizer, so the client's
+		// request log would print the tokens: this call is not logged.
+		ctx = klog.NewContext(ctx, logr.Discard())
 	}
 	secrets, err := m.p.secretsIn(m.pod.Namespace, src.publishSecret)
 	if err != nil {
@@ -237,4 +255,35 @@ func (p *Plugin) secretsIn(namespace string, ref *v1.SecretReference) (map[strin
 		out[k] = string(v)
 	}
 	return out, nil
+}
+
+// podTokens requests a token of the pod's service account, bound to the pod, for each of
+// the CSIDriver's tokenRequests (upstream podServiceAccountTokenAttrs).
+func (p *Plugin) podTokens(ctx context.Context, pod *v1.Pod, reqs []storagev1.TokenRequest) (string, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	type token struct {
+		Token               string      `json:"token"`
+		ExpirationTimestamp metav1.Time `json:"expirationTimestamp"`
+	}
+	out := map[string]token{}
+	for _, r := range reqs {
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences:         []string{r.Audience},
+			ExpirationSeconds: r.ExpirationSeconds,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+		}}
+		if r.Audience == "" {
+			tr.Spec.Audiences = nil // the API server's audience
+		}
+		got, err := p.host.GetServiceAccountToken(ctx, pod.Namespace, sa, tr)
+		if err != nil {
+			return "", fmt.Errorf("request a token of service account %s/%s for audience %q: %w", pod.Namespace, sa, r.Audience, err)
+		}
+		out[r.Audience] = token{Token: got.Status.Token, ExpirationTimestamp: got.Status.ExpirationTimestamp}
+	}
+	raw, err := json.Marshal(out)
+	return string(raw), err
 }

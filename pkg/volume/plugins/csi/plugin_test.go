@@ -13,6 +13,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +101,11 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	f := &fixture{node: fn, mounter: mount.NewFakeMounter(nil), root: t.TempDir(), client: fake.NewClientset(objs...)}
 	pm := volume.NewPluginManager(volume.HostConfig{
 		Paths: volume.Paths{Root: f.root}, NodeName: "n1", Mounter: f.mounter, KubeClient: f.client,
+		TokenGetter: func(_ context.Context, ns, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
+			out := req.DeepCopy()
+			out.Status.Token = "token-of-" + ns + "/" + sa + "-for-" + req.Spec.BoundObjectRef.Name
+			return out, nil
+		},
 		SecretGetter: func(ns, name string) (*v1.Secret, error) {
 			return f.client.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
 		},
@@ -277,5 +283,29 @@ func TestMountDeviceSkipsWhatIsStaged(t *testing.T) {
 	}
 	if calls := f.node.taken(); len(calls) != 0 {
 		t.Errorf("calls = %v, want no NodeStage", calls)
+	}
+}
+
+// CSIDriver.tokenRequests: a token of the pod's service account, bound to the pod, per
+// audience, in the volume context.
+func TestServiceAccountTokens(t *testing.T) {
+	no := false
+	f := newFixture(t, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "d.example.com"}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: &no, TokenRequests: []storagev1.TokenRequest{{Audience: "vault"}},
+	}}, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pub"}})
+	m, err := f.plugin.NewMounter(pvSpec(), testPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+		t.Fatal(err)
+	}
+	pub := f.node.taken()[0].(*csipb.NodePublishVolumeRequest)
+	var tokens map[string]struct{ Token string }
+	if err := json.Unmarshal([]byte(pub.VolumeContext[tokensKey]), &tokens); err != nil {
+		t.Fatalf("%s = %q: %v", tokensKey, pub.VolumeContext[tokensKey], err)
+	}
+	if got := tokens["vault"].Token; got != "token-of-ns/sa-for-p" {
+		t.Errorf("token for audience vault = %q", got)
 	}
 }
