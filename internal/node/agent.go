@@ -25,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -73,8 +75,11 @@ type Agent struct {
 	bcast    record.EventBroadcaster
 	pods     *podStatusWriter
 	drivers  *csiDrivers
-	inUse    chan struct{}
-	healthy  atomic.Bool
+	// informers holds the CSIDriver cache of the CSI plugin.
+	informers         informers.SharedInformerFactory
+	csiDriverInformer storageinformers.CSIDriverInformer
+	inUse             chan struct{}
+	healthy           atomic.Bool
 
 	mu         sync.Mutex
 	capacity   v1.ResourceList
@@ -109,11 +114,13 @@ func New(cfg Config) (*Agent, error) {
 	a.capacity = machineCapacity(cfg.RootDir)
 	a.pods = newPodStatusWriter(cfg.Client, cfg.OnVolumesReady)
 	a.drivers = newCSIDrivers(cfg.Client, cfg.NodeName)
+	a.informers = informers.NewSharedInformerFactory(cfg.Client, 0)
+	a.csiDriverInformer = a.informers.Storage().V1().CSIDrivers()
 	m, err := volumemanager.New(volumemanager.Config{
 		Client:          cfg.Client,
 		NodeName:        cfg.NodeName,
 		Paths:           volume.Paths{Root: cfg.RootDir},
-		Plugins:         append(plugins.All(), csiplugin.New(a.drivers)),
+		Plugins:         append(plugins.All(), csiplugin.New(csiplugin.Config{Drivers: a.drivers, CSIDrivers: a.csiDriverInformer.Lister()})),
 		Mounter:         cfg.Mounter,
 		Recorder:        a.recorder,
 		Registerer:      a.registry,
@@ -188,6 +195,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 	}
 	logger.Info("Node registered", "rootDir", a.cfg.RootDir)
+	a.informers.Start(ctx.Done())
+	defer a.informers.Shutdown()
+	a.informers.WaitForCacheSync(ctx.Done())
 
 	var wg sync.WaitGroup
 	errCh := make(chan error, 1)

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 )
@@ -33,16 +34,26 @@ type Drivers interface {
 	Node(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error)
 }
 
+// Config configures the plugin. Drivers is required.
+type Config struct {
+	Drivers Drivers
+	// CSIDrivers, if set, is a synced cache of CSIDriver objects; without it they are read
+	// from the API server at each use. The node agent sets it, as the kubelet uses an
+	// informer, because the populator asks for every pod.
+	CSIDrivers storagelisters.CSIDriverLister
+}
+
 // Plugin is the CSI volume plugin. It implements volume.AttachablePlugin.
 type Plugin struct {
-	drivers Drivers
-	host    volume.Host
+	drivers    Drivers
+	csiDrivers storagelisters.CSIDriverLister
+	host       volume.Host
 }
 
 var _ volume.AttachablePlugin = (*Plugin)(nil)
 
-// New returns the CSI plugin, which reaches drivers through drivers.
-func New(drivers Drivers) *Plugin { return &Plugin{drivers: drivers} }
+// New returns the CSI plugin.
+func New(cfg Config) *Plugin { return &Plugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers} }
 
 // Init implements volume.Plugin.
 func (p *Plugin) Init(host volume.Host) error {
@@ -167,11 +178,16 @@ func (p *Plugin) stagingPath(driver, handle string) string {
 
 // csiDriver returns the CSIDriver object, or nil when there is none.
 func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
-	c := p.host.KubeClient()
-	if c == nil {
+	var d *storagev1.CSIDriver
+	var err error
+	switch c := p.host.KubeClient(); {
+	case p.csiDrivers != nil:
+		d, err = p.csiDrivers.Get(name)
+	case c != nil:
+		d, err = c.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
+	default:
 		return nil, nil
 	}
-	d, err := c.StorageV1().CSIDrivers().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

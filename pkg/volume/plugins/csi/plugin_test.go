@@ -110,7 +110,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			return f.client.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
 		},
 	})
-	f.plugin = New(&fakeDrivers{client: csipb.NewNodeClient(cc)})
+	f.plugin = New(Config{Drivers: &fakeDrivers{client: csipb.NewNodeClient(cc)}})
 	if err := pm.Register(f.plugin); err != nil {
 		t.Fatal(err)
 	}
