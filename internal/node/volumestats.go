@@ -25,7 +25,6 @@ var (
 	statsInodes         = prometheus.NewDesc("kubelet_volume_stats_inodes", "Maximum number of inodes in the volume", statsLabels, nil)
 	statsInodesFree     = prometheus.NewDesc("kubelet_volume_stats_inodes_free", "Number of free inodes in the volume", statsLabels, nil)
 	statsInodesUsed     = prometheus.NewDesc("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", statsLabels, nil)
-	statsHealthAbnormal = prometheus.NewDesc("kubelet_volume_stats_health_status_abnormal", "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy", statsLabels, nil)
 )
 
 // volumeStats is the kubelet's volume stats collector for CSI volumes: on each scrape it
