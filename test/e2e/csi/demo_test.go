@@ -1,0 +1,55 @@
+package csi
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/test/e2e/framework"
+)
+
+// `kubevol up --demo` as a user runs it: it applies examples/, lists the demo pod's volumes
+// with where they are mounted, and shows the PVC's data survived recreating the pod.
+func TestUpDemo(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "kvdemo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// `up` keeps its state, mounts included, as the kubelet does across restarts: the
+	// test removes them once the processes are gone.
+	t.Cleanup(func() {
+		mps, _ := mount.New("").List()
+		for i := len(mps) - 1; i >= 0; i-- {
+			if strings.HasPrefix(mps[i].Path, dir+"/") {
+				_ = mount.New("").Unmount(mps[i].Path)
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	p := framework.StartKubevol(t, "up", "--demo", "--dir", dir, "--node-name", "demo-e2e", "--status-interval", "10s")
+	ctx := framework.Context(t, 5*time.Minute)
+	var out string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
+		raw, _ := os.ReadFile(p.LogPath)
+		out = string(raw)
+		return strings.Contains(out, "hello.txt still says") || p.Exited(), nil
+	})
+	if err != nil || !strings.Contains(out, "hello.txt still says: written at") {
+		t.Fatalf("demo did not finish (%v); output:\n%s", err, out)
+	}
+	for _, want := range []string{
+		"volumes/kubernetes.io~csi/pvc-", "volumes/kubernetes.io~configmap/config", "volumes/kubernetes.io~secret/secret",
+		"volumes/kubernetes.io~empty-dir/scratch", "volumes/kubernetes.io~csi/inline/mount", "mounted: ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	p.Stop()
+}
