@@ -122,7 +122,9 @@ func (e *env) apply(obj any) {
 		e.t.Cleanup(func() { _ = e.cs.StorageV1().CSIDrivers().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
 	case *storagev1.StorageClass:
 		_, err = e.cs.StorageV1().StorageClasses().Create(e.ctx, o, metav1.CreateOptions{})
-		e.t.Cleanup(func() { _ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+		e.t.Cleanup(func() {
+			_ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), o.Name, metav1.DeleteOptions{})
+		})
 	}
 	if err != nil {
 		e.t.Fatal(err)
