@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -146,6 +147,17 @@ func (e *env) waitRegistered() {
 		}
 		return false, nil
 	})
+	// The Node carries the driver's node ID and topology, as the kubelet publishes them.
+	node, err := e.cs.CoreV1().Nodes().Get(e.ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`{%q:%q}`, e.name, e.node); node.Annotations["csi.volume.kubernetes.io/nodeid"] != want {
+		e.t.Errorf("node annotation csi.volume.kubernetes.io/nodeid = %q, want %q", node.Annotations["csi.volume.kubernetes.io/nodeid"], want)
+	}
+	if node.Labels[driver.TopologyKey] != e.node {
+		e.t.Errorf("node label %s = %q, want %q", driver.TopologyKey, node.Labels[driver.TopologyKey], e.node)
+	}
 }
 
 func (e *env) poll(what string, cond wait.ConditionWithContextFunc) {
