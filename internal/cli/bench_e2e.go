@@ -34,6 +34,7 @@ deletes everything.`,
 	f.IntVar(&cfg.Pods, "pods", 100, "number of pods, each with its own PVC")
 	f.StringVar(&cfg.ClusterBinary, "cluster-binary", "", "kubevol-cluster binary (default: build or find it, as kubevol up)")
 	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for the CSV and SVG files")
+	f.BoolVar(&cfg.AttachRequired, "attach-required", false, "run the driver with --attach-required and CSIDriver attachRequired: true, to measure the attach phase")
 	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up waiting for the pods' volumes after this long")
 	return cmd
 }

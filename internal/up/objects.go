@@ -19,14 +19,15 @@ const fieldManager = "kubevol-up"
 // installObjects applies, server-side and idempotently, what the components expect to find:
 // their namespace, the CSIDriver that tells the attach/detach controller and the node how to
 // treat the driver, and a default StorageClass.
-func installObjects(ctx context.Context, cs kubernetes.Interface) error {
+func installObjects(ctx context.Context, cs kubernetes.Interface, attachRequired bool) error {
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	if _, err := cs.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace(Namespace), opts); err != nil {
 		return err
 	}
 	csiDriver := storagev1ac.CSIDriver(DriverName).WithSpec(storagev1ac.CSIDriverSpec().
-		// The no-attach path: the driver's volumes are local, there is nothing to attach.
-		WithAttachRequired(false).
+		// By default the no-attach path: the driver's volumes are local, there is nothing to
+		// attach. Benchmarks ask for the attach path to measure it.
+		WithAttachRequired(attachRequired).
 		WithPodInfoOnMount(true).
 		WithFSGroupPolicy(storagev1.FileFSGroupPolicy).
 		WithVolumeLifecycleModes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral))

@@ -39,6 +39,9 @@ type Options struct {
 	CallLog string
 	// UnsafeNoFsync runs etcd without fsync: for throwaway benchmark clusters only.
 	UnsafeNoFsync bool
+	// AttachRequired runs the driver with --attach-required and installs its CSIDriver with
+	// attachRequired: true, so volumes go through VolumeAttachments and the attacher.
+	AttachRequired bool
 }
 
 // Namespace is where the kubevol components keep their namespaced objects (leases, the
@@ -95,7 +98,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := installObjects(ctx, cs); err != nil {
+	if err := installObjects(ctx, cs, s.opts.AttachRequired); err != nil {
 		return fmt.Errorf("install kubevol objects: %w", err)
 	}
 	for _, d := range []string{s.path("csi"), s.path("driver"), s.path("node")} {
@@ -123,6 +126,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	}
 	if s.opts.CallLog != "" {
 		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)
+	}
+	if s.opts.AttachRequired {
+		steps[0].args = append(steps[0].args, "--attach-required")
 	}
 	for _, st := range steps {
 		addr := "127.0.0.1:" + strconv.Itoa(st.port)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -38,17 +39,19 @@ type Config struct {
 	ClusterBinary string
 	OutDir        string
 	Timeout       time.Duration
-	Out           io.Writer
+	// AttachRequired measures the attach path: CSIDriver attachRequired, VolumeAttachments.
+	AttachRequired bool
+	Out            io.Writer
 }
 
 // Series are the phases, each measured from the pod's creation.
-var Series = []string{"node_selected", "provisioned", "claim_bound", "pod_bound", "staged", "published", "volumes_ready"}
+var Series = []string{"node_selected", "provisioned", "claim_bound", "pod_bound", "attached", "staged", "published", "volumes_ready"}
 
 // times are the instants observed for one pod (and its claim and volume).
 type times struct {
-	created, selected, provisioned, bound, podBound, ready time.Time
-	stageEnd, publishEnd                                   time.Time
-	handle                                                 string
+	created, selected, provisioned, bound, podBound, attached, ready time.Time
+	stageEnd, publishEnd                                             time.Time
+	handle                                                           string
 }
 
 // Run starts the stack, measures and prints the figures, and removes everything.
@@ -64,7 +67,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	callLog := filepath.Join(dir, "calls.jsonl")
 	fmt.Fprintln(out, "starting a throwaway kubevol up stack")
 	stack, err := up.Start(ctx, up.Options{Dir: filepath.Join(dir, "up"), ClusterBinary: cfg.ClusterBinary, NodeName: "bench-e2e-node",
-		Progress: io.Discard, CallLog: callLog, UnsafeNoFsync: true})
+		Progress: io.Discard, CallLog: callLog, UnsafeNoFsync: true, AttachRequired: cfg.AttachRequired})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return err
@@ -78,7 +81,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, cs: cs, ns: "bench-e2e", byClaim: map[string]*times{}}
+	b := &bench{cfg: cfg, cs: cs, ns: "bench-e2e", byClaim: map[string]*times{}, claimOfPV: map[string]string{}, early: map[string]time.Time{}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -110,6 +113,9 @@ type bench struct {
 
 	mu      sync.Mutex
 	byClaim map[string]*times // by claim name, which is the pod name
+	// claimOfPV maps PV names to claims; early holds attachments seen before their PV.
+	claimOfPV map[string]string
+	early     map[string]time.Time
 }
 
 func (b *bench) get(name string) *times {
@@ -163,6 +169,10 @@ func (b *bench) run(ctx context.Context) error {
 		defer b.mu.Unlock()
 		t := b.get(pv.Spec.ClaimRef.Name)
 		stamp(&t.provisioned, now)
+		b.claimOfPV[pv.Name] = pv.Spec.ClaimRef.Name
+		if at, ok := b.early[pv.Name]; ok {
+			stamp(&t.attached, at)
+		}
 		if pv.Spec.CSI != nil {
 			t.handle = pv.Spec.CSI.VolumeHandle
 		}
@@ -188,6 +198,20 @@ func (b *bench) run(ctx context.Context) error {
 			}
 		}
 	}
+	onAttachment := func(obj any) {
+		va, ok := obj.(*storagev1.VolumeAttachment)
+		if !ok || !va.Status.Attached || va.Spec.Source.PersistentVolumeName == nil {
+			return
+		}
+		now := time.Now()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if claim, ok := b.claimOfPV[*va.Spec.Source.PersistentVolumeName]; ok {
+			stamp(&b.get(claim).attached, now)
+		} else {
+			b.early[*va.Spec.Source.PersistentVolumeName] = now
+		}
+	}
 	handler := func(fn func(any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{AddFunc: fn, UpdateFunc: func(_, o any) { fn(o) }}
 	}
@@ -198,6 +222,9 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	if _, err := all.Core().V1().PersistentVolumes().Informer().AddEventHandler(handler(onVolume)); err != nil {
+		return err
+	}
+	if _, err := all.Storage().V1().VolumeAttachments().Informer().AddEventHandler(handler(onAttachment)); err != nil {
 		return err
 	}
 	f.Start(ctx.Done())
@@ -351,7 +378,7 @@ func (b *bench) report(start time.Time) *report.Run {
 		}
 		run.Samples = append(run.Samples, report.Sample{Name: name, Start: t.created.Sub(start), Values: []time.Duration{
 			since(t, t.selected), since(t, t.provisioned), since(t, t.bound), since(t, t.podBound),
-			since(t, t.stageEnd), since(t, t.publishEnd), since(t, t.ready),
+			since(t, t.attached), since(t, t.stageEnd), since(t, t.publishEnd), since(t, t.ready),
 		}})
 	}
 	return run
@@ -363,23 +390,34 @@ func (b *bench) writePhases(run *report.Run) {
 	out := b.cfg.Out
 	fmt.Fprintf(out, "\nwhere the time goes (each phase alone):\n%-34s %9s %9s\n", "phase", "p50", "p99")
 	names := []string{"schedule (scheduler picks the node)", "provision (CreateVolume, PV)", "bind (PV controller)",
-		"schedule (pod bound to the node)", "stage (NodeStageVolume done)", "publish (NodePublishVolume done)", "report (VolumesReady written)"}
+		"schedule (pod bound to the node)", "attach (VolumeAttachment attached)", "stage (NodeStageVolume done)",
+		"publish (NodePublishVolume done)", "report (VolumesReady written)"}
 	for i := range Series {
 		var d []time.Duration
 		for _, s := range run.Samples {
+			// A phase runs from the latest milestone before it that was reached.
 			cur, prev := s.Values[i], time.Duration(0)
-			if i > 0 {
-				prev = s.Values[i-1]
+			for j := i - 1; j >= 0; j-- {
+				if s.Values[j] >= 0 {
+					prev = s.Values[j]
+					break
+				}
 			}
-			if cur < 0 || prev < 0 {
+			if cur < 0 {
 				continue
 			}
 			d = append(d, cur-prev)
 		}
+		if len(d) == 0 {
+			fmt.Fprintf(out, "%-34s %9s %9s\n", names[i], "-", "-")
+			continue
+		}
 		st := report.Summarize(d)
 		fmt.Fprintf(out, "%-34s %9s %9s\n", names[i], report.Round(st.P50), report.Round(st.P99))
 	}
-	fmt.Fprintln(out, "(no attach phase: the kubevol-local CSIDriver has attachRequired: false)")
+	if !b.cfg.AttachRequired {
+		fmt.Fprintln(out, "(no attach phase: the kubevol-local CSIDriver has attachRequired: false; --attach-required measures it)")
+	}
 }
 
 // cleanup deletes the pods (the agent unpublishes and unstages), then the claims (the
