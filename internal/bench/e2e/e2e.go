@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	run.WriteTable(out)
 	fmt.Fprintf(out, "all %d pods' volumes mounted %s after the first pod was created\n", cfg.Pods, report.Round(total))
 	b.writePhases(run)
-	return writeFiles(cfg.OutDir, run, cfg.Pods, out)
+	return run.WriteFiles(cfg.OutDir, "e2e", fmt.Sprintf("kubevol e2e: %d pods with a PVC each, from pod creation", cfg.Pods), out)
 }
 
 type bench struct {
@@ -458,30 +458,4 @@ func removeAll(dir string) error {
 		return fmt.Errorf("unmount leftovers below %s: %w", dir, err)
 	}
 	return os.RemoveAll(dir)
-}
-
-func writeFiles(dir string, run *report.Run, n int, out io.Writer) error {
-	if dir == "" {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	csvPath, svgPath := filepath.Join(dir, "e2e.csv"), filepath.Join(dir, "e2e.svg")
-	f, err := os.Create(csvPath)
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(run.WriteCSV(f), f.Close()); err != nil {
-		return err
-	}
-	g, err := os.Create(svgPath)
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(run.WriteSVG(g, fmt.Sprintf("kubevol e2e: %d pods with a PVC each, from pod creation", n)), g.Close()); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote %s and %s\n", csvPath, svgPath)
-	return nil
 }

@@ -23,17 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/bench/target"
 	agentpkg "github.com/kubevol/kubevol/internal/node"
 )
-
-// DefaultUpKubeconfig is where `kubevol up` keeps its kubeconfig.
-const DefaultUpKubeconfig = "/var/lib/kubevol/up/kubeconfig"
 
 // schedulerName makes kube-scheduler ignore the benchmark's pods: the benchmark binds them
 // itself, all at once, so that "bound" is a known instant.
@@ -64,11 +59,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("bench node mounts tmpfs volumes: run it as root")
 	}
-	restCfg, stopCluster, err := clusterConfig(ctx, cfg.Kubeconfig, out)
+	cluster, err := target.Pick(ctx, cfg.Kubeconfig, out)
 	if err != nil {
 		return err
 	}
-	defer stopCluster()
+	defer cluster.Stop()
+	restCfg := cluster.Config
 	restCfg.QPS, restCfg.Burst = 2000, 4000
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
@@ -106,11 +102,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		prop.WriteTable(out)
 	}
 	fmt.Fprintf(out, "idle CPU of the agent with %d pods mounted: %.2f%% of a core over %s\n", cfg.Pods, idle, cfg.Idle)
-	if err := writeFiles(cfg.OutDir, "node-mount", mounts, fmt.Sprintf("kubevol node: pod bound → all %d volumes mounted (%d pods)", cfg.Volumes, cfg.Pods), out); err != nil {
+	if err := mounts.WriteFiles(cfg.OutDir, "node-mount", fmt.Sprintf("kubevol node: pod bound → all %d volumes mounted (%d pods)", cfg.Volumes, cfg.Pods), out); err != nil {
 		return err
 	}
 	if prop != nil {
-		return writeFiles(cfg.OutDir, "node-propagation", prop, fmt.Sprintf("kubevol node: ConfigMap update → files of %d pods", cfg.Pods), out)
+		return prop.WriteFiles(cfg.OutDir, "node-propagation", fmt.Sprintf("kubevol node: ConfigMap update → files of %d pods", cfg.Pods), out)
 	}
 	return nil
 }
@@ -489,59 +485,6 @@ func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	close(next)
 	wg.Wait()
 	return firstErr
-}
-
-func writeFiles(dir, base string, run *report.Run, title string, out io.Writer) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		ext   string
-		write func(io.Writer) error
-	}{
-		{".csv", run.WriteCSV},
-		{".svg", func(w io.Writer) error { return run.WriteSVG(w, title) }},
-	} {
-		path := filepath.Join(dir, base+f.ext)
-		fh, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := f.write(fh); err != nil {
-			fh.Close()
-			return err
-		}
-		if err := fh.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "wrote %s\n", path)
-	}
-	return nil
-}
-
-// clusterConfig picks the cluster: the kubeconfig, the `kubevol up` cluster, or a new
-// local one that is stopped afterwards.
-func clusterConfig(ctx context.Context, path string, out io.Writer) (*rest.Config, func(), error) {
-	if path == "" {
-		if _, err := os.Stat(DefaultUpKubeconfig); err == nil {
-			path = DefaultUpKubeconfig
-		}
-	}
-	if path != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", path)
-		return c, func() {}, err
-	}
-	dir, err := os.MkdirTemp("", "kubevol-bench-")
-	if err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintln(out, "starting a local cluster for the benchmark")
-	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, Progress: out, UnsafeNoFsync: true})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return cl.RESTConfig(), func() { _ = cl.Stop(); os.RemoveAll(dir) }, nil
 }
 
 func ptr[T any](v T) *T { return &v }

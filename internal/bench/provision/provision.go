@@ -5,11 +5,8 @@ package provision
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -21,16 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/bench/target"
 )
-
-// DefaultUpKubeconfig is where `kubevol up` keeps its kubeconfig.
-const DefaultUpKubeconfig = "/var/lib/kubevol/up/kubeconfig"
 
 // Drivers the benchmark can run.
 const (
@@ -71,12 +63,13 @@ type claimTimes struct {
 // Run runs the benchmark and prints its figures to cfg.Out.
 func Run(ctx context.Context, cfg Config) error {
 	out := cfg.Out
-	restCfg, kubeconfig, stopCluster, err := clusterConfig(ctx, cfg, out)
+	cluster, err := target.Pick(ctx, cfg.Kubeconfig, out)
 	if err != nil {
 		return err
 	}
-	cfg.Kubeconfig = kubeconfig
-	defer stopCluster()
+	defer cluster.Stop()
+	restCfg := cluster.Config
+	cfg.Kubeconfig = cluster.Kubeconfig
 	restCfg.QPS, restCfg.Burst = -1, 0 // the benchmark client must not be the bottleneck
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
@@ -202,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintln(out, own)
 		}
 	}
-	if err := writeFiles(cfg.OutDir, run, cfg.Count, out); err != nil {
+	if err := run.WriteFiles(cfg.OutDir, "provision", fmt.Sprintf("kubevol provision: %d claims, latency from claim to PV and to Bound", cfg.Count), out); err != nil {
 		return err
 	}
 
@@ -302,33 +295,6 @@ loop:
 	return err
 }
 
-func writeFiles(dir string, run *report.Run, n int, out io.Writer) error {
-	if dir == "" {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	csvPath, svgPath := filepath.Join(dir, "provision.csv"), filepath.Join(dir, "provision.svg")
-	f, err := os.Create(csvPath)
-	if err != nil {
-		return err
-	}
-	err = errors.Join(run.WriteCSV(f), f.Close())
-	if err != nil {
-		return err
-	}
-	g, err := os.Create(svgPath)
-	if err != nil {
-		return err
-	}
-	if err := errors.Join(run.WriteSVG(g, fmt.Sprintf("kubevol provision: %d claims, latency from claim to PV and to Bound", n)), g.Close()); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "wrote %s and %s\n", csvPath, svgPath)
-	return nil
-}
-
 func cleanup(ctx context.Context, cs kubernetes.Interface, ns string, sut *system) error {
 	if err := cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		return err
@@ -349,30 +315,4 @@ func cleanup(ctx context.Context, cs kubernetes.Interface, ns string, sut *syste
 		}
 		return true, nil
 	})
-}
-
-// clusterConfig picks the cluster: --kubeconfig, the `kubevol up` cluster, or a new local
-// one that is stopped afterwards.
-func clusterConfig(ctx context.Context, cfg Config, out io.Writer) (*rest.Config, string, func(), error) {
-	path := cfg.Kubeconfig
-	if path == "" {
-		if _, err := os.Stat(DefaultUpKubeconfig); err == nil {
-			path = DefaultUpKubeconfig
-		}
-	}
-	if path != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", path)
-		return c, path, func() {}, err
-	}
-	dir, err := os.MkdirTemp("", "kubevol-bench-")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	fmt.Fprintln(out, "starting a local cluster for the benchmark")
-	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, Progress: out, UnsafeNoFsync: true})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, "", nil, err
-	}
-	return cl.RESTConfig(), cl.KubeconfigPath(), func() { _ = cl.Stop(); os.RemoveAll(dir) }, nil
 }
