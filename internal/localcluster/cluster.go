@@ -177,13 +177,7 @@ func (c *Cluster) Stop() error {
 	procs := c.procs
 	c.procs = nil
 	c.mu.Unlock()
-	var errs []error
-	for i := len(procs) - 1; i >= 0; i-- {
-		if err := procs[i].Stop(20 * time.Second); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return proc.StopAll(20*time.Second, procs...)
 }
 
 // PIDs returns the process IDs of the running components, for leak checks.

@@ -6,6 +6,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,6 +92,15 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) error {
 	// Anything the process forked shares its group; none of it may outlive it.
 	_ = syscall.Kill(pgid, syscall.SIGKILL)
 	return nil
+}
+
+// StopAll stops ps in reverse order, the last started first, each with Stop(grace).
+func StopAll(grace time.Duration, ps ...*Process) error {
+	var errs []error
+	for i := len(ps) - 1; i >= 0; i-- {
+		errs = append(errs, ps[i].Stop(grace))
+	}
+	return errors.Join(errs...)
 }
 
 // LogTail returns the last n lines of a log file, for error messages.

@@ -156,17 +156,13 @@ func (s *Stack) startComponents(ctx context.Context) error {
 // Stop stops the kubevol components, then the control plane.
 func (s *Stack) Stop() error {
 	s.mu.Lock()
-	procs := s.procs
+	var procs []*proc.Process
+	for _, c := range s.procs {
+		procs = append(procs, c.p)
+	}
 	s.procs = nil
 	s.mu.Unlock()
-	var errs []error
-	for i := len(procs) - 1; i >= 0; i-- {
-		if err := procs[i].p.Stop(30 * time.Second); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, s.Cluster.Stop())
-	return errors.Join(errs...)
+	return errors.Join(proc.StopAll(30*time.Second, procs...), s.Cluster.Stop())
 }
 
 // Status is the control plane's status followed by the components'.
