@@ -245,6 +245,18 @@ func (c *controller) reconcile(ctx context.Context) error {
 		}
 	}
 	for id, v := range c.st.Volumes {
+		if v.Deleting {
+			// A DeleteVolume was interrupted: it had passed its checks, so finish it.
+			c.log.Info("Finishing an interrupted DeleteVolume", "volumeID", id)
+			if err := c.backends[v.Type].DeleteVolume(id); err != nil {
+				return err
+			}
+			delete(c.st.Volumes, id)
+			if err := c.commitLocked(); err != nil {
+				return err
+			}
+			continue
+		}
 		if ok, err := c.backends[v.Type].VolumeExists(id); err == nil && !ok {
 			c.log.Error(nil, "Volume data is missing", "volumeID", id, "path", c.backends[v.Type].VolumePath(id))
 		}

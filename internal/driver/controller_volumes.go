@@ -219,20 +219,31 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if why != "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is in use: %s", id, why)
 	}
-	// Bytes first, record second: a crash in between leaves a record without data, and the
-	// CO's retry of DeleteVolume finishes the job.
-	if err := c.backends[v.Type].DeleteVolume(id); err != nil {
-		return nil, status.Errorf(codes.Internal, "delete volume data: %v", err)
-	}
+	// Intent, bytes, record: a crash after the intent leaves a record marked deleting, which
+	// the restart (or the CO's retry) finishes; never a live-looking record without data.
 	c.mu.Lock()
-	delete(c.st.Volumes, id)
+	c.st.Volumes[id].Deleting = true
 	err = c.commitLocked()
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	if err := c.finishDelete(id, v.Type); err != nil {
+		return nil, err
+	}
 	klogFrom(ctx, c.log).V(2).Info("Deleted volume", "volumeID", id, "name", v.Name)
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// finishDelete removes a volume's bytes, then its record.
+func (c *controller) finishDelete(id, typ string) error {
+	if err := c.backends[typ].DeleteVolume(id); err != nil {
+		return status.Errorf(codes.Internal, "delete volume data: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.st.Volumes, id)
+	return c.commitLocked()
 }
 
 func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {

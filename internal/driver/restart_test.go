@@ -12,6 +12,7 @@ import (
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/backend"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/driver/state"
 )
 
 // TestRestartAfterKill creates volumes and snapshots, stages and publishes them, kills the
@@ -134,5 +135,47 @@ func TestRestartAfterKill(t *testing.T) {
 		if des, _ := os.ReadDir(filepath.Join(cfg.StateDir, sub)); len(des) > 0 {
 			t.Errorf("%s not empty after teardown: %v", sub, des)
 		}
+	}
+}
+
+// A DeleteVolume killed after it marked the record and removed some or all of the bytes is
+// finished by the next start: no record without data, no data without record.
+func TestRestartFinishesInterruptedDelete(t *testing.T) {
+	drivertest.RequireRoot(t)
+	dir := drivertest.TempDir(t)
+	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
+	cfg := driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state")}
+	child := drivertest.StartChild(t, endpoint, cfg)
+	c := clients{ctrl: child.Controller, node: child.Node}
+	gone := c.create(t, "data-gone", "dir", 1<<20).GetVolumeId()
+	kept := c.create(t, "data-kept", "dir", 1<<20).GetVolumeId()
+	child.Kill()
+
+	// What a kill inside DeleteVolume leaves: both marked deleting, one with its bytes
+	// already removed.
+	file := state.NewFile(filepath.Join(cfg.StateDir, "controller.json"))
+	st := state.NewController()
+	if _, err := file.Load(st); err != nil {
+		t.Fatal(err)
+	}
+	st.Volumes[gone].Deleting, st.Volumes[kept].Deleting = true, true
+	if err := file.Save(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(cfg.StateDir, "volumes", gone)); err != nil {
+		t.Fatal(err)
+	}
+
+	child = drivertest.StartChild(t, endpoint, cfg)
+	rsp, err := child.Controller.ListVolumes(ctxT(t), &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rsp.GetEntries()); n != 0 {
+		t.Errorf("%d volumes listed after the restart, want the two interrupted deletions finished", n)
+	}
+	entries, _ := os.ReadDir(filepath.Join(cfg.StateDir, "volumes"))
+	for _, e := range entries {
+		t.Errorf("volume data %s left after the interrupted deletion was finished", e.Name())
 	}
 }

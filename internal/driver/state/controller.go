@@ -44,6 +44,9 @@ type Volume struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Attachments are the ControllerPublishVolume records, keyed by node ID.
 	Attachments map[string]Attachment `json:"attachments,omitempty"`
+	// Deleting is set, and persisted, before DeleteVolume removes the bytes, so a crash in
+	// between leaves a record that says so, and the restart finishes the deletion.
+	Deleting bool `json:"deleting,omitempty"`
 }
 
 // Attachment is one ControllerPublishVolume that succeeded and was not yet unpublished.
