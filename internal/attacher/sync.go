@@ -144,14 +144,10 @@ func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment)
 				return c.detachFailed(ctx, va, err)
 			}
 		}
+		// The PV's finalizer keeps it (and its volume handle) while this attachment exists.
 		src, err := c.source(va)
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err != nil {
 			return c.detachFailed(ctx, va, err)
-		}
-		if src == nil {
-			// The PV is gone; the handle is all ControllerUnpublish needs, and the PV
-			// finalizer normally prevents this.
-			return c.detachFailed(ctx, va, fmt.Errorf("cannot detach: %v", err))
 		}
 		req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: src.csi.VolumeHandle, NodeId: nodeID}
 		if req.Secrets, err = c.secrets(ctx, src.csi.ControllerPublishSecretRef); err != nil {
