@@ -14,6 +14,7 @@ import (
 //	<root>/pods/<uid>/volumes/<plugin with / as ~>/<volume>
 //	<root>/pods/<uid>/plugins/<plugin with / as ~>/<volume>     (per-pod plugin data, e.g. emptyDir's ready marker)
 //	<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>
+//	<root>/pods/<uid>/volumeDevices/<plugin with / as ~>/<volume> (block volumes: a symlink to the device)
 //	<root>/plugins/<plugin>/...                                 (global, e.g. CSI staging)
 type Paths struct{ Root string }
 
@@ -35,6 +36,18 @@ func (p Paths) PodVolumesDir(uid types.UID) string { return filepath.Join(p.PodD
 // PodVolumeDir is where a plugin sets a pod's volume up.
 func (p Paths) PodVolumeDir(uid types.UID, plugin, volume string) string {
 	return filepath.Join(p.PodVolumesDir(uid), EscapePluginName(plugin), volume)
+}
+
+// PodVolumeDevicesDir is <root>/pods/<uid>/volumeDevices, where block volumes are mapped.
+func (p Paths) PodVolumeDevicesDir(uid types.UID) string {
+	return filepath.Join(p.PodDir(uid), "volumeDevices")
+}
+
+// PodVolumeDevicePath is the pod's link to a mapped block volume (upstream
+// GetPodVolumeDeviceDir + the volume name), the path a container runtime would hand the
+// container as its device.
+func (p Paths) PodVolumeDevicePath(uid types.UID, plugin, volume string) string {
+	return filepath.Join(p.PodVolumeDevicesDir(uid), EscapePluginName(plugin), volume)
 }
 
 // PodPluginDir is per-pod, per-volume plugin data outside the volume itself.

@@ -30,6 +30,22 @@ type Plugin interface {
 	ConstructVolumeSpec(volumeName, volumePath string) (*Spec, error)
 }
 
+// BlockPlugin is a plugin that also maps raw block volumes, those a pod uses through
+// volumeDevices (upstream BlockVolumePlugin). A block mapper is a Mounter whose SetUp maps
+// the device for the pod and whose Path is the pod's link to it,
+// <root>/pods/<uid>/volumeDevices/<plugin>/<volume>; the device itself is staged by the
+// plugin's DeviceMounter like a filesystem volume's.
+type BlockPlugin interface {
+	Plugin
+	// NewBlockMapper returns the Mounter of block volume spec for pod.
+	NewBlockMapper(spec *Spec, pod *v1.Pod) (Mounter, error)
+	// NewBlockUnmapper returns the Unmounter of the pod's block volume named volumeName.
+	NewBlockUnmapper(volumeName string, podUID types.UID) (Unmounter, error)
+	// ConstructBlockVolumeSpec rebuilds a block volume's spec after a restart; mapPath is
+	// the pod's link to the device.
+	ConstructBlockVolumeSpec(volumeName, mapPath string) (*Spec, error)
+}
+
 // Attributes describe a set-up volume.
 type Attributes struct {
 	ReadOnly bool

@@ -20,6 +20,13 @@ func SpecFromPersistentVolume(pv *v1.PersistentVolume, readOnly bool) *Spec {
 	return &Spec{PersistentVolume: pv, ReadOnly: readOnly}
 }
 
+// Block reports whether the volume is a raw block device (a PV with volumeMode: Block),
+// which pods use through volumeDevices instead of volumeMounts.
+func (s *Spec) Block() bool {
+	return s != nil && s.PersistentVolume != nil && s.PersistentVolume.Spec.VolumeMode != nil &&
+		*s.PersistentVolume.Spec.VolumeMode == v1.PersistentVolumeBlock
+}
+
 // Name is the inner volume spec name: the PV name for a claim, the pod volume name
 // otherwise. It is the directory name under pods/<uid>/volumes/<plugin>/.
 func (s *Spec) Name() string {

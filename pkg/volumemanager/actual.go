@@ -35,7 +35,9 @@ type MountedVolume struct {
 	PluginName string
 	PodUID     types.UID
 	// SpecName is the directory name under the pod's plugin directory.
-	SpecName        string
+	SpecName string
+	// Block: a block volume, mapped under the pod's volumeDevices directory.
+	Block           bool
 	State           MountState
 	RemountRequired bool
 	// Reconstructed: found on disk after a restart. A final SetUp error does not downgrade

@@ -20,6 +20,22 @@ const (
 	opUnmountDevice = "unmount_device"
 )
 
+// opNames are the operation names, and the prefixes of their errors, of a filesystem or a
+// block volume, as upstream.
+type opNames struct{ mount, unmount, unmountDevice, setUp, tearDown string }
+
+var (
+	fsOps    = opNames{opMount, opUnmount, opUnmountDevice, "MountVolume.SetUp", "UnmountVolume.TearDown"}
+	blockOps = opNames{"map_volume", "unmap_volume", "unmap_device", "MapVolume.MapPodDevice", "UnmapVolume.UnmapPodDevice"}
+)
+
+func opsOf(block bool) opNames {
+	if block {
+		return blockOps
+	}
+	return fsOps
+}
+
 // start runs op and turns the executor's refusals into a requeue delay: ErrPending needs
 // none (the running operation enqueues the pod when done), a backoff needs its remainder.
 func (m *Manager) start(ctx context.Context, op Operation) time.Duration {
@@ -36,7 +52,7 @@ func (m *Manager) start(ctx context.Context, op Operation) time.Duration {
 }
 
 // startMount sets a volume up for a pod: wait for attach, mount the device, then SetUp
-// (upstream: GenerateMountVolumeFunc).
+// (upstream: GenerateMountVolumeFunc), or for a block volume map it (GenerateMapVolumeFunc).
 func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume) time.Duration {
 	uid := pod.UID
 	key := OpKey{Volume: dv.Name, Pod: uid}
@@ -47,24 +63,22 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	prev, hadPrev := m.asw.PodVolume(uid, dv.Name)
 	var refreshAt time.Time
 	outer := dv.OuterNames[0]
+	block := dv.Spec.Block()
+	ops := opsOf(block)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name)
 	return m.start(ctx, Operation{
-		Key: key, Pod: uid, Name: opMount, PluginName: dv.PluginName,
+		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName,
 		Run: func(ctx context.Context) error {
-			plugin, err := m.plugins.FindByName(dv.PluginName)
-			if err != nil {
-				return err
-			}
 			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
-			mounter, err := plugin.NewMounter(dv.Spec, pod)
+			mounter, err := m.newMounter(dv, pod)
 			if err != nil {
 				return err
 			}
 			args := mounterArgs(pod)
 			if err := mounter.SetUp(ctx, args); err != nil {
-				return fmt.Errorf("MountVolume.SetUp failed for volume %q: %w", outer, err)
+				return fmt.Errorf("%s failed for volume %q: %w", ops.setUp, outer, err)
 			}
 			if r, ok := mounter.(volume.Refresher); ok {
 				if d := r.RefreshAfter(); d > 0 {
@@ -74,7 +88,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			return nil
 		},
 		Done: func(err error) {
-			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name()}
+			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name(), Block: block}
 			switch {
 			case err == nil:
 				mv.RefreshAt = refreshAt
@@ -105,6 +119,38 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			m.podQueue.Add(uid)
 		},
 	})
+}
+
+// newMounter returns the plugin's mounter of dv for pod, or its block mapper.
+func (m *Manager) newMounter(dv DesiredVolume, pod *v1.Pod) (volume.Mounter, error) {
+	if dv.Spec.Block() {
+		bp, err := m.plugins.FindBlockByName(dv.PluginName)
+		if err != nil {
+			return nil, err
+		}
+		return bp.NewBlockMapper(dv.Spec, pod)
+	}
+	plugin, err := m.plugins.FindByName(dv.PluginName)
+	if err != nil {
+		return nil, err
+	}
+	return plugin.NewMounter(dv.Spec, pod)
+}
+
+// newUnmounter returns the unmounter of a pod's volume directory, or its block unmapper.
+func (m *Manager) newUnmounter(pluginName, specName string, uid types.UID, block bool) (volume.Unmounter, error) {
+	if block {
+		bp, err := m.plugins.FindBlockByName(pluginName)
+		if err != nil {
+			return nil, err
+		}
+		return bp.NewBlockUnmapper(specName, uid)
+	}
+	plugin, err := m.plugins.FindByName(pluginName)
+	if err != nil {
+		return nil, err
+	}
+	return plugin.NewUnmounter(specName, uid)
 }
 
 // ensureDevice records the volume as attached and, for device-mountable plugins, mounts
@@ -168,22 +214,19 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 // TearDown. A failure leaves the volume uncertain, so it is retried and never forgotten.
 func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Duration {
 	logger := klog.FromContext(ctx).WithValues("podUID", mv.PodUID, "volumeID", mv.Name)
+	ops := opsOf(mv.Block)
 	return m.start(ctx, Operation{
-		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: opUnmount, PluginName: mv.PluginName,
+		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: ops.unmount, PluginName: mv.PluginName,
 		Run: func(ctx context.Context) error {
-			plugin, err := m.plugins.FindByName(mv.PluginName)
-			if err != nil {
-				return err
-			}
 			if err := m.cleanSubpaths(mv.PodUID, mv.SpecName); err != nil {
 				return err
 			}
-			u, err := plugin.NewUnmounter(mv.SpecName, mv.PodUID)
+			u, err := m.newUnmounter(mv.PluginName, mv.SpecName, mv.PodUID, mv.Block)
 			if err != nil {
 				return err
 			}
 			if err := u.TearDown(ctx); err != nil {
-				return fmt.Errorf("UnmountVolume.TearDown failed for volume %q: %w", mv.SpecName, err)
+				return fmt.Errorf("%s failed for volume %q: %w", ops.tearDown, mv.SpecName, err)
 			}
 			return nil
 		},
@@ -211,7 +254,7 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) time.Duration {
 	logger := klog.FromContext(ctx).WithValues("volumeID", av.Name)
 	return m.start(ctx, Operation{
-		Key: OpKey{Volume: av.Name}, Name: opUnmountDevice, PluginName: av.PluginName,
+		Key: OpKey{Volume: av.Name}, Name: opsOf(av.Spec.Block()).unmountDevice, PluginName: av.PluginName,
 		Run: func(ctx context.Context) error {
 			dm, err := m.plugins.FindDeviceMountable(av.Spec)
 			if err != nil || dm == nil {

@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -83,11 +84,11 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 		if !mounts[pv.Name] && !devices[pv.Name] {
 			continue
 		}
-		if devices[pv.Name] {
-			errs = append(errs, fmt.Sprintf("volume %q: block volumes (volumeDevices) are not supported", pv.Name))
+		if mounts[pv.Name] && devices[pv.Name] {
+			errs = append(errs, fmt.Sprintf("volume %q is used both in volumeMounts and in volumeDevices", pv.Name))
 			continue
 		}
-		spec, err := m.specFor(pod, pv)
+		spec, err := m.specFor(pod, pv, devices[pv.Name])
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
 			continue
@@ -116,8 +117,8 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 }
 
 // specFor resolves a pod volume: a claim (or generic ephemeral volume) through PVC → PV,
-// checked as upstream; an inline volume as is.
-func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume) (*volume.Spec, error) {
+// checked as upstream; an inline volume as is. block: the pod uses it in volumeDevices.
+func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec, error) {
 	var claim string
 	readOnly := false
 	switch {
@@ -125,6 +126,8 @@ func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume) (*volume.Spec, error) {
 		claim, readOnly = pv.PersistentVolumeClaim.ClaimName, pv.PersistentVolumeClaim.ReadOnly
 	case pv.Ephemeral != nil:
 		claim = pod.Name + "-" + pv.Name
+	case block:
+		return nil, errors.New("only persistent volumes can be used in volumeDevices")
 	default:
 		return volume.SpecFromVolume(pv), nil
 	}
@@ -151,8 +154,13 @@ func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume) (*volume.Spec, error) {
 	if obj.Spec.ClaimRef == nil || obj.Spec.ClaimRef.UID != pvc.UID {
 		return nil, fmt.Errorf("PV %s is not bound to PVC %s/%s", obj.Name, pod.Namespace, claim)
 	}
-	if obj.Spec.VolumeMode != nil && *obj.Spec.VolumeMode == v1.PersistentVolumeBlock {
-		return nil, fmt.Errorf("PV %s has volumeMode Block but the pod mounts it as a filesystem", obj.Name)
+	spec := volume.SpecFromPersistentVolume(obj, readOnly)
+	// Upstream's volumeMode check: volumeMounts need Filesystem, volumeDevices need Block.
+	switch {
+	case spec.Block() && !block:
+		return nil, fmt.Errorf("PV %s has volumeMode Block but the pod mounts it as a filesystem (volumeMounts)", obj.Name)
+	case !spec.Block() && block:
+		return nil, fmt.Errorf("PV %s has volumeMode Filesystem but the pod uses it as a block device (volumeDevices)", obj.Name)
 	}
-	return volume.SpecFromPersistentVolume(obj, readOnly), nil
+	return spec, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -14,8 +13,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-
-	"github.com/kubevol/kubevol/pkg/volume"
 )
 
 // retryTeardown is how soon a pod directory that could not be removed is tried again.
@@ -202,24 +199,15 @@ func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	volsDir := m.cfg.Paths.PodVolumesDir(uid)
-	pluginDirs, _ := os.ReadDir(volsDir)
-	for _, pd := range pluginDirs {
-		vols, _ := os.ReadDir(filepath.Join(volsDir, pd.Name()))
-		for _, v := range vols {
-			plugin, err := m.plugins.FindByName(volume.UnescapePluginName(pd.Name()))
-			if err != nil {
-				return fmt.Errorf("volume directory %s of unknown plugin left in pod directory", filepath.Join(pd.Name(), v.Name()))
-			}
-			u, err := plugin.NewUnmounter(v.Name(), uid)
-			if err != nil {
-				return err
-			}
-			if err := u.TearDown(ctx); err != nil {
-				return fmt.Errorf("tear down leftover volume %s: %w", v.Name(), err)
-			}
-			_ = os.Remove(filepath.Join(volsDir, pd.Name(), v.Name()))
+	for _, e := range m.podVolumesOnDisk(uid) {
+		u, err := m.newUnmounter(e.plugin, e.name, uid, e.block)
+		if err != nil {
+			return fmt.Errorf("volume %s left in pod directory: %w", e.path, err)
 		}
+		if err := u.TearDown(ctx); err != nil {
+			return fmt.Errorf("tear down leftover volume %s: %w", e.name, err)
+		}
+		_ = os.Remove(e.path)
 	}
 	if err := m.cleanSubpaths(uid, ""); err != nil {
 		return err

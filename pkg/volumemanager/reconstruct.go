@@ -12,7 +12,8 @@ import (
 )
 
 // reconstruct rebuilds the actual state after a restart from <root>/pods/<uid>/volumes/
-// <plugin>/<volume> (upstream KEP-3756). Every volume found is uncertain: a pod that still
+// <plugin>/<volume> and <root>/pods/<uid>/volumeDevices/<plugin>/<volume> (upstream
+// KEP-3756). Every volume found is uncertain: a pod that still
 // wants it gets SetUp again (plugins are idempotent, emptyDir keeps its data), and one that
 // does not gets TearDown, which also unmounts what /proc/self/mountinfo still has. It
 // returns every pod UID found on disk, so pods that are gone are cleaned up.
@@ -32,30 +33,62 @@ func (m *Manager) reconstruct(ctx context.Context) []types.UID {
 		}
 		uid := types.UID(pd.Name())
 		uids = append(uids, uid)
-		volsDir := m.cfg.Paths.PodVolumesDir(uid)
-		pluginDirs, _ := os.ReadDir(volsDir)
-		for _, pld := range pluginDirs {
-			pluginName := volume.UnescapePluginName(pld.Name())
-			vols, _ := os.ReadDir(filepath.Join(volsDir, pld.Name()))
-			for _, v := range vols {
-				m.metrics.reconstructed.Inc()
-				if err := m.reconstructVolume(uid, pluginName, v.Name(), filepath.Join(volsDir, pld.Name(), v.Name())); err != nil {
-					m.metrics.reconstructErrs.Inc()
-					// removePodDir tears it down through its plugin when the pod is gone.
-					logger.Error(err, "Could not reconstruct volume", "podUID", uid, "plugin", pluginName, "volume", v.Name())
-				}
+		for _, e := range m.podVolumesOnDisk(uid) {
+			m.metrics.reconstructed.Inc()
+			if err := m.reconstructVolume(uid, e); err != nil {
+				m.metrics.reconstructErrs.Inc()
+				// removePodDir tears it down through its plugin when the pod is gone.
+				logger.Error(err, "Could not reconstruct volume", "podUID", uid, "plugin", e.plugin, "volume", e.name, "block", e.block)
 			}
 		}
 	}
 	return uids
 }
 
-func (m *Manager) reconstructVolume(uid types.UID, pluginName, specName, path string) error {
-	plugin, err := m.plugins.FindByName(pluginName)
-	if err != nil {
-		return err
+// diskVolume is a pod volume found on disk: a directory under the pod's volumes/, or a
+// block volume's link under its volumeDevices/.
+type diskVolume struct {
+	plugin, name, path string
+	block              bool
+}
+
+// podVolumesOnDisk lists the pod's volume directories and block volume links (upstream
+// getVolumesFromPodDir).
+func (m *Manager) podVolumesOnDisk(uid types.UID) []diskVolume {
+	var out []diskVolume
+	for _, root := range []struct {
+		dir   string
+		block bool
+	}{{m.cfg.Paths.PodVolumesDir(uid), false}, {m.cfg.Paths.PodVolumeDevicesDir(uid), true}} {
+		pluginDirs, _ := os.ReadDir(root.dir)
+		for _, pld := range pluginDirs {
+			vols, _ := os.ReadDir(filepath.Join(root.dir, pld.Name()))
+			for _, v := range vols {
+				out = append(out, diskVolume{plugin: volume.UnescapePluginName(pld.Name()), name: v.Name(),
+					path: filepath.Join(root.dir, pld.Name(), v.Name()), block: root.block})
+			}
+		}
 	}
-	spec, err := plugin.ConstructVolumeSpec(specName, path)
+	return out
+}
+
+func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
+	pluginName, specName := e.plugin, e.name
+	var spec *volume.Spec
+	var err error
+	if e.block {
+		bp, berr := m.plugins.FindBlockByName(pluginName)
+		if berr != nil {
+			return berr
+		}
+		spec, err = bp.ConstructBlockVolumeSpec(specName, e.path)
+	} else {
+		plugin, perr := m.plugins.FindByName(pluginName)
+		if perr != nil {
+			return perr
+		}
+		spec, err = plugin.ConstructVolumeSpec(specName, e.path)
+	}
 	if err != nil {
 		return err
 	}
@@ -74,6 +107,6 @@ func (m *Manager) reconstructVolume(uid types.UID, pluginName, specName, path st
 	}
 	m.asw.MarkAttached(av)
 	m.asw.SetMountState(MountedVolume{Name: name, PluginName: pluginName, PodUID: uid, SpecName: specName,
-		State: VolumeMountUncertain, Reconstructed: true})
+		Block: e.block, State: VolumeMountUncertain, Reconstructed: true})
 	return nil
 }

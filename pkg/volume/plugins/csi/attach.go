@@ -121,7 +121,7 @@ func (d *deviceMounter) DeviceMountPath(spec *volume.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return d.p.stagingPath(src.driver, src.handle), nil
+	return d.p.stagingPath(spec, src), nil
 }
 
 // MountDevice implements volume.DeviceMounter: NodeStageVolume when the driver has
@@ -139,10 +139,12 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	if !caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
 		return nil // upstream: "NodeStageVolume not supported", nothing to stage
 	}
+	meta := d.p.stagingMetaDir(path)
 	// A staging path that is already a mount point with our metadata beside it was staged
 	// before a restart: the stage is not repeated. Reconstruction marks every device
-	// uncertain, and this is how the agent avoids a second NodeStage for it.
-	if data, err := readVolData(filepath.Dir(path)); err == nil && data.VolumeHandle == src.handle && data.DriverName == src.driver {
+	// uncertain, and this is how the agent avoids a second NodeStage for it. A staged block
+	// volume has no such mark, so its (idempotent) stage is repeated.
+	if data, err := readVolData(meta); err == nil && !src.block && data.VolumeHandle == src.handle && data.DriverName == src.driver {
 		if mnt, err := d.p.host.Mounter().IsLikelyNotMountPoint(path); err == nil && !mnt {
 			klog.FromContext(ctx).V(2).Info("Volume already staged", "volumeID", src.handle, "path", path)
 			return nil
@@ -160,7 +162,12 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	if err != nil {
 		return err
 	}
-	if err := writeVolData(filepath.Dir(path), volData{DriverName: src.driver, VolumeHandle: src.handle}); err != nil {
+	data := volData{DriverName: src.driver, VolumeHandle: src.handle}
+	if src.block {
+		// Upstream's block data file also names the PV, for reconstruction.
+		data.SpecVolumeID, data.NodeName = spec.Name(), d.p.host.NodeName()
+	}
+	if err := writeVolData(meta, data); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(path, 0o750); err != nil {
@@ -175,7 +182,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 			return volume.NewUncertainError(err)
 		}
 		// Final: nothing is staged; leave no directory behind.
-		_ = removeStagingDir(path)
+		_ = d.p.removeStagingDir(path)
 		return err
 	}
 	return nil
@@ -184,10 +191,10 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 // UnmountDevice implements volume.DeviceUnmounter: NodeUnstageVolume, then the staging
 // directory and its vol_data.json are removed.
 func (d *deviceMounter) UnmountDevice(ctx context.Context, path string) error {
-	data, err := readVolData(filepath.Dir(path))
+	data, err := readVolData(d.p.stagingMetaDir(path))
 	if errors.Is(err, os.ErrNotExist) {
 		// Never staged (the driver has no STAGE_UNSTAGE_VOLUME) or already cleaned up.
-		return removeStagingDir(path)
+		return d.p.removeStagingDir(path)
 	}
 	if err != nil {
 		return err
@@ -201,19 +208,28 @@ func (d *deviceMounter) UnmountDevice(ctx context.Context, path string) error {
 			return err
 		}
 	}
-	return removeStagingDir(path)
+	return d.p.removeStagingDir(path)
 }
 
-func removeStagingDir(path string) error {
-	dir := filepath.Dir(path)
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+// removeStagingDir removes what MountDevice created: the staging directory and its metadata,
+// and for a block volume its volumeDevices/<pv> directory.
+func (p *Plugin) removeStagingDir(path string) error {
+	meta := p.stagingMetaDir(path)
+	paths := []string{path, filepath.Join(meta, volDataFile), meta}
+	if meta != filepath.Dir(path) {
+		pvDir := filepath.Dir(meta)
+		paths = append(paths, filepath.Join(pvDir, "dev"), pvDir)
 	}
-	if err := os.Remove(filepath.Join(dir, volDataFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	return removeAll(paths...)
+}
+
+// removeAll removes each of paths, in order, each a file or an empty directory; a path
+// that is already gone is fine.
+func removeAll(paths ...string) error {
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

@@ -56,75 +56,17 @@ func (m *mounter) Attributes() volume.Attributes {
 func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	src := m.src
 	m.readOnly = src.readOnly
-	node, caps, err := m.p.nodeClient(ctx, src.driver)
+	pub, err := m.p.newPublish(ctx, m.spec, m.pod, src, args)
 	if err != nil {
 		return err
 	}
-	drv, err := m.p.csiDriver(ctx, src.driver)
-	if err != nil {
-		return err
-	}
-	mode := storagev1.VolumeLifecyclePersistent
-	if src.ephemeral {
-		mode = storagev1.VolumeLifecycleEphemeral
-	}
-	if !supportsMode(drv, mode) {
-		return fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", mode, src.driver, modes(drv))
-	}
-	pctx, err := m.p.publishContext(ctx, m.spec, src)
-	if err != nil {
-		return err
-	}
-	staging := ""
-	if !src.ephemeral && caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
-		staging = m.p.stagingPath(src.driver, src.handle)
-	}
-	vctx := map[string]string{}
-	for k, v := range src.attributes {
-		vctx[k] = v
-	}
-	if drv != nil && drv.Spec.PodInfoOnMount != nil && *drv.Spec.PodInfoOnMount {
-		vctx[podNameKey] = m.pod.Name
-		vctx[podNamespaceKey] = m.pod.Namespace
-		vctx[podUIDKey] = string(m.pod.UID)
-		vctx[serviceAccountKey] = m.pod.Spec.ServiceAccountName
-		vctx[ephemeralKey] = strconv.FormatBool(src.ephemeral)
-	}
-	if drv != nil && len(drv.Spec.TokenRequests) > 0 {
-		tokens, err := m.p.podTokens(ctx, m.pod, drv.Spec.TokenRequests)
-		if err != nil {
-			return err
-		}
-		vctx[tokensKey] = tokens
-		// The volume context is not a secret field to protosanitizer, so the client's
-		// request log would print the tokens: this call is not logged.
-		ctx = klog.NewContext(ctx, logr.Discard())
-	}
-	secrets, err := m.p.secretsIn(m.pod.Namespace, src.publishSecret)
-	if err != nil {
-		return err
-	}
-	group, err := m.p.mountGroup(ctx, src, caps, args)
-	if err != nil {
-		return err
-	}
-	data := volData{SpecVolumeID: m.spec.Name(), VolumeHandle: src.handle, DriverName: src.driver,
-		NodeName: m.p.host.NodeName(), LifecycleMode: string(mode)}
-	if !src.ephemeral {
-		if attach, _ := m.p.CanAttach(m.spec); attach {
-			data.AttachmentID = AttachmentName(src.handle, src.driver, data.NodeName)
-		}
-	}
-	if err := writeVolData(m.dir, data); err != nil {
+	if err := writeVolData(m.dir, pub.data); err != nil {
 		return err
 	}
 	// The target's parent exists; the driver creates the target, as the CSI spec says the
 	// CO must not rely on either way, so the kubelet's behaviour is copied.
-	_, err = node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
-		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: staging, TargetPath: m.Path(),
-		VolumeCapability: src.capability(group), Readonly: src.readOnly, Secrets: secrets, VolumeContext: vctx,
-	})
-	if err != nil {
+	pub.req.TargetPath = m.Path()
+	if _, err := pub.node.NodePublishVolume(pub.ctx, pub.req); err != nil {
 		if internalcsi.MayBeInProgress(err) {
 			return volume.NewUncertainError(err)
 		}
@@ -133,13 +75,94 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	}
 	// fsGroup per CSIDriver.fsGroupPolicy (upstream supportsFSGroup), unless the driver
 	// applied it itself through VOLUME_MOUNT_GROUP.
-	if group == "" && args.FsGroup != nil && !src.readOnly && fsGroupApplies(drv, src) {
+	if pub.mountGroup == "" && args.FsGroup != nil && !src.readOnly && fsGroupApplies(pub.driver, src) {
 		m.managed = true
 		if err := volume.SetOwnership(m.Path(), args.FsGroup, src.readOnly, args.FSGroupChangePolicy); err != nil {
 			return fmt.Errorf("applying fsGroup %d: %w", *args.FsGroup, err)
 		}
 	}
 	return nil
+}
+
+// publish is a NodePublishVolume call being prepared for one pod, without its target.
+type publish struct {
+	node       csipb.NodeClient
+	driver     *storagev1.CSIDriver
+	req        *csipb.NodePublishVolumeRequest
+	data       volData
+	mountGroup string
+	// ctx is the call's context: without a logger when the request carries tokens.
+	ctx context.Context
+}
+
+// newPublish gathers what NodePublishVolume needs for a filesystem or a block volume: the
+// lifecycle-mode check, publish context, staging path, volume context with pod info and
+// tokens, secrets and mount group, and the vol_data.json content.
+func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod, src source, args volume.MounterArgs) (*publish, error) {
+	node, caps, err := p.nodeClient(ctx, src.driver)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := p.csiDriver(ctx, src.driver)
+	if err != nil {
+		return nil, err
+	}
+	mode := storagev1.VolumeLifecyclePersistent
+	if src.ephemeral {
+		mode = storagev1.VolumeLifecycleEphemeral
+	}
+	if !supportsMode(drv, mode) {
+		return nil, fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", mode, src.driver, modes(drv))
+	}
+	pctx, err := p.publishContext(ctx, spec, src)
+	if err != nil {
+		return nil, err
+	}
+	staging := ""
+	if !src.ephemeral && caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+		staging = p.stagingPath(spec, src)
+	}
+	vctx := map[string]string{}
+	for k, v := range src.attributes {
+		vctx[k] = v
+	}
+	if drv != nil && drv.Spec.PodInfoOnMount != nil && *drv.Spec.PodInfoOnMount {
+		vctx[podNameKey] = pod.Name
+		vctx[podNamespaceKey] = pod.Namespace
+		vctx[podUIDKey] = string(pod.UID)
+		vctx[serviceAccountKey] = pod.Spec.ServiceAccountName
+		vctx[ephemeralKey] = strconv.FormatBool(src.ephemeral)
+	}
+	if drv != nil && len(drv.Spec.TokenRequests) > 0 {
+		tokens, err := p.podTokens(ctx, pod, drv.Spec.TokenRequests)
+		if err != nil {
+			return nil, err
+		}
+		vctx[tokensKey] = tokens
+		// The volume context is not a secret field to protosanitizer, so the client's
+		// request log would print the tokens: this call is not logged.
+		ctx = klog.NewContext(ctx, logr.Discard())
+	}
+	secrets, err := p.secretsIn(pod.Namespace, src.publishSecret)
+	if err != nil {
+		return nil, err
+	}
+	group, err := p.mountGroup(ctx, src, caps, args)
+	if err != nil {
+		return nil, err
+	}
+	data := volData{SpecVolumeID: spec.Name(), VolumeHandle: src.handle, DriverName: src.driver,
+		NodeName: p.host.NodeName(), LifecycleMode: string(mode)}
+	if !src.ephemeral {
+		if attach, _ := p.CanAttach(spec); attach {
+			data.AttachmentID = AttachmentName(src.handle, src.driver, data.NodeName)
+		}
+	}
+	return &publish{node: node, driver: drv, data: data, mountGroup: group, ctx: ctx,
+		req: &csipb.NodePublishVolumeRequest{
+			VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: staging,
+			VolumeCapability: src.capability(group), Readonly: src.readOnly, Secrets: secrets, VolumeContext: vctx,
+		}}, nil
 }
 
 // unmounter unpublishes a pod's volume.
@@ -174,12 +197,7 @@ func (u *unmounter) TearDown(ctx context.Context) error {
 }
 
 func removeVolumeDir(dir string) error {
-	for _, p := range []string{filepath.Join(dir, "mount"), filepath.Join(dir, volDataFile), dir} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
+	return removeAll(filepath.Join(dir, "mount"), filepath.Join(dir, volDataFile), dir)
 }
 
 // mountGroup is the fsGroup to hand the driver as VOLUME_MOUNT_GROUP, when the driver has

@@ -43,14 +43,18 @@ type Config struct {
 	CSIDrivers storagelisters.CSIDriverLister
 }
 
-// Plugin is the CSI volume plugin. It implements volume.AttachablePlugin.
+// Plugin is the CSI volume plugin. It implements volume.AttachablePlugin and
+// volume.BlockPlugin.
 type Plugin struct {
 	drivers    Drivers
 	csiDrivers storagelisters.CSIDriverLister
 	host       volume.Host
 }
 
-var _ volume.AttachablePlugin = (*Plugin)(nil)
+var (
+	_ volume.AttachablePlugin = (*Plugin)(nil)
+	_ volume.BlockPlugin      = (*Plugin)(nil)
+)
 
 // New returns the CSI plugin.
 func New(cfg Config) *Plugin { return &Plugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers} }
@@ -121,6 +125,9 @@ func (p *Plugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
 
 // DeviceMountRefs implements volume.DeviceMountablePlugin.
 func (p *Plugin) DeviceMountRefs(deviceMountPath string) ([]string, error) {
+	if p.isBlockStaging(deviceMountPath) {
+		return p.blockRefs(deviceMountPath)
+	}
 	if _, err := os.Stat(deviceMountPath); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -170,10 +177,24 @@ func (p *Plugin) volumeDir(uid types.UID, name string) string {
 	return p.host.Paths().PodVolumeDir(uid, PluginName, name)
 }
 
-// stagingPath is plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount, the
-// kubelet's staging path since 1.25 (upstream makeDeviceMountPath).
-func (p *Plugin) stagingPath(driver, handle string) string {
-	return filepath.Join(p.host.Paths().PluginDir(PluginName), driver, fmt.Sprintf("%x", sha256.Sum256([]byte(handle))), "globalmount")
+// stagingPath is NodeStage's staging_target_path: for a filesystem volume
+// plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount, the kubelet's path since
+// 1.25 (upstream makeDeviceMountPath); for a block volume the kubelet still keys it by PV
+// name, plugins/kubernetes.io/csi/volumeDevices/staging/<pv>.
+func (p *Plugin) stagingPath(spec *volume.Spec, src source) string {
+	if src.block {
+		return filepath.Join(p.blockRoot(), "staging", spec.Name())
+	}
+	return filepath.Join(p.host.Paths().PluginDir(PluginName), src.driver, fmt.Sprintf("%x", sha256.Sum256([]byte(src.handle))), "globalmount")
+}
+
+// stagingMetaDir is where the vol_data.json of a staged volume lives: beside globalmount for
+// a filesystem volume, in volumeDevices/<pv>/data for a block volume, as upstream.
+func (p *Plugin) stagingMetaDir(stagingPath string) string {
+	if p.isBlockStaging(stagingPath) {
+		return p.blockDataDir(filepath.Base(stagingPath))
+	}
+	return filepath.Dir(stagingPath)
 }
 
 // csiDriver returns the CSIDriver object, or nil when there is none.
@@ -211,6 +232,7 @@ func (p *Plugin) nodeClient(ctx context.Context, driver string) (csipb.NodeClien
 type source struct {
 	driver, handle, fsType string
 	readOnly, ephemeral    bool
+	block                  bool
 	attributes             map[string]string
 	stageSecret            *v1.SecretReference
 	publishSecret          *v1.SecretReference
@@ -227,7 +249,7 @@ func sourceOf(spec *volume.Spec) (source, error) {
 			driver: c.Driver, handle: c.VolumeHandle, fsType: c.FSType,
 			readOnly: spec.ReadOnly || c.ReadOnly, attributes: c.VolumeAttributes,
 			stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
-			mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes,
+			mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes, block: spec.Block(),
 		}, nil
 	case spec.Volume != nil && spec.Volume.CSI != nil:
 		c := spec.Volume.CSI
@@ -246,8 +268,8 @@ func sourceOf(spec *volume.Spec) (source, error) {
 	return source{}, fmt.Errorf("volume %q is not a CSI volume", spec.Name())
 }
 
-// capability is the CSI volume capability of a filesystem volume (upstream
-// accessModeMapping; RWOP maps to SINGLE_NODE_SINGLE_WRITER).
+// capability is the CSI volume capability of the volume (upstream accessModeMapping; RWOP
+// maps to SINGLE_NODE_SINGLE_WRITER): Block for a block volume, Mount otherwise.
 func (s source) capability(mountGroup string) *csipb.VolumeCapability {
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	switch {
@@ -258,10 +280,13 @@ func (s source) capability(mountGroup string) *csipb.VolumeCapability {
 	case slices.Contains(s.accessModes, v1.ReadOnlyMany) && !slices.Contains(s.accessModes, v1.ReadWriteOnce):
 		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
 	}
-	return &csipb.VolumeCapability{
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{
-			FsType: s.fsType, MountFlags: s.mountOptions, VolumeMountGroup: mountGroup,
-		}},
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode},
+	vc := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+	if s.block {
+		vc.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+		return vc
 	}
+	vc.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{
+		FsType: s.fsType, MountFlags: s.mountOptions, VolumeMountGroup: mountGroup,
+	}}
+	return vc
 }

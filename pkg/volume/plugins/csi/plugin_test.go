@@ -49,6 +49,9 @@ func (f *fakeNode) NodeUnstageVolume(_ context.Context, req *csipb.NodeUnstageVo
 
 func (f *fakeNode) NodePublishVolume(_ context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	f.record(req)
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csipb.NodePublishVolumeResponse{}, os.WriteFile(req.TargetPath, nil, 0o640)
+	}
 	return &csipb.NodePublishVolumeResponse{}, os.MkdirAll(req.TargetPath, 0o750)
 }
 

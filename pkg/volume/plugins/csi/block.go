@@ -1,0 +1,237 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// Block volumes use the kubelet's csi_block.go layout, keyed by PV name:
+//
+//	plugins/kubernetes.io/csi/volumeDevices/staging/<pv>             NodeStage staging_target_path
+//	plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<pod uid>   NodePublish target_path (a file)
+//	plugins/kubernetes.io/csi/volumeDevices/<pv>/data/vol_data.json  driver and handle
+//	plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<pod uid>       bind mount of the published device
+//	pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>                  symlink to the published device
+//
+// The per-pod bind mount under dev/ is the kubelet's reference that a pod still maps the
+// device: UnmountDevice (NodeUnstage) waits until none is left.
+
+func (p *Plugin) blockRoot() string {
+	return filepath.Join(p.host.Paths().PluginDir(PluginName), "volumeDevices")
+}
+
+func (p *Plugin) blockDataDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "data") }
+
+func (p *Plugin) blockDevDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "dev") }
+
+func (p *Plugin) blockPublishPath(pv string, uid types.UID) string {
+	return filepath.Join(p.blockRoot(), "publish", pv, string(uid))
+}
+
+// isBlockStaging reports whether path is a block volume's staging path.
+func (p *Plugin) isBlockStaging(path string) bool {
+	return filepath.Dir(path) == filepath.Join(p.blockRoot(), "staging")
+}
+
+// NewBlockMapper implements volume.BlockPlugin.
+func (p *Plugin) NewBlockMapper(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	if !src.block {
+		return nil, fmt.Errorf("volume %q is not a block volume", spec.Name())
+	}
+	return &blockMapper{p: p, spec: spec, pod: pod, src: src}, nil
+}
+
+// NewBlockUnmapper implements volume.BlockPlugin.
+func (p *Plugin) NewBlockUnmapper(volumeName string, podUID types.UID) (volume.Unmounter, error) {
+	return &blockUnmapper{p: p, pv: volumeName, uid: podUID}, nil
+}
+
+// ConstructBlockVolumeSpec implements volume.BlockPlugin from the volume's data file.
+func (p *Plugin) ConstructBlockVolumeSpec(volumeName, _ string) (*volume.Spec, error) {
+	data, err := readVolData(p.blockDataDir(volumeName))
+	if err != nil {
+		return nil, err
+	}
+	mode := v1.PersistentVolumeBlock
+	return volume.SpecFromPersistentVolume(&v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: volumeName},
+		Spec: v1.PersistentVolumeSpec{VolumeMode: &mode, PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: data.DriverName, VolumeHandle: data.VolumeHandle},
+		}},
+	}, false), nil
+}
+
+// blockMapper publishes a block volume for one pod and maps it: the kubelet's
+// csiBlockMapper.MapPodDevice followed by util.MapBlockVolume.
+type blockMapper struct {
+	p    *Plugin
+	spec *volume.Spec
+	pod  *v1.Pod
+	src  source
+}
+
+func (b *blockMapper) Path() string {
+	return b.p.host.Paths().PodVolumeDevicePath(b.pod.UID, PluginName, b.spec.Name())
+}
+
+func (b *blockMapper) Attributes() volume.Attributes {
+	return volume.Attributes{ReadOnly: b.src.readOnly}
+}
+
+// SetUp implements volume.Mounter: NodePublishVolume to the publish path, then the pod's
+// bind mount under dev/ and its symlink. fsGroup does not apply to a raw device.
+func (b *blockMapper) SetUp(ctx context.Context, _ volume.MounterArgs) error {
+	pv, uid := b.spec.Name(), b.pod.UID
+	pub, err := b.p.newPublish(ctx, b.spec, b.pod, b.src, volume.MounterArgs{})
+	if err != nil {
+		return err
+	}
+	if err := writeVolData(b.p.blockDataDir(pv), pub.data); err != nil {
+		return err
+	}
+	target := b.p.blockPublishPath(pv, uid)
+	// The kubelet creates the target's parent; the driver creates the target file.
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return err
+	}
+	pub.req.TargetPath = target
+	if _, err := pub.node.NodePublishVolume(pub.ctx, pub.req); err != nil {
+		if internalcsi.MayBeInProgress(err) {
+			return volume.NewUncertainError(err)
+		}
+		_ = removeIfEmpty(filepath.Dir(target))
+		return err
+	}
+	if err := b.p.bindDevice(target, filepath.Join(b.p.blockDevDir(pv), string(uid))); err != nil {
+		return err
+	}
+	return replaceSymlink(target, b.Path())
+}
+
+// bindDevice bind-mounts the published device file at dst unless it is mounted already.
+func (p *Plugin) bindDevice(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
+		return err
+	}
+	if mnt, err := p.host.Mounter().IsLikelyNotMountPoint(dst); err == nil && !mnt {
+		return nil
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	_ = f.Close()
+	if err := p.host.Mounter().Mount(src, dst, "", []string{"bind"}); err != nil {
+		return fmt.Errorf("bind mount of device %s at %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// replaceSymlink makes link point at target, atomically replacing an older link.
+func replaceSymlink(target, link string) error {
+	if cur, err := os.Readlink(link); err == nil && cur == target {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
+		return err
+	}
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, link)
+}
+
+// blockUnmapper unmaps and unpublishes a pod's block volume: the kubelet's
+// util.UnmapBlockVolume followed by csiBlockMapper.UnmapPodDevice.
+type blockUnmapper struct {
+	p   *Plugin
+	pv  string
+	uid types.UID
+}
+
+func (u *blockUnmapper) Path() string {
+	return u.p.host.Paths().PodVolumeDevicePath(u.uid, PluginName, u.pv)
+}
+
+// TearDown implements volume.Unmounter. Each step tolerates its work being done already,
+// so a teardown interrupted by a crash completes on the next try.
+func (u *blockUnmapper) TearDown(ctx context.Context) error {
+	if err := os.Remove(u.Path()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	dev := filepath.Join(u.p.blockDevDir(u.pv), string(u.uid))
+	if mnt, err := u.p.host.Mounter().IsLikelyNotMountPoint(dev); err == nil && !mnt {
+		if err := u.p.host.Mounter().Unmount(dev); err != nil {
+			return err
+		}
+	}
+	if err := removeAll(dev); err != nil {
+		return err
+	}
+	target := u.p.blockPublishPath(u.pv, u.uid)
+	data, err := readVolData(u.p.blockDataDir(u.pv))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if mnt, merr := u.p.host.Mounter().IsLikelyNotMountPoint(target); merr == nil && !mnt {
+			return fmt.Errorf("%s is mounted but has no %s: cannot tell which driver owns it", target, volDataFile)
+		}
+	case err != nil:
+		return err
+	default:
+		node, _, err := u.p.nodeClient(ctx, data.DriverName)
+		if err != nil {
+			return err
+		}
+		if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: data.VolumeHandle, TargetPath: target}); err != nil {
+			return err
+		}
+	}
+	if err := removeAll(target); err != nil {
+		return err
+	}
+	return removeIfEmpty(filepath.Dir(target))
+}
+
+// removeIfEmpty removes dir unless other pods' entries are still in it.
+func removeIfEmpty(dir string) error {
+	err := os.Remove(dir)
+	if err == nil || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+		return nil
+	}
+	return err
+}
+
+// blockRefs lists the pods that still map a block volume: its bind mounts under dev/.
+func (p *Plugin) blockRefs(stagingPath string) ([]string, error) {
+	dir := p.blockDevDir(filepath.Base(stagingPath))
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]string, 0, len(entries))
+	for _, e := range entries {
+		refs = append(refs, filepath.Join(dir, e.Name()))
+	}
+	return refs, nil
+}
