@@ -61,6 +61,7 @@ func NewRootCommand() *cobra.Command {
 		newUpCommand(),
 		newProvisionerCommand(),
 		newAttacherCommand(),
+		newResizerCommand(),
 		newNodeCommand(),
 		newDriverCommand(),
 		newBenchCommand(),

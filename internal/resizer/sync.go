@@ -1,0 +1,376 @@
+package resizer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/csi"
+)
+
+// syncClaim brings one claim's volume to the size the claim asks for, as far as the
+// controller side goes.
+func (c *Controller) syncClaim(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key this controller made; retrying cannot help
+	}
+	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.setFinalError(key, false)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pv := c.volumeOf(pvc)
+	if pv == nil {
+		return nil
+	}
+	size, ok := c.target(key, pvc, pv)
+	if !ok {
+		return nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pvc", klog.KObj(pvc), "pv", pv.Name))
+	return c.expand(ctx, key, pvc.DeepCopy(), pv, size)
+}
+
+// volumeOf returns the claim's PV when this resizer is the one to expand it: the claim is
+// bound to a CSI volume of our driver, and the PV is bound back to this very claim (as
+// upstream checks, so a claim recreated under the same name cannot resize a stranger's PV).
+func (c *Controller) volumeOf(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return nil
+	}
+	if r := pvc.Annotations[AnnStorageResizer]; r != "" && r != c.cfg.DriverName {
+		return nil
+	}
+	pv, err := c.volumes.Get(pvc.Spec.VolumeName)
+	if err != nil {
+		return nil // not in the cache yet: its arrival enqueues the claim again
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+		return nil
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.UID != pvc.UID || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name {
+		return nil
+	}
+	return pv
+}
+
+// target is the size to expand the volume to now, and false when there is nothing for the
+// controller to do. It follows upstream's RecoverVolumeExpansionFailure rules:
+// allocatedResources is the size the resizer committed to, and it changes only when
+// nothing can be in flight for it in the driver.
+func (c *Controller) target(key string, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) (resource.Quantity, bool) {
+	request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+	if request.Cmp(capacity) <= 0 {
+		return resource.Quantity{}, false
+	}
+	allocated, hasAllocated := pvc.Status.AllocatedResources[corev1.ResourceStorage]
+	pvSize := pv.Spec.Capacity[corev1.ResourceStorage]
+	committed := request
+	if hasAllocated {
+		committed = allocated
+	}
+	switch pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] {
+	case corev1.PersistentVolumeClaimNodeResizePending, corev1.PersistentVolumeClaimNodeResizeInProgress:
+		// The controller's part is done once the PV has the committed size; the node
+		// finishes, then a larger request starts the next round. A PV smaller than that
+		// means the PV write was lost: the (idempotent) expansion is repeated.
+		return committed, pvSize.Cmp(committed) < 0
+	case corev1.PersistentVolumeClaimNodeResizeInfeasible:
+		// The node failed for good: expanding again to the committed size puts the claim
+		// back to NodeResizePending, so the node can retry.
+		return committed, true
+	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
+		// The driver refused for good, so nothing is in flight: the request, possibly
+		// lowered by the user since, is the new target.
+		return request, true
+	case corev1.PersistentVolumeClaimControllerResizeInProgress:
+		if c.hadFinalError(key) {
+			return request, true
+		}
+		// The last call may still be running in the driver (timeout, crash): it is
+		// finished with the same size before the size may change.
+		return committed, true
+	default:
+		if !hasAllocated && hasCondition(pvc, corev1.PersistentVolumeClaimFileSystemResizePending) && pvSize.Cmp(request) >= 0 {
+			// Expanded by a resizer that predates allocatedResourceStatuses; the node finishes.
+			return resource.Quantity{}, false
+		}
+		return request, true
+	}
+}
+
+// failure classifies a failed expansion.
+type failure int
+
+const (
+	// uncertain: the call may still run or have run in the driver; the same size is retried.
+	uncertain failure = iota
+	// failed: a final error; nothing is in flight, the claim's request may change the target.
+	failed
+	// infeasible: a final error that retrying the same size cannot fix.
+	infeasible
+)
+
+// classify follows upstream's split: InvalidArgument, OutOfRange and NotFound make the
+// expansion infeasible; errors that leave the outcome open (csi.MayBeInProgress) are
+// uncertain; the rest are final failures. Errors before the call (secret, capability) are
+// final failures, as the driver never saw the request.
+func classify(err error, called bool) failure {
+	if !called {
+		return failed
+	}
+	if csi.MayBeInProgress(err) {
+		return uncertain
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound:
+		return infeasible
+	}
+	return failed
+}
+
+// expand runs one controller expansion of pv to size and records the result.
+func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, size resource.Quantity) error {
+	logger := klog.FromContext(ctx)
+	if c.pods != nil {
+		if pod := c.userOf(key); pod != "" {
+			// Upstream's --handle-volume-inuse-error: a driver without ONLINE expansion would
+			// refuse, or worse; the pod's end enqueues the claim again, so no retry is needed.
+			logger.V(2).Info("Expansion waits until no pod uses the volume", "pod", pod)
+			c.recorder.Eventf(pvc, corev1.EventTypeWarning, reasonFailed,
+				"Unable to expand %s: CSI driver %s only supports offline expansion and the volume is in use by pod %s; expansion starts once no pod uses it",
+				klog.KObj(pvc), c.cfg.DriverName, pod)
+			return nil
+		}
+	}
+	// The claim says what is being done before the driver is asked, so that a crash in
+	// between leaves allocatedResources naming the size that may be in flight.
+	pvc, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+		s.AllocatedResources = setQuantity(s.AllocatedResources, size)
+		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimControllerResizeInProgress)
+		// A ControllerResizeError stays visible while the expansion is retried.
+		s.Conditions = setResizeConditions(s.Conditions, corev1.PersistentVolumeClaimControllerResizeError)
+		s.Conditions = setCondition(s.Conditions, corev1.PersistentVolumeClaimResizing, "")
+	})
+	if err != nil {
+		return fmt.Errorf("marking the claim as resizing: %w", err)
+	}
+	c.recorder.Eventf(pvc, corev1.EventTypeNormal, reasonResizing, "External resizer is expanding volume %s to %s", pv.Name, size.String())
+
+	newSize, nodeExpand, called, err := c.controllerExpand(ctx, pv, size)
+	if err != nil {
+		return c.expandFailed(ctx, key, pvc, err, classify(err, called))
+	}
+	c.setFinalError(key, false)
+	if err := c.growPV(ctx, pv, newSize); err != nil {
+		return err
+	}
+	if nodeExpand {
+		logger.Info("Volume expanded, the node must expand it too", "size", newSize.String())
+		_, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+			s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimNodeResizePending)
+			s.Conditions = setResizeConditions(s.Conditions)
+			s.Conditions = setCondition(s.Conditions, corev1.PersistentVolumeClaimFileSystemResizePending, fsResizePendingMessage)
+		})
+		if err != nil {
+			return fmt.Errorf("marking the claim for node expansion: %w", err)
+		}
+		c.recorder.Event(pvc, corev1.EventTypeNormal, reasonFSResizeNeeded, "The volume must be expanded on the node too: start (or restart) a pod that uses it")
+		return nil
+	}
+	logger.Info("Volume expanded", "size", newSize.String())
+	_, err = c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+		s.Capacity = setQuantity(s.Capacity, newSize)
+		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, "")
+		s.Conditions = setResizeConditions(s.Conditions)
+	})
+	if err != nil {
+		return fmt.Errorf("marking the claim as resized: %w", err)
+	}
+	c.recorder.Eventf(pvc, corev1.EventTypeNormal, reasonSucceeded, "Volume %s expanded to %s", pv.Name, newSize.String())
+	return nil
+}
+
+// controllerExpand asks the driver to expand pv to size. It returns the new size (size when
+// the driver reports none), whether the node must expand too, and whether the driver was
+// called at all.
+func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) (resource.Quantity, bool, bool, error) {
+	if !c.expands {
+		// Upstream's trivial resizer: a driver that expands only on the node gets the PV
+		// grown and a pending node expansion, without a call.
+		return size, true, false, nil
+	}
+	req, err := c.expandRequest(ctx, pv, size)
+	if err != nil {
+		return size, false, false, err
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	defer cancel()
+	rsp, err := c.cfg.CSI.Controller.ControllerExpandVolume(cctx, req)
+	if err != nil {
+		return size, false, true, err
+	}
+	if b := rsp.GetCapacityBytes(); b > 0 {
+		size = *resource.NewQuantity(b, resource.BinarySI)
+	}
+	return size, rsp.GetNodeExpansionRequired(), true, nil
+}
+
+func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) (*csipb.ControllerExpandVolumeRequest, error) {
+	src := pv.Spec.CSI
+	mode, err := accessmodes.ToCSIAccessMode(pv.Spec.AccessModes, c.multiWriter)
+	if err != nil {
+		return nil, fmt.Errorf("volume capability of PV %s: %w", pv.Name, err)
+	}
+	capability := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+	} else {
+		capability.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: pv.Spec.MountOptions}}
+	}
+	secrets, err := csi.FetchSecrets(ctx, c.cfg.Client, src.ControllerExpandSecretRef)
+	if err != nil {
+		return nil, fmt.Errorf("controller-expand secret: %w", err)
+	}
+	return &csipb.ControllerExpandVolumeRequest{
+		VolumeId:         src.VolumeHandle,
+		CapacityRange:    &csipb.CapacityRange{RequiredBytes: size.Value()},
+		Secrets:          secrets,
+		VolumeCapability: capability,
+	}, nil
+}
+
+// expandFailed records a failed expansion where `kubectl describe` shows it (an event and,
+// for final errors, the ControllerResizeError condition) and returns it, so the claim is
+// retried with backoff.
+func (c *Controller) expandFailed(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim, cause error, kind failure) error {
+	logger := klog.FromContext(ctx)
+	logger.Error(cause, "Volume expansion failed", "final", kind != uncertain, "infeasible", kind == infeasible)
+	c.recorder.Event(pvc, corev1.EventTypeWarning, reasonFailed, cause.Error())
+	c.setFinalError(key, kind != uncertain)
+	if kind == uncertain {
+		// ControllerResizeInProgress stays: the same size must be retried until the driver
+		// answers for good.
+		return cause
+	}
+	_, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+		if kind == infeasible {
+			s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimControllerResizeInfeasible)
+		}
+		s.Conditions = setCondition(s.Conditions, corev1.PersistentVolumeClaimControllerResizeError, cause.Error())
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		logger.Error(err, "Saving the expansion error failed")
+	}
+	return cause
+}
+
+// growPV sets the PV's capacity to size unless it is already that large. The update
+// carries the cached resourceVersion: a stale cache gets a conflict and a retry, never an
+// overwrite.
+func (c *Controller) growPV(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) error {
+	if cur := pv.Spec.Capacity[corev1.ResourceStorage]; cur.Cmp(size) >= 0 {
+		return nil
+	}
+	pv = pv.DeepCopy()
+	pv.Spec.Capacity = setQuantity(pv.Spec.Capacity, size)
+	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the capacity of PV %s: %w", pv.Name, err)
+	}
+	return nil
+}
+
+// writeStatus applies change to a copy of the claim's status and saves it when it differs.
+// UpdateStatus carries the claim's resourceVersion, so a status computed from a stale cache
+// fails with a conflict and the claim is retried from fresh data.
+func (c *Controller) writeStatus(ctx context.Context, pvc *corev1.PersistentVolumeClaim, change func(*corev1.PersistentVolumeClaimStatus)) (*corev1.PersistentVolumeClaim, error) {
+	updated := pvc.DeepCopy()
+	change(&updated.Status)
+	if equality.Semantic.DeepEqual(pvc.Status, updated.Status) {
+		return pvc, nil
+	}
+	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		return pvc, err
+	}
+	return saved, nil
+}
+
+func setQuantity(l corev1.ResourceList, q resource.Quantity) corev1.ResourceList {
+	if l == nil {
+		l = corev1.ResourceList{}
+	}
+	l[corev1.ResourceStorage] = q
+	return l
+}
+
+// setResizeStatus sets the storage entry of allocatedResourceStatuses; "" removes it, and
+// the map with it once empty.
+func setResizeStatus(m map[corev1.ResourceName]corev1.ClaimResourceStatus, s corev1.ClaimResourceStatus) map[corev1.ResourceName]corev1.ClaimResourceStatus {
+	if s == "" {
+		delete(m, corev1.ResourceStorage)
+		if len(m) == 0 {
+			return nil
+		}
+		return m
+	}
+	if m == nil {
+		m = map[corev1.ResourceName]corev1.ClaimResourceStatus{}
+	}
+	m[corev1.ResourceStorage] = s
+	return m
+}
+
+// setResizeConditions drops the resize conditions except the kept ones, and leaves every
+// other condition alone.
+func setResizeConditions(conds []corev1.PersistentVolumeClaimCondition, keep ...corev1.PersistentVolumeClaimConditionType) []corev1.PersistentVolumeClaimCondition {
+	var out []corev1.PersistentVolumeClaimCondition
+	for _, cond := range conds {
+		if !resizeConditions[cond.Type] || slices.Contains(keep, cond.Type) {
+			out = append(out, cond)
+		}
+	}
+	return out
+}
+
+// setCondition sets a True condition of type t. An unchanged condition keeps its transition
+// time, so a retry does not rewrite the claim for nothing.
+func setCondition(conds []corev1.PersistentVolumeClaimCondition, t corev1.PersistentVolumeClaimConditionType, msg string) []corev1.PersistentVolumeClaimCondition {
+	for i, cond := range conds {
+		if cond.Type != t {
+			continue
+		}
+		if cond.Status != corev1.ConditionTrue || cond.Message != msg {
+			conds[i] = corev1.PersistentVolumeClaimCondition{Type: t, Status: corev1.ConditionTrue, Message: msg, LastTransitionTime: metav1.Now()}
+		}
+		return conds
+	}
+	return append(conds, corev1.PersistentVolumeClaimCondition{Type: t, Status: corev1.ConditionTrue, Message: msg, LastTransitionTime: metav1.Now()})
+}
+
+func hasCondition(pvc *corev1.PersistentVolumeClaim, t corev1.PersistentVolumeClaimConditionType) bool {
+	for _, cond := range pvc.Status.Conditions {
+		if cond.Type == t && cond.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
