@@ -49,6 +49,8 @@ type env struct {
 type envOptions struct {
 	attachRequired bool
 	faults         []string
+	// scParams are the StorageClass parameters; the default is a dir volume.
+	scParams map[string]string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -81,8 +83,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}})
 	bind := storagev1.VolumeBindingWaitForFirstConsumer
 	del := corev1.PersistentVolumeReclaimDelete
+	params := o.scParams
+	if params == nil {
+		params = map[string]string{"type": "dir"}
+	}
 	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.sc}, Provisioner: e.name,
-		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
+		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
 
 	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
 	kc := framework.Cluster().KubeconfigPath()
@@ -169,12 +175,19 @@ func (e *env) poll(what string, cond wait.ConditionWithContextFunc) {
 
 func (e *env) pvc(name string) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
+	return e.pvcOf(name, "16Mi", corev1.PersistentVolumeFilesystem)
+}
+
+// pvcOf creates a claim of the given size and volume mode in the test's StorageClass.
+func (e *env) pvcOf(name, size string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: &e.sc,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
+			VolumeMode:       &mode,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
 		},
 	}
 	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, pvc, metav1.CreateOptions{})
@@ -188,16 +201,26 @@ func (e *env) pvc(name string) *corev1.PersistentVolumeClaim {
 // label; the scheduler places it (and so drives WaitForFirstConsumer provisioning).
 func (e *env) pod(name string, vols ...corev1.Volume) *corev1.Pod {
 	e.t.Helper()
+	return e.podWith(name, vols, nil)
+}
+
+// podWith is a pod with mounts mounted and devices used as raw block devices
+// (volumeDevices).
+func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod {
+	e.t.Helper()
 	c := corev1.Container{Name: "app", Image: "busybox"}
-	for _, v := range vols {
+	for _, v := range mounts {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+	}
+	for _, v := range devices {
+		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{corev1.LabelHostname: e.node},
 			Containers:   []corev1.Container{c},
-			Volumes:      vols,
+			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
 		},
 	}
 	var created *corev1.Pod
