@@ -1,0 +1,595 @@
+package resizer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csi/csitest"
+)
+
+const (
+	driverName = "fake.csi.kubevol.io"
+	ns         = "default"
+)
+
+// fakeDriver adds what a resizer needs to csitest.Driver, which has neither
+// ControllerExpandVolume nor the VolumeExpansion plugin capability: the embedded driver
+// answers identity and ControllerGetCapabilities, this type the rest.
+type fakeDriver struct {
+	*csitest.Driver
+	online bool
+
+	mu      sync.Mutex
+	reqs    []*csipb.ControllerExpandVolumeRequest
+	respond func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
+}
+
+func newFakeDriver(caps ...csipb.ControllerServiceCapability_RPC_Type) *fakeDriver {
+	if caps == nil {
+		caps = []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, expandCapability}
+	}
+	return &fakeDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: caps}}
+}
+
+func (d *fakeDriver) GetPluginCapabilities(ctx context.Context, req *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	rsp, err := d.Driver.GetPluginCapabilities(ctx, req)
+	if err == nil && d.online {
+		rsp.Capabilities = append(rsp.Capabilities, &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: csipb.PluginCapability_VolumeExpansion_ONLINE}}})
+	}
+	return rsp, err
+}
+
+func (d *fakeDriver) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+	d.mu.Lock()
+	d.reqs = append(d.reqs, req)
+	respond := d.respond
+	d.mu.Unlock()
+	if respond != nil {
+		return respond(req)
+	}
+	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+}
+
+func (d *fakeDriver) setRespond(f func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.respond = f
+}
+
+func (d *fakeDriver) requests() []*csipb.ControllerExpandVolumeRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.reqs)
+}
+
+// serve starts the wrapped csitest driver (which initialises it) and serves the wrapper on
+// a socket of its own.
+func (d *fakeDriver) serve(t *testing.T) string {
+	t.Helper()
+	csitest.Start(t, d.Driver)
+	sock := filepath.Join(t.TempDir(), "resizer.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csipb.RegisterIdentityServer(srv, d)
+	csipb.RegisterControllerServer(srv, d)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return "unix://" + sock
+}
+
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	cs  *fake.Clientset
+	drv *fakeDriver
+}
+
+func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := csi.Dial(csi.Config{Address: drv.serve(t), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
+	optimisticConcurrency(e.cs)
+	c, err := New(ctx, Config{Client: e.cs, CSI: conn, DriverName: driverName, Workers: 2,
+		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond, HandleVolumeInUseError: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; conn.Close() })
+	return e
+}
+
+// optimisticConcurrency makes the fake clientset behave as the apiserver does with
+// resourceVersions, which the fake ignores: every update gets a new one, and an update that
+// carries an old one fails with a conflict. A controller that writes from a stale cache
+// then fails these tests instead of passing them.
+func optimisticConcurrency(cs *fake.Clientset) {
+	var mu sync.Mutex
+	version := 100
+	cs.PrependReactor("update", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj := a.(clienttesting.UpdateAction).GetObject()
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return false, nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		cur, err := cs.Tracker().Get(a.GetResource(), a.GetNamespace(), m.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		if cm, _ := meta.Accessor(cur); cm.GetResourceVersion() != m.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), m.GetName(), errors.New("the object has been modified"))
+		}
+		version++
+		m.SetResourceVersion(strconv.Itoa(version))
+		return false, nil, nil
+	})
+}
+
+// volume returns a bound claim of size capacity that requests request, and its PV.
+func volume(name, driver, capacity, request string, mutate func(*corev1.PersistentVolume)) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	uid := types.UID("uid-" + name)
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid, ResourceVersion: "1"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(request)}},
+			VolumeName:  "pv-" + name,
+		},
+		Status: corev1.PersistentVolumeClaimStatus{
+			Phase:       corev1.ClaimBound,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)},
+		},
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name, ResourceVersion: "1"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:     corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)},
+			AccessModes:  []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			ClaimRef:     &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: name, UID: uid},
+			MountOptions: []string{"noatime"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver, VolumeHandle: "vol-" + name, FSType: "ext4",
+			}},
+		},
+	}
+	if mutate != nil {
+		mutate(pv)
+	}
+	return pvc, pv
+}
+
+func gi(n int64) int64 { return n << 30 }
+
+func (e *env) claim(name string) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(ns).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pvc
+}
+
+// waitClaim polls the claim until cond holds.
+func (e *env) waitClaim(name, what string, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	var last *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = e.claim(name)
+		return cond(last), nil
+	})
+	if err != nil {
+		e.t.Fatalf("claim %s never %s; status: %+v; events: %v", name, what, last.Status, e.events(name))
+	}
+	return last
+}
+
+func (e *env) pvSize(name string) int64 {
+	e.t.Helper()
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	q := pv.Spec.Capacity[corev1.ResourceStorage]
+	return q.Value()
+}
+
+// events returns "reason: message" of the claim's events.
+func (e *env) events(name string) []string {
+	list, err := e.cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == name {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return out
+}
+
+func (e *env) waitEvent(name, reason, want string) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, ev := range e.events(name) {
+			if strings.HasPrefix(ev, reason+": ") && strings.Contains(ev, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("no %s event with %q for %s; events: %v", reason, want, name, e.events(name))
+	}
+}
+
+func (e *env) setRequest(name, size string) {
+	e.t.Helper()
+	pvc := e.claim(name)
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(ns).Update(e.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func storageQ(l corev1.ResourceList) int64 {
+	q := l[corev1.ResourceStorage]
+	return q.Value()
+}
+
+func resizeStatus(pvc *corev1.PersistentVolumeClaim) corev1.ClaimResourceStatus {
+	return pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
+}
+
+func condition(pvc *corev1.PersistentVolumeClaim, t corev1.PersistentVolumeClaimConditionType) *corev1.PersistentVolumeClaimCondition {
+	for i := range pvc.Status.Conditions {
+		if pvc.Status.Conditions[i].Type == t {
+			return &pvc.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func TestExpandFinishedByController(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "2Gi", func(pv *corev1.PersistentVolume) {
+		pv.Spec.CSI.ControllerExpandSecretRef = &corev1.SecretReference{Name: "expand", Namespace: "secrets"}
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "expand", Namespace: "secrets"}, Data: map[string][]byte{"token": []byte("t0ken")}}
+	// A condition the resizer does not own must survive its writes.
+	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue}}
+	e := start(t, newFakeDriver(), pvc, pv, secret)
+
+	got := e.waitClaim("data", "reached 2Gi", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	if s := resizeStatus(got); s != "" {
+		t.Errorf("allocatedResourceStatuses[storage] = %q after a finished expansion, want none", s)
+	}
+	if a := storageQ(got.Status.AllocatedResources); a != gi(2) {
+		t.Errorf("allocatedResources[storage] = %d, want %d", a, gi(2))
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != corev1.PersistentVolumeClaimVolumeModifyingVolume {
+		t.Errorf("conditions = %+v, want only the foreign ModifyingVolume one", got.Status.Conditions)
+	}
+	if s := e.pvSize("pv-data"); s != gi(2) {
+		t.Errorf("PV capacity = %d, want %d", s, gi(2))
+	}
+	reqs := e.drv.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d ControllerExpandVolume calls, want 1", len(reqs))
+	}
+	r := reqs[0]
+	mount := r.GetVolumeCapability().GetMount()
+	if r.GetVolumeId() != "vol-data" || r.GetCapacityRange().GetRequiredBytes() != gi(2) || r.GetSecrets()["token"] != "t0ken" ||
+		mount.GetFsType() != "ext4" || !slices.Equal(mount.GetMountFlags(), []string{"noatime"}) ||
+		r.GetVolumeCapability().GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
+		t.Errorf("request = %v", r)
+	}
+	e.waitEvent("data", reasonResizing, "pv-data")
+	e.waitEvent("data", reasonSucceeded, "2Gi")
+}
+
+func TestExpandNeedsNode(t *testing.T) {
+	block := corev1.PersistentVolumeBlock
+	pvc, pv := volume("raw", driverName, "1Gi", "3Gi", func(pv *corev1.PersistentVolume) { pv.Spec.VolumeMode = &block })
+	drv := newFakeDriver()
+	// No capacity in the reply: the requested size is taken.
+	drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+		return &csipb.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
+	})
+	e := start(t, drv, pvc, pv)
+
+	got := e.waitClaim("raw", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
+	})
+	cond := condition(got, corev1.PersistentVolumeClaimFileSystemResizePending)
+	if cond == nil || cond.Status != corev1.ConditionTrue || cond.Message != fsResizePendingMessage {
+		t.Errorf("FileSystemResizePending condition = %+v", cond)
+	}
+	if condition(got, corev1.PersistentVolumeClaimResizing) != nil {
+		t.Error("the Resizing condition stayed after the controller's part ended")
+	}
+	if c := storageQ(got.Status.Capacity); c != gi(1) {
+		t.Errorf("status.capacity = %d, want it unchanged (%d) until the node expands", c, gi(1))
+	}
+	if a := storageQ(got.Status.AllocatedResources); a != gi(3) {
+		t.Errorf("allocatedResources = %d, want %d", a, gi(3))
+	}
+	if s := e.pvSize("pv-raw"); s != gi(3) {
+		t.Errorf("PV capacity = %d, want %d", s, gi(3))
+	}
+	if reqs := e.drv.requests(); len(reqs) != 1 || reqs[0].GetVolumeCapability().GetBlock() == nil {
+		t.Errorf("want one ControllerExpandVolume with a block capability, got %v", reqs)
+	}
+	e.waitEvent("raw", reasonFSResizeNeeded, "node")
+}
+
+func TestTrivialResizer(t *testing.T) {
+	pvc, pv := volume("nodeonly", driverName, "1Gi", "2Gi", nil)
+	e := start(t, newFakeDriver(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), pvc, pv)
+
+	got := e.waitClaim("nodeonly", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
+	})
+	if condition(got, corev1.PersistentVolumeClaimFileSystemResizePending) == nil {
+		t.Error("no FileSystemResizePending condition")
+	}
+	if s := e.pvSize("pv-nodeonly"); s != gi(2) {
+		t.Errorf("PV capacity = %d, want %d", s, gi(2))
+	}
+	if n := len(e.drv.requests()); n != 0 {
+		t.Errorf("%d ControllerExpandVolume calls to a driver without EXPAND_VOLUME", n)
+	}
+}
+
+func TestFailureStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		code       codes.Code
+		wantStatus corev1.ClaimResourceStatus
+		wantCond   bool // ControllerResizeError
+	}{
+		{codes.InvalidArgument, corev1.PersistentVolumeClaimControllerResizeInfeasible, true},
+		{codes.OutOfRange, corev1.PersistentVolumeClaimControllerResizeInfeasible, true},
+		{codes.NotFound, corev1.PersistentVolumeClaimControllerResizeInfeasible, true},
+		{codes.Internal, corev1.PersistentVolumeClaimControllerResizeInProgress, true},
+		{codes.DeadlineExceeded, corev1.PersistentVolumeClaimControllerResizeInProgress, false},
+		{codes.Unavailable, corev1.PersistentVolumeClaimControllerResizeInProgress, false},
+	} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			pvc, pv := volume("fail", driverName, "1Gi", "2Gi", nil)
+			drv := newFakeDriver()
+			drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+				return nil, status.Error(tc.code, "backend says no")
+			})
+			e := start(t, drv, pvc, pv)
+			e.waitEvent("fail", reasonFailed, "backend says no")
+			// Retried with backoff, whatever the error.
+			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return len(drv.requests()) >= 3, nil
+			}); err != nil {
+				t.Fatalf("only %d ControllerExpandVolume calls: failures are not retried", len(drv.requests()))
+			}
+			got := e.waitClaim("fail", "recorded the error", func(c *corev1.PersistentVolumeClaim) bool {
+				return resizeStatus(c) == tc.wantStatus && (condition(c, corev1.PersistentVolumeClaimControllerResizeError) != nil) == tc.wantCond
+			})
+			if a := storageQ(got.Status.AllocatedResources); a != gi(2) {
+				t.Errorf("allocatedResources = %d, want %d", a, gi(2))
+			}
+			if c := condition(got, corev1.PersistentVolumeClaimControllerResizeError); c != nil && !strings.Contains(c.Message, "backend says no") {
+				t.Errorf("ControllerResizeError message %q lacks the driver's error", c.Message)
+			}
+			if c := storageQ(got.Status.Capacity); c != gi(1) {
+				t.Errorf("status.capacity changed to %d on failure", c)
+			}
+			if s := e.pvSize("pv-fail"); s != gi(1) {
+				t.Errorf("PV capacity changed to %d on failure", s)
+			}
+		})
+	}
+}
+
+// After a final error the user may lower the request (not below status.capacity) and the
+// volume is expanded to the new request; after an uncertain one the size that may be in
+// flight must be finished first.
+func TestRecoverFromFailure(t *testing.T) {
+	for _, tc := range []struct {
+		code     codes.Code
+		wantSize int64
+	}{
+		{codes.OutOfRange, gi(3)},
+		{codes.Unavailable, gi(10)},
+	} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			pvc, pv := volume("big", driverName, "1Gi", "10Gi", nil)
+			drv := newFakeDriver()
+			// The backend has room for 3Gi.
+			drv.setRespond(func(req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+				if req.GetCapacityRange().GetRequiredBytes() > gi(3) {
+					return nil, status.Error(tc.code, "no room")
+				}
+				return &csipb.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+			})
+			e := start(t, drv, pvc, pv)
+			e.waitEvent("big", reasonFailed, "no room")
+			e.setRequest("big", "3Gi")
+
+			if tc.wantSize == gi(10) {
+				// Calls keep asking for 10Gi, never for the lowered request, until the driver
+				// gives a final answer for them: here, success.
+				calls := len(drv.requests())
+				if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					return len(drv.requests()) >= calls+3, nil
+				}); err != nil {
+					t.Fatal("the uncertain expansion is not retried")
+				}
+				drv.setRespond(nil)
+			}
+			got := e.waitClaim("big", "finished", func(c *corev1.PersistentVolumeClaim) bool { return resizeStatus(c) == "" && storageQ(c.Status.Capacity) > gi(1) })
+			if c := storageQ(got.Status.Capacity); c != tc.wantSize {
+				t.Errorf("status.capacity = %d, want %d", c, tc.wantSize)
+			}
+			if a := storageQ(got.Status.AllocatedResources); a != tc.wantSize {
+				t.Errorf("allocatedResources = %d, want %d", a, tc.wantSize)
+			}
+			if s := e.pvSize("pv-big"); s != tc.wantSize {
+				t.Errorf("PV capacity = %d, want %d", s, tc.wantSize)
+			}
+			if condition(got, corev1.PersistentVolumeClaimControllerResizeError) != nil {
+				t.Error("ControllerResizeError stayed after the expansion succeeded")
+			}
+			for _, r := range drv.requests() {
+				if b := r.GetCapacityRange().GetRequiredBytes(); b != gi(10) && b != tc.wantSize {
+					t.Errorf("ControllerExpandVolume asked for %d bytes", b)
+				}
+			}
+		})
+	}
+}
+
+func TestInUseWaitsForPod(t *testing.T) {
+	pod := func(phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns},
+			Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "used"}}}}},
+			Status: corev1.PodStatus{Phase: phase},
+		}
+	}
+	t.Run("offline driver", func(t *testing.T) {
+		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
+		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodRunning))
+		e.waitEvent("used", reasonFailed, "in use by pod default/app")
+		if n := len(e.drv.requests()); n != 0 {
+			t.Fatalf("%d ControllerExpandVolume calls while a pod uses the volume of an offline-only driver", n)
+		}
+		if s := resizeStatus(e.claim("used")); s != "" {
+			t.Errorf("allocatedResourceStatuses = %q while waiting for the pod, want none", s)
+		}
+		if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitClaim("used", "expanded once the pod was gone", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	})
+	t.Run("finished pod", func(t *testing.T) {
+		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
+		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodSucceeded))
+		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	})
+	t.Run("online driver", func(t *testing.T) {
+		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
+		drv := newFakeDriver()
+		drv.online = true
+		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
+		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	})
+}
+
+func TestOtherClaimsIgnored(t *testing.T) {
+	mine, myPV := volume("mine", driverName, "1Gi", "2Gi", nil)
+	theirs, theirPV := volume("theirs", "other.csi.example.com", "1Gi", "2Gi", nil)
+	annotated, annotatedPV := volume("annotated", driverName, "1Gi", "2Gi", nil)
+	annotated.Annotations = map[string]string{AnnStorageResizer: "other.csi.example.com"}
+	stranger, strangerPV := volume("stranger", driverName, "1Gi", "2Gi", nil)
+	strangerPV.Spec.ClaimRef.UID = "uid-of-a-deleted-claim"
+	pending, pendingPV := volume("pending", driverName, "1Gi", "2Gi", nil)
+	pending.Status.Phase = corev1.ClaimPending
+	e := start(t, newFakeDriver(), mine, myPV, theirs, theirPV, annotated, annotatedPV, stranger, strangerPV, pending, pendingPV)
+
+	// The controller ran: its own claim got expanded.
+	e.waitClaim("mine", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	for _, name := range []string{"theirs", "annotated", "stranger", "pending"} {
+		c := e.claim(name)
+		if c.Status.AllocatedResources != nil || c.Status.AllocatedResourceStatuses != nil || len(c.Status.Conditions) > 0 {
+			t.Errorf("claim %s was touched: %+v", name, c.Status)
+		}
+		if s := e.pvSize("pv-" + name); s != gi(1) {
+			t.Errorf("PV of claim %s grew to %d", name, s)
+		}
+	}
+	if reqs := e.drv.requests(); len(reqs) != 1 || reqs[0].GetVolumeId() != "vol-mine" {
+		var ids []string
+		for _, r := range reqs {
+			ids = append(ids, r.GetVolumeId())
+		}
+		t.Errorf("ControllerExpandVolume calls for %v, want only vol-mine", ids)
+	}
+}
+
+func TestLeaseNameMatchesUpstream(t *testing.T) {
+	if got := LeaseName("local.kubevol.io"); got != "external-resizer-local-kubevol-io" {
+		t.Errorf("LeaseName = %q", got)
+	}
+}
+
+// Status writes of the resizer itself must not wake the claim (that would bypass the
+// backoff); spec changes, new capacity and periodic resyncs must.
+func TestClaimChanged(t *testing.T) {
+	base, _ := volume("c", driverName, "1Gi", "2Gi", nil)
+	next := func(f func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		c := base.DeepCopy()
+		c.ResourceVersion = "2"
+		f(c)
+		return c
+	}
+	for name, tc := range map[string]struct {
+		cur  *corev1.PersistentVolumeClaim
+		want bool
+	}{
+		"resync": {base.DeepCopy(), true},
+		"own status write": {next(func(c *corev1.PersistentVolumeClaim) {
+			c.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInfeasible}
+			c.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError, Status: corev1.ConditionTrue}}
+		}), false},
+		"request lowered": {next(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("1500Mi")
+		}), true},
+		"capacity grew": {next(func(c *corev1.PersistentVolumeClaim) {
+			c.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		}), true},
+		"resizer annotated": {next(func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations = map[string]string{AnnStorageResizer: driverName}
+		}), true},
+		"node gave up": {next(func(c *corev1.PersistentVolumeClaim) {
+			c.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizeInfeasible}
+		}), true},
+	} {
+		if got := claimChanged(base, tc.cur); got != tc.want {
+			t.Errorf("%s: claimChanged = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
