@@ -458,7 +458,9 @@ func TestRecoverFromFailure(t *testing.T) {
 				}
 				drv.setRespond(nil)
 			}
-			got := e.waitClaim("big", "finished", func(c *corev1.PersistentVolumeClaim) bool { return resizeStatus(c) == "" && storageQ(c.Status.Capacity) > gi(1) })
+			got := e.waitClaim("big", "finished", func(c *corev1.PersistentVolumeClaim) bool {
+				return resizeStatus(c) == "" && storageQ(c.Status.Capacity) > gi(1)
+			})
 			if c := storageQ(got.Status.Capacity); c != tc.wantSize {
 				t.Errorf("status.capacity = %d, want %d", c, tc.wantSize)
 			}
@@ -592,4 +594,3 @@ func TestClaimChanged(t *testing.T) {
 		}
 	}
 }
-
