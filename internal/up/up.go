@@ -106,7 +106,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			return err
 		}
 	}
-	ports, err := localcluster.FreePorts(4)
+	ports, err := localcluster.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -122,7 +122,8 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			"--plugin-registration-dir", s.path("node", "plugins_registry")}},
 		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
 		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
-		{"node", ports[3], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
+		{"resizer", ports[3], []string{"resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
+		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
 	}
 	if s.opts.CallLog != "" {
 		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)
