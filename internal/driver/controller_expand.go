@@ -11,8 +11,8 @@ import (
 )
 
 // ControllerExpandVolume grows a volume, published or not (ONLINE and OFFLINE expansion).
-// A "block" image is lengthened here; the node then refreshes the loop device and grows the
-// filesystem. A "dir" volume only gets a bigger share of the pool.
+// A "block" image is lengthened here; the node then refreshes the loop device and, unless
+// the volume is raw block, grows the filesystem. A "dir" volume only gets a bigger share of the pool.
 func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if err := required("volume_id", id); err != nil {
@@ -31,8 +31,9 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 			return nil, status.Error(codes.InvalidArgument, r)
 		}
 	}
-	// Only a filesystem on an image needs the node to act; raw block and dir do not.
-	nodeExpand := v.Type == state.TypeBlock && req.GetVolumeCapability().GetBlock() == nil
+	// An image needs the node to act: a staged loop device keeps its old size until the node
+	// refreshes it, and a filesystem on it must then grow. A dir volume needs nothing.
+	nodeExpand := v.Type == state.TypeBlock
 	size, err := volumeSize(req.GetCapacityRange(), minSize(v.Type, v.FsType))
 	if err != nil {
 		return nil, err

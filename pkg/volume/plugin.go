@@ -46,6 +46,16 @@ type BlockPlugin interface {
 	ConstructBlockVolumeSpec(volumeName, mapPath string) (*Spec, error)
 }
 
+// ExpandablePlugin finishes an expansion on the node after the controller grew the volume:
+// it grows the filesystem of a mounted volume, or refreshes the node's view of a block
+// device (upstream NodeExpandableVolumePlugin; CSI NodeExpandVolume).
+type ExpandablePlugin interface {
+	Plugin
+	// NodeExpand makes the volume, set up for pod podUID, newSize large. It returns nil
+	// at once when the plugin has nothing to do on the node.
+	NodeExpand(ctx context.Context, spec *Spec, podUID types.UID, newSize resource.Quantity) error
+}
+
 // Attributes describe a set-up volume.
 type Attributes struct {
 	ReadOnly bool

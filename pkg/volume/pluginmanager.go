@@ -144,3 +144,13 @@ func (pm *PluginManager) FindBlockByName(name string) (BlockPlugin, error) {
 	}
 	return bp, nil
 }
+
+// FindExpandable returns spec's plugin if it expands volumes on the node, else nil.
+func (pm *PluginManager) FindExpandable(spec *Spec) (ExpandablePlugin, error) {
+	p, err := pm.FindBySpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	ep, _ := p.(ExpandablePlugin)
+	return ep, nil
+}

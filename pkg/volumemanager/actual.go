@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -57,6 +58,9 @@ type AttachedVolume struct {
 	DevicePath      string
 	DeviceMountPath string
 	DeviceState     DeviceState
+	// ExpandedTo is the size the node last expanded the volume to, so that an expansion is
+	// not repeated before the claim's status says it is done.
+	ExpandedTo *resource.Quantity
 }
 
 type attachedVolume struct {
@@ -124,6 +128,15 @@ func (a *ActualState) SetDeviceState(name v1.UniqueVolumeName, state DeviceState
 		if deviceMountPath != "" {
 			av.DeviceMountPath = deviceMountPath
 		}
+	}
+}
+
+// SetExpanded records that the node expanded the volume to size.
+func (a *ActualState) SetExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if av := a.volumes[name]; av != nil {
+		av.ExpandedTo = &size
 	}
 }
 

@@ -25,6 +25,9 @@ type DesiredVolume struct {
 	Attachable      bool
 	DeviceMountable bool
 	RequiresRemount bool
+	// Claim is the PVC of a writable PVC-backed volume: when its PV grew beyond the claim's
+	// status.capacity, the node finishes the expansion.
+	Claim *v1.PersistentVolumeClaim
 	// RequestTime is when the volume was first wanted by the pod, for
 	// volume_operation_total_seconds{operation_name="overall_volume_mount"}.
 	RequestTime time.Time

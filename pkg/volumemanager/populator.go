@@ -88,7 +88,7 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 			errs = append(errs, fmt.Sprintf("volume %q is used both in volumeMounts and in volumeDevices", pv.Name))
 			continue
 		}
-		spec, err := m.specFor(pod, pv, devices[pv.Name])
+		spec, claim, err := m.specFor(pod, pv, devices[pv.Name])
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
 			continue
@@ -111,14 +111,16 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 		out = append(out, DesiredVolume{
 			Name: name, PluginName: plugin.Name(), Spec: spec, OuterNames: []string{pv.Name},
 			Attachable: attachable != nil, DeviceMountable: deviceMountable, RequiresRemount: plugin.RequiresRemount(spec),
+			Claim: claim,
 		})
 	}
 	return out, errs
 }
 
 // specFor resolves a pod volume: a claim (or generic ephemeral volume) through PVC → PV,
-// checked as upstream; an inline volume as is. block: the pod uses it in volumeDevices.
-func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec, error) {
+// checked as upstream; an inline volume as is. block: the pod uses it in volumeDevices. The
+// claim is returned for a writable PVC-backed volume, whose expansion the node finishes.
+func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec, *v1.PersistentVolumeClaim, error) {
 	var claim string
 	readOnly := false
 	switch {
@@ -127,40 +129,43 @@ func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec,
 	case pv.Ephemeral != nil:
 		claim = pod.Name + "-" + pv.Name
 	case block:
-		return nil, errors.New("only persistent volumes can be used in volumeDevices")
+		return nil, nil, errors.New("only persistent volumes can be used in volumeDevices")
 	default:
-		return volume.SpecFromVolume(pv), nil
+		return volume.SpecFromVolume(pv), nil, nil
 	}
 	pvc, err := m.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(claim)
 	if err != nil {
-		return nil, fmt.Errorf("get PVC %s/%s: %w", pod.Namespace, claim, err)
+		return nil, nil, fmt.Errorf("get PVC %s/%s: %w", pod.Namespace, claim, err)
 	}
 	if pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
-		return nil, fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
+		return nil, nil, fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
 	}
 	if pvc.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
+		return nil, nil, fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
 	}
 	if pvc.Status.Phase != v1.ClaimBound {
-		return nil, fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)
+		return nil, nil, fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)
 	}
 	if pvc.Spec.VolumeName == "" {
-		return nil, fmt.Errorf("PVC %s/%s has an empty spec.volumeName", pod.Namespace, claim)
+		return nil, nil, fmt.Errorf("PVC %s/%s has an empty spec.volumeName", pod.Namespace, claim)
 	}
 	obj, err := m.pvLister.Get(pvc.Spec.VolumeName)
 	if err != nil {
-		return nil, fmt.Errorf("get PV %s: %w", pvc.Spec.VolumeName, err)
+		return nil, nil, fmt.Errorf("get PV %s: %w", pvc.Spec.VolumeName, err)
 	}
 	if obj.Spec.ClaimRef == nil || obj.Spec.ClaimRef.UID != pvc.UID {
-		return nil, fmt.Errorf("PV %s is not bound to PVC %s/%s", obj.Name, pod.Namespace, claim)
+		return nil, nil, fmt.Errorf("PV %s is not bound to PVC %s/%s", obj.Name, pod.Namespace, claim)
 	}
 	spec := volume.SpecFromPersistentVolume(obj, readOnly)
 	// Upstream's volumeMode check: volumeMounts need Filesystem, volumeDevices need Block.
 	switch {
 	case spec.Block() && !block:
-		return nil, fmt.Errorf("PV %s has volumeMode Block but the pod mounts it as a filesystem (volumeMounts)", obj.Name)
+		return nil, nil, fmt.Errorf("PV %s has volumeMode Block but the pod mounts it as a filesystem (volumeMounts)", obj.Name)
 	case !spec.Block() && block:
-		return nil, fmt.Errorf("PV %s has volumeMode Filesystem but the pod uses it as a block device (volumeDevices)", obj.Name)
+		return nil, nil, fmt.Errorf("PV %s has volumeMode Filesystem but the pod uses it as a block device (volumeDevices)", obj.Name)
 	}
-	return spec, nil
+	if readOnly {
+		return spec, nil, nil // upstream never expands a read-only volume
+	}
+	return spec, pvc, nil
 }

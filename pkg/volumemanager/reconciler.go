@@ -38,6 +38,11 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 				allMounted = false
 			}
 			if ok && mv.State == VolumeMounted && !mv.RemountRequired {
+				if av, ok := m.asw.Volume(dv.Name); ok {
+					if size, grow := expansionTarget(dv, av); grow {
+						after = minPositive(after, m.startExpand(ctx, pod, dv, size))
+					}
+				}
 				if mv.RefreshAt.IsZero() {
 					continue
 				}

@@ -54,6 +54,7 @@ type Plugin struct {
 var (
 	_ volume.AttachablePlugin = (*Plugin)(nil)
 	_ volume.BlockPlugin      = (*Plugin)(nil)
+	_ volume.ExpandablePlugin = (*Plugin)(nil)
 )
 
 // New returns the CSI plugin.
@@ -236,6 +237,7 @@ type source struct {
 	attributes             map[string]string
 	stageSecret            *v1.SecretReference
 	publishSecret          *v1.SecretReference
+	expandSecret           *v1.SecretReference
 	mountOptions           []string
 	accessModes            []v1.PersistentVolumeAccessMode
 }
@@ -248,7 +250,7 @@ func sourceOf(spec *volume.Spec) (source, error) {
 		return source{
 			driver: c.Driver, handle: c.VolumeHandle, fsType: c.FSType,
 			readOnly: spec.ReadOnly || c.ReadOnly, attributes: c.VolumeAttributes,
-			stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef,
+			stageSecret: c.NodeStageSecretRef, publishSecret: c.NodePublishSecretRef, expandSecret: c.NodeExpandSecretRef,
 			mountOptions: pv.Spec.MountOptions, accessModes: pv.Spec.AccessModes, block: spec.Block(),
 		}, nil
 	case spec.Volume != nil && spec.Volume.CSI != nil:

@@ -1,0 +1,175 @@
+package volumemanager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// opExpand is upstream's operation name of ExpandInUseVolume.
+const opExpand = "volume_fs_resize"
+
+// expansionTarget is the size the node must expand dv to, if it must: the PV grew beyond the
+// claim's status.capacity, the controller side is done (no Controller* resize status), and
+// the node has not already reported this size as infeasible or expanded to it.
+func expansionTarget(dv DesiredVolume, av AttachedVolume) (resource.Quantity, bool) {
+	pvc := dv.Claim
+	if pvc == nil || dv.Spec.PersistentVolume == nil {
+		return resource.Quantity{}, false
+	}
+	want, ok := dv.Spec.PersistentVolume.Spec.Capacity[v1.ResourceStorage]
+	if !ok {
+		return resource.Quantity{}, false
+	}
+	have := pvc.Status.Capacity[v1.ResourceStorage]
+	if want.Cmp(have) <= 0 || (av.ExpandedTo != nil && want.Cmp(*av.ExpandedTo) <= 0) {
+		return resource.Quantity{}, false
+	}
+	switch pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] {
+	case "", v1.PersistentVolumeClaimNodeResizePending, v1.PersistentVolumeClaimNodeResizeInProgress:
+		return want, true
+	}
+	// The controller is still at work, or the node found the size infeasible: wait for the
+	// claim to change.
+	return resource.Quantity{}, false
+}
+
+// startExpand runs NodeExpandVolume for a mounted volume whose PV grew (upstream
+// ExpandInUseVolume, and expandVolumeDuringMount for a volume mounted after the controller
+// grew it), and records the outcome in the claim's status.
+func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume, size resource.Quantity) time.Duration {
+	outer := dv.OuterNames[0]
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name, "size", size.String())
+	pvc := dv.Claim
+	return m.start(ctx, Operation{
+		Key: OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName,
+		Run: func(ctx context.Context) error {
+			ep, err := m.plugins.FindExpandable(dv.Spec)
+			if err != nil {
+				return err
+			}
+			if ep == nil {
+				return m.finishClaimResize(ctx, pvc, size)
+			}
+			if err := m.setClaimResizeStatus(ctx, pvc, v1.PersistentVolumeClaimNodeResizeInProgress, ""); err != nil {
+				return err
+			}
+			if err := ep.NodeExpand(ctx, dv.Spec, pod.UID, size); err != nil {
+				// A transient failure keeps NodeResizeInProgress, as the API asks, and is
+				// retried with backoff; the condition carries the error.
+				st := v1.PersistentVolumeClaimNodeResizeInProgress
+				if infeasible(err) {
+					st = v1.PersistentVolumeClaimNodeResizeInfeasible
+				}
+				err = fmt.Errorf("MountVolume.NodeExpandVolume failed for volume %q: %w", outer, err)
+				if serr := m.setClaimResizeStatus(ctx, pvc, st, err.Error()); serr != nil {
+					logger.Error(serr, "Cannot record the failed expansion in the claim", "pvc", klog.KObj(pvc))
+				}
+				return err
+			}
+			return m.finishClaimResize(ctx, pvc, size)
+		},
+		Done: func(err error) {
+			if err != nil {
+				logger.Error(err, "Volume expansion failed")
+				m.recorder.Event(pod, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
+				m.recorder.Event(pvc, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
+			} else {
+				m.asw.SetExpanded(dv.Name, size)
+				msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", outer, m.cfg.NodeName)
+				logger.V(2).Info("Volume expanded on the node")
+				m.recorder.Event(pod, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
+				m.recorder.Event(pvc, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
+			}
+			m.podQueue.Add(pod.UID)
+		},
+	})
+}
+
+// infeasible reports a NodeExpandVolume error that a retry cannot fix: the CSI spec says
+// the CO must not retry FAILED_PRECONDITION, and a bad argument or range stays bad.
+func infeasible(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return true
+	}
+	return false
+}
+
+// The claim's conditions and resize statuses are the protocol between the external resizer
+// (controller side) and the kubelet (node side) of KEP-1790.
+
+// setClaimResizeStatus records the node's resize status, and its error as the
+// NodeResizeError condition.
+func (m *Manager) setClaimResizeStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, st v1.ClaimResourceStatus, msg string) error {
+	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) {
+		if s.AllocatedResourceStatuses == nil {
+			s.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
+		}
+		s.AllocatedResourceStatuses[v1.ResourceStorage] = st
+		s.Conditions = withoutConditions(s.Conditions, v1.PersistentVolumeClaimNodeResizeError)
+		if msg != "" {
+			s.Conditions = append(s.Conditions, v1.PersistentVolumeClaimCondition{
+				Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, LastTransitionTime: metav1.Now(), Message: msg,
+			})
+		}
+	})
+}
+
+// finishClaimResize marks the expansion done: the claim's capacity is the new size and the
+// resize conditions and status are gone (upstream MarkFSResizeFinished).
+func (m *Manager) finishClaimResize(ctx context.Context, pvc *v1.PersistentVolumeClaim, size resource.Quantity) error {
+	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) {
+		if s.Capacity == nil {
+			s.Capacity = v1.ResourceList{}
+		}
+		s.Capacity[v1.ResourceStorage] = size
+		delete(s.AllocatedResourceStatuses, v1.ResourceStorage)
+		s.Conditions = withoutConditions(s.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, v1.PersistentVolumeClaimResizing, v1.PersistentVolumeClaimNodeResizeError)
+	})
+}
+
+// updateClaimStatus applies change to the claim's current status; a conflict rereads it, so
+// the resizer's concurrent writes are never overwritten. Without an API client (standalone)
+// there is no claim to update.
+func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, change func(*v1.PersistentVolumeClaimStatus)) error {
+	if m.cfg.Client == nil {
+		return nil
+	}
+	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.UID != pvc.UID {
+			return fmt.Errorf("PVC %s/%s was replaced", pvc.Namespace, pvc.Name)
+		}
+		cur = cur.DeepCopy()
+		change(&cur.Status)
+		_, err = claims.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func withoutConditions(conds []v1.PersistentVolumeClaimCondition, types ...v1.PersistentVolumeClaimConditionType) []v1.PersistentVolumeClaimCondition {
+	out := conds[:0:0]
+	for _, c := range conds {
+		drop := false
+		for _, t := range types {
+			drop = drop || c.Type == t
+		}
+		if !drop {
+			out = append(out, c)
+		}
+	}
+	return out
+}
