@@ -119,19 +119,6 @@ func (pm *PluginManager) FindAttachable(spec *Spec) (AttachablePlugin, error) {
 	return ap, nil
 }
 
-// FindBlock returns spec's plugin if it maps block volumes, else an error naming the plugin.
-func (pm *PluginManager) FindBlock(spec *Spec) (BlockPlugin, error) {
-	p, err := pm.FindBySpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	bp, ok := p.(BlockPlugin)
-	if !ok {
-		return nil, fmt.Errorf("volume plugin %s does not support block volumes", p.Name())
-	}
-	return bp, nil
-}
-
 // FindBlockByName returns the named plugin if it maps block volumes.
 func (pm *PluginManager) FindBlockByName(name string) (BlockPlugin, error) {
 	p, err := pm.FindByName(name)

@@ -26,14 +26,7 @@ func TestBlockVolume(t *testing.T) {
 	pvc := e.pvcOf("raw", "16Mi", corev1.PersistentVolumeBlock)
 	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
 
-	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, pvc.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv, err := e.cs.CoreV1().PersistentVolumes().Get(e.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	blockDir := filepath.Join(e.root, "plugins/kubernetes.io/csi/volumeDevices")
 	link := e.checkMapped(pod, pv.Name)

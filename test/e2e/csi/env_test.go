@@ -51,6 +51,8 @@ type envOptions struct {
 	faults         []string
 	// scParams are the StorageClass parameters; the default is a dir volume.
 	scParams map[string]string
+	// resizer also runs `kubevol resizer`.
+	resizer bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -104,6 +106,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	framework.StartKubevol(t, "provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
 		framework.StartKubevol(t, "attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	}
+	if o.resizer {
+		framework.StartKubevol(t, "resizer", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	ports, err := localcluster.FreePorts(1)
 	if err != nil {
@@ -195,6 +200,20 @@ func (e *env) pvcOf(name, size string, mode corev1.PersistentVolumeMode) *corev1
 		e.t.Fatal(err)
 	}
 	return pvc
+}
+
+// boundPV returns the PV the claim is bound to.
+func (e *env) boundPV(claim string) *corev1.PersistentVolume {
+	e.t.Helper()
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(e.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pv
 }
 
 // pod is a pod with the given volumes mounted, kept on this test's node by its hostname

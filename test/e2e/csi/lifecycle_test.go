@@ -40,14 +40,7 @@ func testLifecycle(t *testing.T, attach bool) {
 	pvc := e.pvc("data")
 	pod := e.waitVolumesReady(e.pod("app", claimVolume("data", pvc.Name)))
 
-	pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, pvc.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pv, err := e.cs.CoreV1().PersistentVolumes().Get(e.ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	volDir := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name)
 	target := filepath.Join(volDir, "mount")
