@@ -1,0 +1,118 @@
+package resizer
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// A dir volume needs nothing from the node: the claim reaches its new size from the
+// controller alone.
+func TestExpandDirVolume(t *testing.T) {
+	e := newEnv(t)
+	class := e.class(map[string]string{"type": "dir"})
+	_, pv := e.boundClaim("dir", class, "64Mi")
+
+	e.resize("dir", "128Mi")
+	want := resource.MustParse("128Mi")
+	pvc := e.waitClaim("dir", "reached 128Mi", func(c *corev1.PersistentVolumeClaim) bool {
+		q := storage(c.Status.Capacity)
+		return q.Cmp(want) == 0
+	})
+	if s, ok := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]; ok {
+		t.Errorf("allocatedResourceStatuses[storage] = %q after a finished expansion, want none", s)
+	}
+	if q := storage(pvc.Status.AllocatedResources); q.Cmp(want) != 0 {
+		t.Errorf("allocatedResources[storage] = %s, want %s", q.String(), want.String())
+	}
+	for _, c := range pvc.Status.Conditions {
+		switch c.Type {
+		case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
+			corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
+			t.Errorf("condition %s left on a finished claim", c.Type)
+		}
+	}
+	if q := storage(e.pv(pv.Name).Spec.Capacity); q.Cmp(want) != 0 {
+		t.Errorf("PV capacity = %s, want %s", q.String(), want.String())
+	}
+	e.waitEvent("dir", "kubevol-resizer", "Resizing")
+	e.waitEvent("dir", "kubevol-resizer", "VolumeResizeSuccessful")
+	// kube-controller-manager's expander hands CSI claims to the external resizer.
+	e.waitEvent("dir", "volume_expand", "ExternalExpanding")
+	if got := e.calls("ControllerExpandVolume", pv.Spec.CSI.VolumeHandle); !slices.Contains(got, "ControllerExpandVolume:OK") {
+		t.Errorf("driver calls on the volume: %v, want a successful ControllerExpandVolume", got)
+	}
+	// The CSI call is measured under upstream's metric and labels.
+	body := e.get("/metrics")
+	if !strings.Contains(body, `csi_sidecar_operations_seconds_count{driver_name="`+e.driver+`",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerExpandVolume"}`) {
+		t.Errorf("/metrics lacks the ControllerExpandVolume series:\n%s", grep(body, "csi_sidecar_operations_seconds_count"))
+	}
+	if body := e.get("/healthz"); body != "ok" {
+		t.Errorf("/healthz = %q", body)
+	}
+}
+
+// A filesystem on a block image grows in two steps: the controller lengthens the image and
+// leaves the filesystem to the node.
+func TestExpandBlockVolumeNeedsNode(t *testing.T) {
+	e := newEnv(t)
+	class := e.class(map[string]string{"type": "block", "fsType": "xfs"})
+	_, pv := e.boundClaim("xfs", class, "512Mi")
+
+	e.resize("xfs", "1Gi")
+	want := resource.MustParse("1Gi")
+	pvc := e.waitClaim("xfs", "waiting for the node", func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimNodeResizePending
+	})
+	var pending *corev1.PersistentVolumeClaimCondition
+	for i, c := range pvc.Status.Conditions {
+		if c.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
+			pending = &pvc.Status.Conditions[i]
+		}
+	}
+	if pending == nil || pending.Status != corev1.ConditionTrue {
+		t.Errorf("conditions = %+v, want FileSystemResizePending True", pvc.Status.Conditions)
+	}
+	if q := storage(pvc.Status.Capacity); q.Cmp(resource.MustParse("512Mi")) != 0 {
+		t.Errorf("status.capacity = %s before the node expanded the filesystem, want 512Mi", q.String())
+	}
+	if q := storage(pvc.Status.AllocatedResources); q.Cmp(want) != 0 {
+		t.Errorf("allocatedResources[storage] = %s, want %s", q.String(), want.String())
+	}
+	if q := storage(e.pv(pv.Name).Spec.Capacity); q.Cmp(want) != 0 {
+		t.Errorf("PV capacity = %s, want %s", q.String(), want.String())
+	}
+	e.waitEvent("xfs", "kubevol-resizer", "FileSystemResizeRequired")
+	if got := e.calls("ControllerExpandVolume", pv.Spec.CSI.VolumeHandle); !slices.Contains(got, "ControllerExpandVolume:OK") {
+		t.Errorf("driver calls on the volume: %v, want a successful ControllerExpandVolume", got)
+	}
+}
+
+func (e *env) get(path string) string {
+	e.t.Helper()
+	rsp, err := http.Get("http://" + e.http + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	b, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
