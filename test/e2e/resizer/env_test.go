@@ -2,8 +2,8 @@ package resizer
 
 import (
 	"context"
-	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +21,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -64,19 +65,14 @@ func newEnv(t *testing.T) *env {
 	kubeconfig := framework.Cluster().KubeconfigPath()
 	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")
-	e.http = freeAddr(t)
-	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--http-endpoint", e.http,
-		"--retry-interval-start", "200ms", "--retry-interval-max", "5s", "-v", "3")
-	return e
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := localcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	e.http = "127.0.0.1:" + strconv.Itoa(ports[0])
+	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--http-endpoint", e.http,
+		"--retry-interval-start", "200ms", "--retry-interval-max", "5s", "-v", "3")
+	return e
 }
 
 // createNode makes the Node and CSINode that a registered node plugin would have made: the
