@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,14 +13,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volume"
 )
 
 // opExpand is upstream's operation name of ExpandInUseVolume.
 const opExpand = "volume_fs_resize"
 
 // expansionTarget is the size the node must expand dv to, if it must: the PV grew beyond the
-// claim's status.capacity, the controller side is done (no Controller* resize status), and
-// the node has not already reported this size as infeasible or expanded to it.
+// claim's status.capacity, the controller side handed over to the node, and the node has
+// not already expanded the volume to that size.
 func expansionTarget(dv DesiredVolume, av AttachedVolume) (resource.Quantity, bool) {
 	pvc := dv.Claim
 	if pvc == nil || dv.Spec.PersistentVolume == nil {
@@ -33,13 +36,27 @@ func expansionTarget(dv DesiredVolume, av AttachedVolume) (resource.Quantity, bo
 	if want.Cmp(have) <= 0 || (av.ExpandedTo != nil && want.Cmp(*av.ExpandedTo) <= 0) {
 		return resource.Quantity{}, false
 	}
-	switch pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] {
-	case "", v1.PersistentVolumeClaimNodeResizePending, v1.PersistentVolumeClaimNodeResizeInProgress:
-		return want, true
+	return want, nodeTurn(&pvc.Status)
+}
+
+// nodeTurn reports whether the controller side has handed the expansion over to the node:
+// the resize status says so (KEP-1790), or, from a resizer that sets no status, the
+// FileSystemResizePending condition does. The PV grows before the claim's status is written,
+// so the PV's size alone would start the node too early.
+func nodeTurn(s *v1.PersistentVolumeClaimStatus) bool {
+	switch s.AllocatedResourceStatuses[v1.ResourceStorage] {
+	case v1.PersistentVolumeClaimNodeResizePending, v1.PersistentVolumeClaimNodeResizeInProgress:
+		return true
+	case "":
+		for _, c := range s.Conditions {
+			if c.Type == v1.PersistentVolumeClaimFileSystemResizePending && c.Status == v1.ConditionTrue {
+				return true
+			}
+		}
 	}
 	// The controller is still at work, or the node found the size infeasible: wait for the
 	// claim to change.
-	return resource.Quantity{}, false
+	return false
 }
 
 // startExpand runs NodeExpandVolume for a mounted volume whose PV grew (upstream
@@ -56,11 +73,11 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 			if err != nil {
 				return err
 			}
+			if err := m.beginNodeResize(ctx, pvc, size); err != nil {
+				return err
+			}
 			if ep == nil {
 				return m.finishClaimResize(ctx, pvc, size)
-			}
-			if err := m.setClaimResizeStatus(ctx, pvc, v1.PersistentVolumeClaimNodeResizeInProgress, ""); err != nil {
-				return err
 			}
 			if err := ep.NodeExpand(ctx, dv.Spec, pod.UID, size); err != nil {
 				// A transient failure keeps NodeResizeInProgress, as the API asks, and is
@@ -78,11 +95,14 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 			return m.finishClaimResize(ctx, pvc, size)
 		},
 		Done: func(err error) {
-			if err != nil {
+			switch {
+			case errors.Is(err, errNotNodeTurn):
+				logger.V(2).Info("Volume expansion not pending on the node yet")
+			case err != nil:
 				logger.Error(err, "Volume expansion failed")
 				m.recorder.Event(pod, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
 				m.recorder.Event(pvc, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
-			} else {
+			default:
 				m.asw.SetExpanded(dv.Name, size)
 				msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", outer, m.cfg.NodeName)
 				logger.V(2).Info("Volume expanded on the node")
@@ -107,40 +127,59 @@ func infeasible(err error) bool {
 // The claim's conditions and resize statuses are the protocol between the external resizer
 // (controller side) and the kubelet (node side) of KEP-1790.
 
-// setClaimResizeStatus records the node's resize status, and its error as the
-// NodeResizeError condition.
+// errNotNodeTurn is returned when the claim read from the API server, fresher than the
+// cache the decision was made on, says the node must not expand yet.
+var errNotNodeTurn = volume.NewTransientError(errors.New("the claim's expansion is not pending on the node"))
+
+// beginNodeResize marks the node's expansion in progress, after checking the claim's current
+// status: the informer cache may lag behind the resizer.
+func (m *Manager) beginNodeResize(ctx context.Context, pvc *v1.PersistentVolumeClaim, size resource.Quantity) error {
+	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) error {
+		if c := s.Capacity[v1.ResourceStorage]; c.Cmp(size) >= 0 || !nodeTurn(s) {
+			return errNotNodeTurn
+		}
+		if s.AllocatedResourceStatuses == nil {
+			s.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
+		}
+		s.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInProgress
+		return nil
+	})
+}
+
+// setClaimResizeStatus records a failed node expansion: its resize status, and its error as
+// the NodeResizeError condition.
 func (m *Manager) setClaimResizeStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, st v1.ClaimResourceStatus, msg string) error {
-	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) {
+	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) error {
 		if s.AllocatedResourceStatuses == nil {
 			s.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
 		}
 		s.AllocatedResourceStatuses[v1.ResourceStorage] = st
 		s.Conditions = withoutConditions(s.Conditions, v1.PersistentVolumeClaimNodeResizeError)
-		if msg != "" {
-			s.Conditions = append(s.Conditions, v1.PersistentVolumeClaimCondition{
-				Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, LastTransitionTime: metav1.Now(), Message: msg,
-			})
-		}
+		s.Conditions = append(s.Conditions, v1.PersistentVolumeClaimCondition{
+			Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, LastTransitionTime: metav1.Now(), Message: msg,
+		})
+		return nil
 	})
 }
 
 // finishClaimResize marks the expansion done: the claim's capacity is the new size and the
 // resize conditions and status are gone (upstream MarkFSResizeFinished).
 func (m *Manager) finishClaimResize(ctx context.Context, pvc *v1.PersistentVolumeClaim, size resource.Quantity) error {
-	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) {
+	return m.updateClaimStatus(ctx, pvc, func(s *v1.PersistentVolumeClaimStatus) error {
 		if s.Capacity == nil {
 			s.Capacity = v1.ResourceList{}
 		}
 		s.Capacity[v1.ResourceStorage] = size
 		delete(s.AllocatedResourceStatuses, v1.ResourceStorage)
 		s.Conditions = withoutConditions(s.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, v1.PersistentVolumeClaimResizing, v1.PersistentVolumeClaimNodeResizeError)
+		return nil
 	})
 }
 
 // updateClaimStatus applies change to the claim's current status; a conflict rereads it, so
 // the resizer's concurrent writes are never overwritten. Without an API client (standalone)
 // there is no claim to update.
-func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, change func(*v1.PersistentVolumeClaimStatus)) error {
+func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, change func(*v1.PersistentVolumeClaimStatus) error) error {
 	if m.cfg.Client == nil {
 		return nil
 	}
@@ -154,7 +193,9 @@ func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolum
 			return fmt.Errorf("PVC %s/%s was replaced", pvc.Namespace, pvc.Name)
 		}
 		cur = cur.DeepCopy()
-		change(&cur.Status)
+		if err := change(&cur.Status); err != nil {
+			return err
+		}
 		_, err = claims.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})

@@ -22,6 +22,12 @@ func expandable(pvSize, claimSize string, st v1.ClaimResourceStatus) DesiredVolu
 	return DesiredVolume{Spec: volume.SpecFromPersistentVolume(pv, false), Claim: pvc}
 }
 
+func legacyPending() DesiredVolume {
+	dv := expandable("2Gi", "1Gi", "")
+	dv.Claim.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: v1.ConditionTrue}}
+	return dv
+}
+
 // The node expands only once the controller is done, and not twice for one size.
 func TestExpansionTarget(t *testing.T) {
 	done := resource.MustParse("2Gi")
@@ -32,7 +38,8 @@ func TestExpansionTarget(t *testing.T) {
 		want bool
 	}{
 		{"pending", expandable("2Gi", "1Gi", v1.PersistentVolumeClaimNodeResizePending), AttachedVolume{}, true},
-		{"no status (pre-recovery resizer)", expandable("2Gi", "1Gi", ""), AttachedVolume{}, true},
+		{"no status (pre-recovery resizer), FileSystemResizePending", legacyPending(), AttachedVolume{}, true},
+		{"PV grown, claim status not written yet", expandable("2Gi", "1Gi", ""), AttachedVolume{}, false},
 		{"retry in progress", expandable("2Gi", "1Gi", v1.PersistentVolumeClaimNodeResizeInProgress), AttachedVolume{}, true},
 		{"already expanded by us", expandable("2Gi", "1Gi", v1.PersistentVolumeClaimNodeResizePending), AttachedVolume{ExpandedTo: &done}, false},
 		{"claim already at size", expandable("2Gi", "2Gi", ""), AttachedVolume{}, false},
@@ -71,5 +78,36 @@ func TestFinishClaimResize(t *testing.T) {
 	}
 	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != "Other" {
 		t.Errorf("conditions = %v, want only Other", got.Status.Conditions)
+	}
+}
+
+// The decision is made on the informer cache; the claim read before the expansion must
+// agree, or the node waits.
+func TestBeginNodeResizeChecksTheCurrentClaim(t *testing.T) {
+	cached := expandable("2Gi", "1Gi", v1.PersistentVolumeClaimNodeResizePending)
+	for _, tc := range []struct {
+		name    string
+		current v1.ClaimResourceStatus
+		ok      bool
+	}{
+		{"still pending", v1.PersistentVolumeClaimNodeResizePending, true},
+		{"controller expanding again", v1.PersistentVolumeClaimControllerResizeInProgress, false},
+	} {
+		cur := cached.Claim.DeepCopy()
+		cur.Status.AllocatedResourceStatuses[v1.ResourceStorage] = tc.current
+		client := fake.NewClientset(cur)
+		m := &Manager{cfg: Config{Client: client}}
+		err := m.beginNodeResize(context.Background(), cached.Claim, resource.MustParse("2Gi"))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: beginNodeResize = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		got, _ := client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "c", metav1.GetOptions{})
+		want := tc.current
+		if tc.ok {
+			want = v1.PersistentVolumeClaimNodeResizeInProgress
+		}
+		if st := got.Status.AllocatedResourceStatuses[v1.ResourceStorage]; st != want {
+			t.Errorf("%s: resize status = %s, want %s", tc.name, st, want)
+		}
 	}
 }

@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Online expansion of a mounted xfs volume: the claim grows, the resizer calls
@@ -82,15 +84,26 @@ func (e *env) expandClaim(claim, size string) {
 	}
 	want := resource.MustParse(size)
 	var last *corev1.PersistentVolumeClaim
-	e.poll("claim "+claim+" expanded to "+size, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		last = pvc
 		got := pvc.Status.Capacity[corev1.ResourceStorage]
-		return got.Cmp(want) >= 0 && len(pvc.Status.Conditions) == 0 && len(pvc.Status.AllocatedResourceStatuses) == 0, nil
+		for _, c := range pvc.Status.Conditions {
+			switch c.Type {
+			case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
+				corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
+				return false, nil
+			}
+		}
+		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0, nil
 	})
+	if err != nil {
+		raw, _ := json.Marshal(last)
+		e.t.Fatalf("waiting for claim %s to be expanded to %s: %v; last claim: %s", claim, size, err, raw)
+	}
 	if last != nil {
 		if got := last.Status.AllocatedResources[corev1.ResourceStorage]; got.Cmp(want) != 0 {
 			e.t.Errorf("status.allocatedResources = %s, want %s", got.String(), size)
