@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/attacher"
 	"github.com/kubevol/kubevol/internal/csi"
@@ -68,30 +64,12 @@ func (o *attacherOptions) validate() error {
 }
 
 func (o *attacherOptions) run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	cfg, err := o.sidecar.RESTConfig()
+	env, err := connectSidecar(ctx, &o.sidecar)
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	conn, err := csi.Dial(csi.Config{Address: o.sidecar.CSIAddress, Timeout: o.sidecar.Timeout, Metrics: csi.NewMetrics(reg)})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	logger.Info("Waiting for the CSI driver", "address", o.sidecar.CSIAddress)
-	if err := conn.ProbeForever(ctx); err != nil {
-		return err
-	}
-	driver, err := conn.DriverName(ctx)
-	if err != nil {
-		return err
-	}
+	defer env.conn.Close()
+	client, reg, conn, driver := env.client, env.reg, env.conn, env.driver
 	ctrl, err := attacher.New(ctx, attacher.Config{
 		Client:             client,
 		CSI:                conn,
