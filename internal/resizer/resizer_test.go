@@ -594,3 +594,23 @@ func TestClaimChanged(t *testing.T) {
 		}
 	}
 }
+
+// After the node found the size infeasible, the controller does not re-arm the node for the
+// same size (it would only fail again); a changed request starts a new round.
+func TestNodeInfeasibleWaitsForANewRequest(t *testing.T) {
+	c := &Controller{}
+	for _, tc := range []struct {
+		request string
+		want    bool
+	}{{"2Gi", false}, {"3Gi", true}} {
+		pvc, pv := volume("v", driverName, "1Gi", tc.request, nil)
+		pv.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+		pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+			corev1.ResourceStorage: corev1.PersistentVolumeClaimNodeResizeInfeasible}
+		size, ok := c.target(ns+"/v", pvc, pv)
+		if ok != tc.want || (ok && size.String() != tc.request) {
+			t.Errorf("request %s: target = %s, %v; want %s, %v", tc.request, size.String(), ok, tc.request, tc.want)
+		}
+	}
+}

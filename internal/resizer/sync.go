@@ -94,9 +94,9 @@ func (c *Controller) target(key string, pvc *corev1.PersistentVolumeClaim, pv *c
 		// means the PV write was lost: the (idempotent) expansion is repeated.
 		return committed, pvSize.Cmp(committed) < 0
 	case corev1.PersistentVolumeClaimNodeResizeInfeasible:
-		// The node failed for good: expanding again to the committed size puts the claim
-		// back to NodeResizePending, so the node can retry.
-		return committed, true
+		// The node failed for good at the committed size: re-arming it would only fail
+		// again. A different request (the user's recovery) starts a new round.
+		return request, request.Cmp(committed) != 0
 	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
 		// The driver refused for good, so nothing is in flight: the request, possibly
 		// lowered by the user since, is the new target.
