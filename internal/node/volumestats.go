@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"path/filepath"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -61,7 +60,8 @@ func (s *volumeStats) Collect(ch chan<- prometheus.Metric) {
 			if seen[key] {
 				continue
 			}
-			path := filepath.Join(s.paths.PodVolumeDir(uid, csiplugin.PluginName, mv.SpecName), "mount")
+			// A block volume reports its size only (the driver has no filesystem to read).
+			path := csiplugin.TargetPath(s.paths, uid, mv.SpecName, mv.Block)
 			if s.collectOne(ctx, ch, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle, path, key[:]) {
 				seen[key] = true
 			}

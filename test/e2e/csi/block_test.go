@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +33,19 @@ func TestBlockVolume(t *testing.T) {
 	handle := pv.Spec.CSI.VolumeHandle
 	blockDir := filepath.Join(e.root, "plugins/kubernetes.io/csi/volumeDevices")
 	link := e.checkMapped(pod, pv.Name)
+
+	// NodeGetVolumeStats on the published device feeds the capacity metric, as the kubelet's
+	// block volume metrics.
+	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="raw"} 1.6777216e+07`, e.ns)
+	e.poll("block volume capacity on /metrics", func(context.Context) (bool, error) {
+		rsp, err := http.Get(e.metrics)
+		if err != nil {
+			return false, nil
+		}
+		defer rsp.Body.Close()
+		body, _ := io.ReadAll(rsp.Body)
+		return strings.Contains(string(body), series), nil
+	})
 
 	pattern := make([]byte, 4096)
 	_, _ = rand.Read(pattern)

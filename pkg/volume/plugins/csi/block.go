@@ -37,7 +37,7 @@ func (p *Plugin) blockDataDir(pv string) string { return filepath.Join(p.blockRo
 func (p *Plugin) blockDevDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "dev") }
 
 func (p *Plugin) blockPublishPath(pv string, uid types.UID) string {
-	return filepath.Join(p.blockRoot(), "publish", pv, string(uid))
+	return TargetPath(p.host.Paths(), uid, pv, true)
 }
 
 // isBlockStaging reports whether path is a block volume's staging path.

@@ -2,7 +2,6 @@ package csi
 
 import (
 	"context"
-	"path/filepath"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,10 +30,7 @@ func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(p.volumeDir(podUID, spec.Name()), "mount")
-	if src.block {
-		path = p.blockPublishPath(spec.Name(), podUID)
-	}
+	path := TargetPath(p.host.Paths(), podUID, spec.Name(), src.block)
 	staging := ""
 	if caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
 		staging = p.stagingPath(spec, src)

@@ -172,6 +172,17 @@ func (p *Plugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spe
 	}, false), nil
 }
 
+// TargetPath is NodePublish's target_path for a pod's volume, which NodeExpandVolume and
+// NodeGetVolumeStats take as volume_path: the directory
+// pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount, or for a block volume the device file
+// plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid> (the kubelet's paths).
+func TargetPath(paths volume.Paths, uid types.UID, specName string, block bool) string {
+	if block {
+		return filepath.Join(paths.PluginDir(PluginName), "volumeDevices", "publish", specName, string(uid))
+	}
+	return filepath.Join(paths.PodVolumeDir(uid, PluginName, specName), "mount")
+}
+
 // volumeDir is pods/<uid>/volumes/kubernetes.io~csi/<volume>: it holds vol_data.json and
 // the publish target "mount".
 func (p *Plugin) volumeDir(uid types.UID, name string) string {
