@@ -26,7 +26,7 @@ import (
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
-// Every manifest under deploy/ must be accepted by a real apiserver: a server-side apply dry
+// Every manifest under deploy/ (and examples/block) must be accepted by a real apiserver: a server-side apply dry
 // run runs validation, defaulting and admission without persisting anything. Namespaces are
 // created for real first, since a dry run into a missing namespace is rejected.
 func TestDeployManifestsDryRun(t *testing.T) {
@@ -39,6 +39,12 @@ func TestDeployManifestsDryRun(t *testing.T) {
 	if len(objs) == 0 {
 		t.Fatal("no manifests found under deploy/")
 	}
+	// The block and expansion examples go into the demo's namespace.
+	examples := loadManifests(t, filepath.Join(root, "examples", "block"))
+	if len(examples) != 6 {
+		t.Fatalf("examples/block has %d objects, want 6", len(examples))
+	}
+	objs = append(append(objs, loadManifests(t, filepath.Join(root, "examples", "namespace.yaml"))...), examples...)
 
 	cfg := framework.RESTConfig()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)

@@ -24,7 +24,7 @@ import (
 // (ext4 cannot grow online here: resize2fs needs CAP_SYS_RESOURCE, which the sandbox drops.)
 func TestOnlineExpansionFilesystem(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block", "fsType": "xfs"}})
+	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block", "csi.storage.k8s.io/fstype": "xfs"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("grow", "300Mi", corev1.PersistentVolumeFilesystem)
 	pod := e.waitVolumesReady(e.pod("app", claimVolume("grow", pvc.Name)))
