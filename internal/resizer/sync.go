@@ -193,7 +193,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		if err != nil {
 			return fmt.Errorf("marking the claim for node expansion: %w", err)
 		}
-		c.recorder.Event(pvc, corev1.EventTypeNormal, reasonFSResizeNeeded, "The volume must be expanded on the node too: start (or restart) a pod that uses it")
+		c.recorder.Event(pvc, corev1.EventTypeNormal, reasonFSResizeNeeded, "Require file system resize of volume on node: the node agent of a pod that uses the volume finishes it")
 		return nil
 	}
 	logger.Info("Volume expanded", "size", newSize.String())
