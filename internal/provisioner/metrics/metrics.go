@@ -23,19 +23,14 @@ type Metrics struct {
 
 // New creates the metrics and registers them with reg. inFlight reports the journal size.
 func New(reg prometheus.Registerer, inFlight func() float64) *Metrics {
-	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "controller", Name: name, Help: help}, labels)
-	}
-	hv := func(name, help string, labels ...string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "controller", Name: name, Help: help, Buckets: prometheus.DefBuckets}, labels)
-	}
+	const sub = "controller"
 	m := &Metrics{
-		ProvisionTotal:    cv("persistentvolumeclaim_provision_total", "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.", "class", "source"),
-		ProvisionFailed:   cv("persistentvolumeclaim_provision_failed_total", "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.", "class", "source"),
-		ProvisionDuration: hv("persistentvolumeclaim_provision_duration_seconds", "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.", "class", "source"),
-		DeleteTotal:       cv("persistentvolume_delete_total", "Total number of persistent volumes deleted succesfully. Broken down by storage class name.", "class"),
-		DeleteFailed:      cv("persistentvolume_delete_failed_total", "Total number of persistent volume delete failed attempts. Broken down by storage class name.", "class"),
-		DeleteDuration:    hv("persistentvolume_delete_duration_seconds", "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.", "class"),
+		ProvisionTotal:    counterVec(sub, "persistentvolumeclaim_provision_total", "Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.", "class", "source"),
+		ProvisionFailed:   counterVec(sub, "persistentvolumeclaim_provision_failed_total", "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.", "class", "source"),
+		ProvisionDuration: histogramVec(sub, "persistentvolumeclaim_provision_duration_seconds", "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.", prometheus.DefBuckets, "class", "source"),
+		DeleteTotal:       counterVec(sub, "persistentvolume_delete_total", "Total number of persistent volumes deleted succesfully. Broken down by storage class name.", "class"),
+		DeleteFailed:      counterVec(sub, "persistentvolume_delete_failed_total", "Total number of persistent volume delete failed attempts. Broken down by storage class name.", "class"),
+		DeleteDuration:    histogramVec(sub, "persistentvolume_delete_duration_seconds", "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.", prometheus.DefBuckets, "class"),
 	}
 	if inFlight == nil {
 		inFlight = func() float64 { return 0 }
@@ -63,15 +58,30 @@ type queueProvider struct {
 
 func newQueueProvider() *queueProvider {
 	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
+	const sub = "workqueue"
 	return &queueProvider{
-		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "depth", Help: "Current depth of workqueue"}, []string{"name"}),
-		addsC:      prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "adds_total", Help: "Total number of adds handled by workqueue"}, []string{"name"}),
-		retriesC:   prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "retries_total", Help: "Total number of retries handled by workqueue"}, []string{"name"}),
-		latency:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "workqueue", Name: "queue_duration_seconds", Help: "How long in seconds an item stays in workqueue before being requested.", Buckets: buckets}, []string{"name"}),
-		work:       prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "workqueue", Name: "work_duration_seconds", Help: "How long in seconds processing an item from workqueue takes.", Buckets: buckets}, []string{"name"}),
-		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "unfinished_work_seconds", Help: "How many seconds of work has done that is in progress and hasn't been observed by work_duration."}, []string{"name"}),
-		longest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "longest_running_processor_seconds", Help: "How many seconds has the longest running processor for workqueue been running."}, []string{"name"}),
+		depth:      gaugeVec(sub, "depth", "Current depth of workqueue", "name"),
+		addsC:      counterVec(sub, "adds_total", "Total number of adds handled by workqueue", "name"),
+		retriesC:   counterVec(sub, "retries_total", "Total number of retries handled by workqueue", "name"),
+		latency:    histogramVec(sub, "queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested.", buckets, "name"),
+		work:       histogramVec(sub, "work_duration_seconds", "How long in seconds processing an item from workqueue takes.", buckets, "name"),
+		unfinished: gaugeVec(sub, "unfinished_work_seconds", "How many seconds of work has done that is in progress and hasn't been observed by work_duration.", "name"),
+		longest:    gaugeVec(sub, "longest_running_processor_seconds", "How many seconds has the longest running processor for workqueue been running.", "name"),
 	}
+}
+
+// counterVec, gaugeVec and histogramVec build the vectors of both metric families: every
+// one has a subsystem, a name and a help text, and no namespace (upstream's names).
+func counterVec(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: help}, labels)
+}
+
+func gaugeVec(subsystem, name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: subsystem, Name: name, Help: help}, labels)
+}
+
+func histogramVec(subsystem, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: subsystem, Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 func (p *queueProvider) register(reg prometheus.Registerer) {

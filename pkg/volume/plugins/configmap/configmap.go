@@ -3,9 +3,6 @@
 package configmap
 
 import (
-	"context"
-	"time"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -23,11 +20,8 @@ func New() volume.Plugin {
 		Name:     PluginName,
 		Supports: func(s *volume.Spec) bool { return s.Volume.ConfigMap != nil },
 		Source:   v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}},
-		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
-			src := spec.Volume.ConfigMap
-			return func(context.Context, volume.MounterArgs) (payload.Files, error) {
-				return Payload(h, pod.Namespace, src)
-			}, nil, nil
+		Files: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (payload.Files, error) {
+			return Payload(h, pod.Namespace, spec.Volume.ConfigMap)
 		},
 	})
 }

@@ -3,9 +3,6 @@
 package downwardapi
 
 import (
-	"context"
-	"time"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -23,11 +20,9 @@ func New() volume.Plugin {
 		Medium:   v1.StorageMediumMemory,
 		Supports: func(s *volume.Spec) bool { return s.Volume.DownwardAPI != nil },
 		Source:   v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}},
-		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
+		Files: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (payload.Files, error) {
 			src := spec.Volume.DownwardAPI
-			return func(context.Context, volume.MounterArgs) (payload.Files, error) {
-				return payload.DownwardAPI(pod, src.Items, src.DefaultMode, h.NodeAllocatable())
-			}, nil, nil
+			return payload.DownwardAPI(pod, src.Items, src.DefaultMode, h.NodeAllocatable())
 		},
 	})
 }

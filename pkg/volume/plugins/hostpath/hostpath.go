@@ -21,21 +21,23 @@ import (
 const PluginName = "kubernetes.io/host-path"
 
 // New returns the plugin.
-func New() volume.Plugin { return &plugin{} }
+func New() volume.Plugin { return plugin{} }
 
-type plugin struct{ host volume.Host }
+// plugin keeps no host: a hostPath volume is the node's own path, with nothing to fetch,
+// mount or clean up.
+type plugin struct{}
 
-func (p *plugin) Init(h volume.Host) error { p.host = h; return nil }
-func (p *plugin) Name() string             { return PluginName }
+func (plugin) Init(volume.Host) error { return nil }
+func (plugin) Name() string           { return PluginName }
 
-func (p *plugin) CanSupport(spec *volume.Spec) bool {
+func (plugin) CanSupport(spec *volume.Spec) bool {
 	return (spec.Volume != nil && spec.Volume.HostPath != nil) ||
 		(spec.PersistentVolume != nil && spec.PersistentVolume.Spec.HostPath != nil)
 }
 
-func (p *plugin) RequiresRemount(*volume.Spec) bool { return false }
+func (plugin) RequiresRemount(*volume.Spec) bool { return false }
 
-func (p *plugin) NewMounter(spec *volume.Spec, _ *v1.Pod) (volume.Mounter, error) {
+func (plugin) NewMounter(spec *volume.Spec, _ *v1.Pod) (volume.Mounter, error) {
 	src := source(spec)
 	if src == nil {
 		return nil, fmt.Errorf("volume %q is not a hostPath", spec.Name())
@@ -47,9 +49,9 @@ func (p *plugin) NewMounter(spec *volume.Spec, _ *v1.Pod) (volume.Mounter, error
 	return &mounter{path: src.Path, pathType: t, readOnly: spec.ReadOnly}, nil
 }
 
-func (p *plugin) NewUnmounter(string, types.UID) (volume.Unmounter, error) { return unmounter{}, nil }
+func (plugin) NewUnmounter(string, types.UID) (volume.Unmounter, error) { return unmounter{}, nil }
 
-func (p *plugin) ConstructVolumeSpec(name, _ string) (*volume.Spec, error) {
+func (plugin) ConstructVolumeSpec(name, _ string) (*volume.Spec, error) {
 	return volume.SpecFromVolume(&v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/"}}}), nil
 }
 

@@ -3,9 +3,6 @@
 package secret
 
 import (
-	"context"
-	"time"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -23,11 +20,9 @@ func New() volume.Plugin {
 		Medium:   v1.StorageMediumMemory,
 		Supports: func(s *volume.Spec) bool { return s.Volume.Secret != nil },
 		Source:   v1.VolumeSource{Secret: &v1.SecretVolumeSource{}},
-		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
+		Files: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (payload.Files, error) {
 			src := spec.Volume.Secret
-			return func(context.Context, volume.MounterArgs) (payload.Files, error) {
-				return Payload(h, pod.Namespace, src.SecretName, src.Items, src.DefaultMode, src.Optional)
-			}, nil, nil
+			return Payload(h, pod.Namespace, src.SecretName, src.Items, src.DefaultMode, src.Optional)
 		},
 	})
 }

@@ -22,8 +22,12 @@ type PluginSpec struct {
 	Supports func(spec *volume.Spec) bool
 	// Source is an empty source of the plugin's type, for reconstruction.
 	Source v1.VolumeSource
+	// Files builds the files of spec for pod at every SetUp, for plugins whose contents
+	// depend on nothing but the API objects (configMap, secret, downwardAPI). Set either
+	// Files or NewPayload.
+	Files func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (payload.Files, error)
 	// NewPayload returns the payload builder of spec for pod, and optionally when the
-	// volume must be refreshed.
+	// volume must be refreshed (projected: tokens expire).
 	NewPayload func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (PayloadFunc, func() time.Duration, error)
 }
 
@@ -44,7 +48,7 @@ func (p *plugin) CanSupport(spec *volume.Spec) bool {
 func (p *plugin) RequiresRemount(spec *volume.Spec) bool { return true }
 
 func (p *plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
-	build, refresh, err := p.spec.NewPayload(p.host, spec, pod)
+	build, refresh, err := p.payload(spec, pod)
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +56,15 @@ func (p *plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, err
 		Host: p.host, PluginName: p.spec.Name, VolumeName: spec.Name(), Pod: pod,
 		Medium: p.spec.Medium, Payload: build, RefreshAfter: refresh,
 	}), nil
+}
+
+func (p *plugin) payload(spec *volume.Spec, pod *v1.Pod) (PayloadFunc, func() time.Duration, error) {
+	if p.spec.Files == nil {
+		return p.spec.NewPayload(p.host, spec, pod)
+	}
+	return func(context.Context, volume.MounterArgs) (payload.Files, error) {
+		return p.spec.Files(p.host, spec, pod)
+	}, nil, nil
 }
 
 func (p *plugin) NewUnmounter(name string, podUID types.UID) (volume.Unmounter, error) {
