@@ -51,6 +51,12 @@ type Config struct {
 	Resync time.Duration
 	// DefaultFSType is used for filesystem volumes whose PV names none.
 	DefaultFSType string
+	// ReconcileSync is the period of the ListVolumes reconcile (upstream --reconcile-sync);
+	// 0 disables it. It runs only for drivers with LIST_VOLUMES_PUBLISHED_NODES.
+	ReconcileSync time.Duration
+	// MaxEntries is max_entries of each ListVolumes page (upstream --max-entries); 0 lets
+	// the driver choose.
+	MaxEntries int32
 }
 
 // Controller attaches and detaches the driver's VolumeAttachments.
@@ -68,13 +74,17 @@ type Controller struct {
 	// publishes is false when the driver lacks PUBLISH_UNPUBLISH_VOLUME: then, like
 	// upstream's trivial handler, VolumeAttachments are marked attached without a call.
 	publishes bool
-	events    record.EventBroadcaster
+	// reconciles is true when the driver reports published nodes in ListVolumes.
+	reconciles bool
+	events     record.EventBroadcaster
 
 	// superseded holds, per VolumeAttachment, the resourceVersion of a write this
 	// controller has already overwritten: the informer delivers that version after the
 	// sync that made it, and acting on it would repeat ControllerPublish for nothing.
 	mu         sync.Mutex
 	superseded map[string]string
+	// republish holds the VolumeAttachments the reconcile found attached but not published.
+	republish map[string]bool
 }
 
 const vaByPVIndex = "pv"
@@ -125,7 +135,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		publishes: caps.Controller[publishCapability],
 		events:    broadcaster,
 
+		reconciles: reconciles(caps),
 		superseded: map[string]string{},
+		republish:  map[string]bool{},
 	}
 	_, err = vaInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueVA,
@@ -152,7 +164,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.pvQueue.ShutDown()
 	defer c.events.Shutdown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting attacher", "driver", c.cfg.DriverName, "controllerPublish", c.publishes, "workers", c.cfg.Workers)
+	reconcile := c.reconciles && c.cfg.ReconcileSync > 0
+	logger.Info("Starting attacher", "driver", c.cfg.DriverName, "controllerPublish", c.publishes, "workers", c.cfg.Workers,
+		"reconcile", reconcile, "reconcileSync", c.cfg.ReconcileSync)
 
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
@@ -163,6 +177,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, c.vaQueue, c.syncVA) }, time.Second)
 	}
 	go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, c.pvQueue, c.syncPV) }, time.Second)
+	if reconcile {
+		// Like upstream: a first pass right away, then one every period after the last ended.
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if err := c.reconcile(ctx); err != nil {
+				logger.Error(err, "Reconciling VolumeAttachments with the driver failed")
+			}
+		}, c.cfg.ReconcileSync)
+	}
 	<-ctx.Done()
 	logger.Info("Stopping attacher")
 	return nil
@@ -238,6 +260,7 @@ func (c *Controller) vaDeleted(obj any) {
 	}
 	c.mu.Lock()
 	delete(c.superseded, va.Name)
+	delete(c.republish, va.Name)
 	c.mu.Unlock()
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)

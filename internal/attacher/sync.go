@@ -41,10 +41,17 @@ func (c *Controller) syncVA(ctx context.Context, name string) error {
 	if va.DeletionTimestamp != nil {
 		return c.detach(ctx, va.DeepCopy())
 	}
-	if va.Status.Attached {
+	republish := c.takeRepublish(va.Name)
+	if va.Status.Attached && !republish {
 		return nil
 	}
-	return c.attach(ctx, va.DeepCopy())
+	err = c.attach(ctx, va.DeepCopy())
+	if err != nil && republish {
+		// Upstream forgets its forceSync here and waits for the next reconcile pass; the
+		// retry with backoff must publish again too.
+		c.markRepublish(va.Name)
+	}
+	return err
 }
 
 // source is what an attach or detach needs to know about the volume.

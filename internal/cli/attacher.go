@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ type attacherOptions struct {
 	sidecar       sidecar.Options
 	resync        time.Duration
 	reconcileSync time.Duration
+	maxEntries    int
 	defaultFSType string
 	showVersion   bool
 }
@@ -30,7 +32,10 @@ func newAttacherCommand() *cobra.Command {
 annotations, calls ControllerPublishVolume for each VolumeAttachment of its driver and records
 the result in the VolumeAttachment status (attached, attachmentMetadata, attachError), and
 ControllerUnpublishVolume once the VolumeAttachment is deleted. A driver without
-PUBLISH_UNPUBLISH_VOLUME has its VolumeAttachments marked attached without a call.`,
+PUBLISH_UNPUBLISH_VOLUME has its VolumeAttachments marked attached without a call. A driver
+with LIST_VOLUMES_PUBLISHED_NODES is asked every --reconcile-sync which nodes its volumes
+are published to, and an attached VolumeAttachment whose volume lost its node is published
+again.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.showVersion {
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
@@ -47,7 +52,8 @@ PUBLISH_UNPUBLISH_VOLUME has its VolumeAttachments marked attached without a cal
 	// update behind a token bucket; the apiserver's priority and fairness protects it instead.
 	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: 15 * time.Second, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400})
 	f.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: how often every VolumeAttachment is checked again.")
-	f.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Accepted for compatibility; the resync already re-checks every VolumeAttachment.")
+	f.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Interval of the VolumeAttachment reconciler: how often ListVolumes is compared with the attached VolumeAttachments (drivers with LIST_VOLUMES_PUBLISHED_NODES only).")
+	f.IntVar(&o.maxEntries, "max-entries", 0, "Max entries per page of the reconciler's ListVolumes calls; 0 means no limit.")
 	f.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type for volumes whose PV names none.")
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
 	return cmd
@@ -59,6 +65,9 @@ func (o *attacherOptions) validate() error {
 	}
 	if o.resync <= 0 || o.reconcileSync <= 0 {
 		return usageErrorf("--resync and --reconcile-sync must be positive, got %s and %s", o.resync, o.reconcileSync)
+	}
+	if o.maxEntries < 0 || o.maxEntries > math.MaxInt32 {
+		return usageErrorf("--max-entries must be between 0 and %d, got %d", math.MaxInt32, o.maxEntries)
 	}
 	return nil
 }
@@ -79,6 +88,8 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		RetryIntervalMax:   o.sidecar.RetryIntervalMax,
 		Resync:             o.resync,
 		DefaultFSType:      o.defaultFSType,
+		ReconcileSync:      o.reconcileSync,
+		MaxEntries:         int32(o.maxEntries),
 	})
 	if err != nil {
 		return err
