@@ -23,6 +23,7 @@ type nodeOptions struct {
 	leaseDuration  time.Duration
 	statusInterval time.Duration
 	sizeInterval   time.Duration
+	syncFrequency  time.Duration
 	qps            float32
 	burst          int
 }
@@ -55,6 +56,7 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	f.DurationVar(&o.leaseDuration, "lease-duration", 40*time.Second, "duration of the node Lease; renewed every quarter of it")
 	f.DurationVar(&o.statusInterval, "node-status-interval", time.Minute, "how often the Node status is refreshed when nothing changes")
 	f.DurationVar(&o.sizeInterval, "emptydir-size-interval", 30*time.Second, "how often disk-backed emptyDirs with a sizeLimit are measured")
+	f.DurationVar(&o.syncFrequency, "sync-frequency", time.Minute, "how often volumes of CSI drivers with requiresRepublish are published again (the kubelet's flag)")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the API server")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst towards the API server")
 	return cmd
@@ -79,6 +81,9 @@ func (o *nodeOptions) validate() error {
 	}
 	if o.statusInterval < time.Second {
 		return usageErrorf("--node-status-interval must be at least 1s, got %s", o.statusInterval)
+	}
+	if o.syncFrequency < time.Second {
+		return usageErrorf("--sync-frequency must be at least 1s, got %s", o.syncFrequency)
 	}
 	if o.sizeInterval < time.Second {
 		return usageErrorf("--emptydir-size-interval must be at least 1s, got %s", o.sizeInterval)
@@ -112,6 +117,7 @@ func (o *nodeOptions) run(ctx context.Context) error {
 		Client: client, NodeName: o.nodeName, RootDir: o.rootDir, MetricsAddress: o.metricsAddress,
 		ResyncPeriod: o.resync, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval,
 		SizeLimitInterval: o.sizeInterval,
+		SyncFrequency:     o.syncFrequency,
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,9 @@ type Config struct {
 	// SizeLimitInterval is how often disk-backed emptyDirs with a sizeLimit are measured;
 	// default 30 s.
 	SizeLimitInterval time.Duration
+	// SyncFrequency is how often volumes of CSI drivers with requiresRepublish are published
+	// again (the kubelet's --sync-frequency); default one minute.
+	SyncFrequency time.Duration
 	// OnVolumesReady, if set, is called when all volumes of a pod are mounted (benchmarks).
 	OnVolumesReady func(pod *v1.Pod, at time.Time)
 }
@@ -116,11 +119,14 @@ func New(cfg Config) (*Agent, error) {
 	a.drivers = newCSIDrivers(cfg.Client, cfg.NodeName)
 	a.informers = informers.NewSharedInformerFactory(cfg.Client, 0)
 	a.csiDriverInformer = a.informers.Storage().V1().CSIDrivers()
+	csiPlugin := csiplugin.New(csiplugin.Config{
+		Drivers: a.drivers, CSIDrivers: a.csiDriverInformer.Lister(), RepublishPeriod: cfg.SyncFrequency,
+	})
 	m, err := volumemanager.New(volumemanager.Config{
 		Client:          cfg.Client,
 		NodeName:        cfg.NodeName,
 		Paths:           volume.Paths{Root: cfg.RootDir},
-		Plugins:         append(plugins.All(), csiplugin.New(csiplugin.Config{Drivers: a.drivers, CSIDrivers: a.csiDriverInformer.Lister()})),
+		Plugins:         append(plugins.All(), csiPlugin),
 		Mounter:         cfg.Mounter,
 		Recorder:        a.recorder,
 		Registerer:      a.registry,

@@ -53,6 +53,9 @@ type envOptions struct {
 	scParams map[string]string
 	// resizer also runs `kubevol resizer`.
 	resizer bool
+	// republish sets the CSIDriver's requiresRepublish, and the agent's --sync-frequency to
+	// a second.
+	republish bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -82,6 +85,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		PodInfoOnMount:       ptr(true),
 		FSGroupPolicy:        ptr(storagev1.FileFSGroupPolicy),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
+		RequiresRepublish:    &o.republish,
 	}})
 	bind := storagev1.VolumeBindingWaitForFirstConsumer
 	del := corev1.PersistentVolumeReclaimDelete
@@ -116,7 +120,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
-	e.agent = framework.StartKubevol(t, "node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "-v", "4")
+	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "-v", "4"}
+	if o.republish {
+		agentArgs = append(agentArgs, "--sync-frequency", "1s")
+	}
+	e.agent = framework.StartKubevol(t, agentArgs...)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = e.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{})

@@ -113,8 +113,11 @@ func testLifecycle(t *testing.T, attach bool) {
 	if err := inOrder(seq, order); err != nil {
 		t.Errorf("driver calls on %s: %v; calls: %v", handle, err, seq)
 	}
-	if n := count(seq, "NodeStageVolume"); n != 1 {
-		t.Errorf("NodeStageVolume succeeded %d times, want 1", n)
+	for _, m := range []string{"NodeStageVolume", "NodePublishVolume"} {
+		// Once each: without requiresRepublish nothing is published again.
+		if n := count(seq, m); n != 1 {
+			t.Errorf("%s succeeded %d times, want 1", m, n)
+		}
 	}
 	if m := mountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)

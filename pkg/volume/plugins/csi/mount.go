@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
@@ -43,9 +44,20 @@ type mounter struct {
 	dir      string
 	readOnly bool
 	managed  bool
+	// republish is set when the driver asks for requiresRepublish.
+	republish bool
 }
 
 func (m *mounter) Path() string { return filepath.Join(m.dir, "mount") }
+
+// RefreshAfter implements volume.Refresher: a driver with requiresRepublish gets
+// NodePublishVolume again every republish period, as every kubelet pod sync does upstream.
+func (m *mounter) RefreshAfter() time.Duration {
+	if !m.republish {
+		return 0
+	}
+	return m.p.republish
+}
 
 func (m *mounter) Attributes() volume.Attributes {
 	return volume.Attributes{ReadOnly: m.readOnly, Managed: m.managed}
@@ -60,6 +72,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	if err != nil {
 		return err
 	}
+	m.republish = requiresRepublish(pub.driver)
 	if err := writeVolData(m.dir, pub.data); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -41,6 +42,10 @@ type Config struct {
 	// from the API server at each use. The node agent sets it, as the kubelet uses an
 	// informer, because the populator asks for every pod.
 	CSIDrivers storagelisters.CSIDriverLister
+	// RepublishPeriod is how often a volume of a driver with CSIDriver.requiresRepublish is
+	// published again; default one minute, the kubelet's --sync-frequency, whose pod syncs
+	// republish upstream.
+	RepublishPeriod time.Duration
 }
 
 // Plugin is the CSI volume plugin. It implements volume.AttachablePlugin and
@@ -48,6 +53,7 @@ type Config struct {
 type Plugin struct {
 	drivers    Drivers
 	csiDrivers storagelisters.CSIDriverLister
+	republish  time.Duration
 	host       volume.Host
 }
 
@@ -58,7 +64,12 @@ var (
 )
 
 // New returns the CSI plugin.
-func New(cfg Config) *Plugin { return &Plugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers} }
+func New(cfg Config) *Plugin {
+	if cfg.RepublishPeriod <= 0 {
+		cfg.RepublishPeriod = time.Minute
+	}
+	return &Plugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers, republish: cfg.RepublishPeriod}
+}
 
 // Init implements volume.Plugin.
 func (p *Plugin) Init(host volume.Host) error {
@@ -78,8 +89,20 @@ func (p *Plugin) CanSupport(spec *volume.Spec) bool {
 		(spec.Volume != nil && spec.Volume.CSI != nil)
 }
 
-// RequiresRemount implements volume.Plugin. CSIDriver.requiresRepublish is not supported.
-func (p *Plugin) RequiresRemount(*volume.Spec) bool { return false }
+// RequiresRemount implements volume.Plugin: CSIDriver.requiresRepublish, so that a driver
+// gets fresh service account tokens and pod info (upstream csiPlugin.RequiresRemount).
+func (p *Plugin) RequiresRemount(spec *volume.Spec) bool {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return false
+	}
+	drv, err := p.csiDriver(context.Background(), src.driver)
+	return err == nil && requiresRepublish(drv)
+}
+
+func requiresRepublish(drv *storagev1.CSIDriver) bool {
+	return drv != nil && drv.Spec.RequiresRepublish != nil && *drv.Spec.RequiresRepublish
+}
 
 // VolumeName implements volume.DeviceMountablePlugin: "<driver>^<handle>", as upstream.
 func (p *Plugin) VolumeName(spec *volume.Spec) (string, error) {
