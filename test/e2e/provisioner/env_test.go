@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,18 +14,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
-const topologyKey = "topology.kubevol.io/node"
+// topologyKey is the driver's topology label, which framework.CreateNode sets.
+const topologyKey = driver.TopologyKey
 
 // env is one test's private world: a driver with a unique name, its node objects, a
 // namespace, a StorageClass factory and the provisioner process.
@@ -63,28 +61,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t: t, ctx: framework.Context(t, 10*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
 		driver: "e2e-" + id + ".kubevol.io", node: "node-" + id,
 	}
-	var err error
-	if e.dir, err = os.MkdirTemp("", "kubevol-prov-e2e-"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(e.dir) })
-	e.socket = "unix://" + filepath.Join(e.dir, "csi.sock")
+	// The driver's state; its cleanup also releases any loop device under it.
+	e.dir = drivertest.TempDir(t)
 	if o.driverName != "" {
 		e.driver = o.driverName
 	}
-	e.createNode()
-	args := append([]string{"driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
-		"--mode", "controller", "--drivername", e.driver}, o.driverArgs...)
-	e.drv = framework.StartKubevol(t, args...)
-	if e.conn, err = csi.Dial(csi.Config{Address: e.socket, Timeout: 10 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.conn.Close() })
-	pctx, cancel := context.WithTimeout(e.ctx, time.Minute)
-	defer cancel()
-	if err := e.conn.ProbeForever(pctx); err != nil {
-		t.Fatalf("driver did not become ready: %v", err)
-	}
+	framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
+	drv := framework.StartControllerDriver(e.ctx, t, e.dir, e.driver, e.node, o.driverArgs...)
+	e.drv, e.socket, e.conn = drv.Process, drv.Endpoint, drv.Conn
 	e.http = freeAddr(t)
 	kubeconfig := o.kubeconfig
 	if kubeconfig == "" {
@@ -106,59 +90,21 @@ func (e *env) startProvisioner() {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// createNode makes the Node and CSINode a registered node plugin would have made, so that
-// topology works without a kubelet.
-func (e *env) createNode() {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.node, Labels: map[string]string{topologyKey: e.node}}}
-	if _, err := e.cs.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	csiNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: e.node}, Spec: storagev1.CSINodeSpec{
-		Drivers: []storagev1.CSINodeDriver{{Name: e.driver, NodeID: e.node, TopologyKeys: []string{topologyKey}}}}}
-	if _, err := e.cs.StorageV1().CSINodes().Create(e.ctx, csiNode, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = e.cs.StorageV1().CSINodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
-		_ = e.cs.CoreV1().Nodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
-	})
-}
+// freeAddr is kept under its old name for the tests that call it.
+var freeAddr = framework.FreeAddr
 
 // class creates a StorageClass of this driver; mutate adjusts it first.
 func (e *env) class(mutate func(*storagev1.StorageClass)) *storagev1.StorageClass {
 	e.t.Helper()
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc-" + strings.ToLower(rand.String(8))}, Provisioner: e.driver}
+	sc := &storagev1.StorageClass{Provisioner: e.driver}
 	if mutate != nil {
 		mutate(sc)
 	}
-	sc, err := e.cs.StorageV1().StorageClasses().Create(e.ctx, sc, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
-	})
-	return sc
+	return framework.CreateStorageClass(e.ctx, e.t, e.cs, sc)
 }
 
 func claimSpec(name, class, size string, mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &class,
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
-		},
-	}
+	pvc := framework.ClaimSpec(name, class, size)
 	if mutate != nil {
 		mutate(pvc)
 	}
@@ -176,14 +122,8 @@ func (e *env) createClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentV
 
 func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	e.t.Helper()
-	var pvc *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		pvc, err = e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		return pvc.Status.Phase == corev1.ClaimBound, nil
+	pvc, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, timeout, func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Status.Phase == corev1.ClaimBound
 	})
 	if err != nil {
 		e.t.Fatalf("claim %s not Bound: %v; events: %s", name, err, e.events(name))
@@ -197,28 +137,16 @@ func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentV
 
 // events returns "reason: message" lines of the claim's events.
 func (e *env) events(name string) string {
-	list, err := e.cs.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
-	if err != nil {
-		return err.Error()
-	}
-	var out []string
-	for _, ev := range list.Items {
-		out = append(out, ev.Reason+": "+ev.Message)
-	}
-	return strings.Join(out, "\n")
+	return strings.Join(framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+		return ev.Reason + ": " + ev.Message
+	}), "\n")
 }
 
 // waitEvent waits for an event of the object with the reason and a message containing want.
 func (e *env) waitEvent(name, reason, want string) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		for _, line := range strings.Split(e.events(name), "\n") {
-			if strings.HasPrefix(line, reason+": ") && strings.Contains(line, want) {
-				return true, nil
-			}
-		}
-		return false, nil
+	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
+		return ev.Reason == reason && strings.Contains(ev.Message, want)
 	})
 	if err != nil {
 		e.t.Fatalf("no %s event containing %q for %s; events:\n%s", reason, want, name, e.events(name))

@@ -3,7 +3,6 @@ package resizer
 import (
 	"context"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,15 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
-	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -48,50 +44,15 @@ func newEnv(t *testing.T) *env {
 	// The driver's state; its cleanup also releases any mount or loop device under it.
 	dir := drivertest.TempDir(t)
 	e.callLog = filepath.Join(dir, "calls.jsonl")
-	socket := "unix://" + filepath.Join(dir, "csi.sock")
-	e.createNode()
-	framework.StartKubevol(t, "driver", "--endpoint", socket, "--node-id", e.node, "--state-dir", filepath.Join(dir, "state"),
-		"--mode", "controller", "--drivername", e.driver, "--call-log", e.callLog)
-	conn, err := csi.Dial(csi.Config{Address: socket, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	pctx, cancel := context.WithTimeout(e.ctx, time.Minute)
-	defer cancel()
-	if err := conn.ProbeForever(pctx); err != nil {
-		t.Fatalf("driver did not become ready: %v", err)
-	}
+	framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
+	socket := framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, "--call-log", e.callLog).Endpoint
 	kubeconfig := framework.Cluster().KubeconfigPath()
 	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")
-	ports, err := localcluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.http = "127.0.0.1:" + strconv.Itoa(ports[0])
+	e.http = framework.FreeAddr(t)
 	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--http-endpoint", e.http,
 		"--retry-interval-start", "200ms", "--retry-interval-max", "5s", "-v", "3")
 	return e
-}
-
-// createNode makes the Node and CSINode that a registered node plugin would have made: the
-// provisioner takes the topology of Immediate claims from them.
-func (e *env) createNode() {
-	e.t.Helper()
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.node, Labels: map[string]string{driver.TopologyKey: e.node}}}
-	if _, err := e.cs.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	csiNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: e.node}, Spec: storagev1.CSINodeSpec{
-		Drivers: []storagev1.CSINodeDriver{{Name: e.driver, NodeID: e.node, TopologyKeys: []string{driver.TopologyKey}}}}}
-	if _, err := e.cs.StorageV1().CSINodes().Create(e.ctx, csiNode, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = e.cs.StorageV1().CSINodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
-		_ = e.cs.CoreV1().Nodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
-	})
 }
 
 // class creates an expandable, Immediate StorageClass of this driver.
@@ -99,20 +60,12 @@ func (e *env) class(params map[string]string) string {
 	e.t.Helper()
 	yes := true
 	immediate := storagev1.VolumeBindingImmediate
-	sc := &storagev1.StorageClass{
-		ObjectMeta:           metav1.ObjectMeta{Name: "sc-" + strings.ToLower(rand.String(8))},
+	return framework.CreateStorageClass(e.ctx, e.t, e.cs, &storagev1.StorageClass{
 		Provisioner:          e.driver,
 		Parameters:           params,
 		AllowVolumeExpansion: &yes,
 		VolumeBindingMode:    &immediate,
-	}
-	if _, err := e.cs.StorageV1().StorageClasses().Create(e.ctx, sc, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = e.cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
-	})
-	return sc.Name
+	}).Name
 }
 
 // boundClaim creates a claim of class and waits until it is bound. Its cleanup deletes the
@@ -120,14 +73,7 @@ func (e *env) class(params map[string]string) string {
 // test left it behind.
 func (e *env) boundClaim(name, class, size string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	e.t.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &class,
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
-		},
-	}
+	pvc := framework.ClaimSpec(name, class, size)
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -184,15 +130,7 @@ func (e *env) resize(name, size string) {
 
 func (e *env) waitClaim(name, what string, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	var last *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pvc
-		return cond(pvc), nil
-	})
+	last, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, cond)
 	if err != nil {
 		var st any
 		if last != nil {
@@ -214,30 +152,17 @@ func (e *env) pv(name string) *corev1.PersistentVolume {
 
 // events returns "source: reason: message" lines of the claim's events.
 func (e *env) events(name string) []string {
-	list, err := e.cs.CoreV1().Events(e.ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
-	if err != nil {
-		return []string{err.Error()}
-	}
-	var out []string
-	for _, ev := range list.Items {
-		out = append(out, ev.Source.Component+": "+ev.Reason+": "+ev.Message)
-	}
-	return out
+	return framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+		return ev.Source.Component + ": " + ev.Reason + ": " + ev.Message
+	})
 }
 
 // waitEvent waits for an event of the claim from a source whose name contains source, with
 // the reason.
 func (e *env) waitEvent(name, source, reason string) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		for _, ev := range e.events(name) {
-			src, rest, _ := strings.Cut(ev, ": ")
-			if strings.Contains(src, source) && strings.HasPrefix(rest, reason+": ") {
-				return true, nil
-			}
-		}
-		return false, nil
+	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
+		return strings.Contains(ev.Source.Component, source) && ev.Reason == reason
 	})
 	if err != nil {
 		e.t.Fatalf("no %s event from %s for claim %s; events:\n%s", reason, source, name, strings.Join(e.events(name), "\n"))

@@ -1,0 +1,120 @@
+package framework
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubevol/kubevol/internal/driver"
+)
+
+// CreateNode creates the Node and CSINode that the kubelet and node-driver-registrar would
+// have made for the kubevol driver named driverName on a node named node, with the driver's
+// topology label (driver.TopologyKey=node), so that topology works without a kubelet. Both
+// are deleted when the test ends.
+func CreateNode(ctx context.Context, t testing.TB, cs kubernetes.Interface, node, driverName string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{driver.TopologyKey: node}}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	csiNode := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: storagev1.CSINodeSpec{
+		Drivers: []storagev1.CSINodeDriver{{Name: driverName, NodeID: node, TopologyKeys: []string{driver.TopologyKey}}}}}
+	if _, err := cs.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.StorageV1().CSINodes().Delete(context.Background(), node, metav1.DeleteOptions{})
+		_ = cs.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{})
+	})
+}
+
+// CreateStorageClass creates sc, named "sc-<random>" when it has no name (StorageClasses
+// are cluster-wide, so tests sharing the cluster must not collide), and deletes it when the
+// test ends.
+func CreateStorageClass(ctx context.Context, t testing.TB, cs kubernetes.Interface, sc *storagev1.StorageClass) *storagev1.StorageClass {
+	t.Helper()
+	if sc.Name == "" {
+		sc.Name = "sc-" + strings.ToLower(rand.String(8))
+	}
+	out, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.StorageV1().StorageClasses().Delete(context.Background(), out.Name, metav1.DeleteOptions{})
+	})
+	return out
+}
+
+// ClaimSpec is a ReadWriteOnce claim named name asking class for size.
+func ClaimSpec(name, class, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class,
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+}
+
+// WaitForClaim polls the claim every 250ms until cond holds or timeout passes, and returns
+// the last version it read (nil if none), for the caller's failure message.
+func WaitForClaim(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration, cond func(*corev1.PersistentVolumeClaim) bool) (*corev1.PersistentVolumeClaim, error) {
+	var last *corev1.PersistentVolumeClaim
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = pvc
+		return cond(pvc), nil
+	})
+	return last, err
+}
+
+// EventLines returns the events of the object named name in ns, each formatted by line.
+// A failed list comes back as its only line: callers print or search the lines, and a
+// failure message should say why there are none. It lists with its own context so that it
+// still works for the failure message of a test whose context has ended.
+func EventLines(cs kubernetes.Interface, ns, name string, line func(corev1.Event) string) []string {
+	list, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, ev := range list.Items {
+		out = append(out, line(ev))
+	}
+	return out
+}
+
+// WaitForEvent waits up to a minute for an event of the object named name in ns that
+// match accepts.
+func WaitForEvent(ctx context.Context, cs kubernetes.Interface, ns, name string, match func(corev1.Event) bool) error {
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range list.Items {
+			if match(ev) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
