@@ -31,10 +31,12 @@ type controller struct {
 	loops    *backend.Loops
 	locks    *inflight
 
-	// mu guards st and reserved. It is held while the document is saved, so every change
-	// reaches the disk in the order it was made.
-	mu sync.Mutex
-	st *state.Controller
+	// mu guards st and reserved. A change is made under it and then joins the next group
+	// commit of commits, after mu is released: changes reach the disk in the order they
+	// were made, several to a write, and no call holds mu while an fsync runs.
+	mu      sync.Mutex
+	st      *state.Controller
+	commits *state.Committer
 	// reserved is capacity promised to CreateVolume and CreateSnapshot calls that are still
 	// copying, by backend type, so that concurrent calls cannot overbook the pool.
 	reserved map[string]int64
@@ -69,6 +71,7 @@ func newController(cfg *Config, log klog.Logger, locks *inflight, loops *backend
 	if err := c.load(); err != nil {
 		return nil, err
 	}
+	c.commits = state.NewCommitter(c.file, &c.mu, func() any { return c.st }, dropUnsaved(c.log, c.file, c.load))
 	return c, nil
 }
 
@@ -82,34 +85,68 @@ func (c *controller) load() error {
 	return nil
 }
 
-// commit persists the in-memory state after a change made under c.mu. If the document
-// cannot be written, the change is dropped by reloading the last saved document, so memory
-// never claims more than the disk.
-func (c *controller) commitLocked() error {
-	if err := c.file.Save(c.st); err != nil {
-		if lerr := c.load(); lerr != nil {
-			c.log.Error(lerr, "Reloading state after a failed save")
-		}
+// commitUnlock persists the changes made under c.mu: they join the next group commit, c.mu
+// is released, and it returns once they are durable. The caller keeps the in-flight locks
+// of what it changed until then, so no other call on them acts on a change not yet on disk.
+func (c *controller) commitUnlock() error {
+	if err := c.commits.Commit(); err != nil {
 		return status.Errorf(codes.Internal, "persist state: %v", err)
 	}
 	return nil
 }
 
+// readDurable runs read under c.mu and returns once all that read may have seen is durable.
+// The calls that list or get records use it: a change is visible in memory from the moment
+// it is made, and before group commit no answer could show one that a crash would undo.
+func (c *controller) readDurable(read func() error) error {
+	c.mu.Lock()
+	if err := read(); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if err := c.commits.Barrier(); err != nil {
+		return status.Errorf(codes.Unavailable, "records changed while being read could not be persisted: %v", err)
+	}
+	return nil
+}
+
+// lockedVolume is a volume held by lockVolume: its in-flight lock and the state lock.
+type lockedVolume struct {
+	*state.Volume
+	c       *controller
+	release func()
+	held    bool
+}
+
 // lockVolume takes the in-flight lock of volume id, then the state lock, and finds the
-// volume: NOT_FOUND if it is unknown. unlock releases both; changes to v are made under the
-// state lock and persisted with commitLocked.
-func (c *controller) lockVolume(id string) (v *state.Volume, unlock func(), err error) {
+// volume: NOT_FOUND if it is unknown. Changes to it are made under the state lock and
+// persisted with commit; unlock releases what commit has not.
+func (c *controller) lockVolume(id string) (*lockedVolume, error) {
 	release, err := c.locks.acquire(volumeKey(id))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c.mu.Lock()
-	unlock = func() { c.mu.Unlock(); release() }
-	if v = c.st.Volumes[id]; v == nil {
-		unlock()
-		return nil, nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	l := &lockedVolume{Volume: c.st.Volumes[id], c: c, release: release, held: true}
+	if l.Volume == nil {
+		l.unlock()
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
 	}
-	return v, unlock, nil
+	return l, nil
+}
+
+// commit persists the changes and releases the state lock; see commitUnlock.
+func (l *lockedVolume) commit() error {
+	l.held = false
+	return l.c.commitUnlock()
+}
+
+func (l *lockedVolume) unlock() {
+	if l.held {
+		l.held = false
+		l.c.mu.Unlock()
+	}
+	l.release()
 }
 
 // volume returns a copy of a volume record, or nil.
@@ -209,6 +246,26 @@ func (c *controller) reconcile(ctx context.Context) error {
 	if err := c.file.RemoveTemps(); err != nil {
 		return err
 	}
+	deleting, err := c.removeUnrecorded(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range deleting {
+		// A DeleteVolume was interrupted: it had passed its checks, so finish it.
+		c.log.Info("Finishing an interrupted DeleteVolume", "volumeID", v.ID)
+		if err := c.finishDelete(v.ID, v.Type); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log.Info("Controller state loaded", "volumes", len(c.st.Volumes), "snapshots", len(c.st.Snapshots))
+	return nil
+}
+
+// removeUnrecorded removes the data no record explains, reports records whose data is
+// missing, and returns the volumes whose deletion was interrupted.
+func (c *controller) removeUnrecorded(ctx context.Context) (deleting []*state.Volume, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, dir := range []struct {
@@ -221,48 +278,34 @@ func (c *controller) reconcile(ctx context.Context) error {
 	} {
 		entries, err := backend.Scan(dir.path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, e := range entries {
 			if !e.Partial && dir.recorded(e.ID) {
 				continue
 			}
-			if !dir.mountable || e.Partial {
-				c.log.Info("Removing data left by an interrupted operation", "path", e.Path)
-				if err := backend.RemoveEntry(e); err != nil {
-					return err
+			if dir.mountable && !e.Partial {
+				if why, err := c.inUse(ctx, &state.Volume{ID: e.ID, Type: e.Type}); err != nil || why != "" {
+					c.log.Info("Keeping unrecorded volume data because it is in use", "path", e.Path, "reason", why, "err", err)
+					continue
 				}
-				continue
-			}
-			if why, err := c.inUse(ctx, &state.Volume{ID: e.ID, Type: e.Type}); err != nil || why != "" {
-				c.log.Info("Keeping unrecorded volume data because it is in use", "path", e.Path, "reason", why, "err", err)
-				continue
 			}
 			c.log.Info("Removing data left by an interrupted operation", "path", e.Path)
 			if err := backend.RemoveEntry(e); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	for id, v := range c.st.Volumes {
 		if v.Deleting {
-			// A DeleteVolume was interrupted: it had passed its checks, so finish it.
-			c.log.Info("Finishing an interrupted DeleteVolume", "volumeID", id)
-			if err := c.backends[v.Type].DeleteVolume(id); err != nil {
-				return err
-			}
-			delete(c.st.Volumes, id)
-			if err := c.commitLocked(); err != nil {
-				return err
-			}
+			deleting = append(deleting, v.Clone())
 			continue
 		}
 		if ok, err := c.backends[v.Type].VolumeExists(id); err == nil && !ok {
 			c.log.Error(nil, "Volume data is missing", "volumeID", id, "path", c.backends[v.Type].VolumePath(id))
 		}
 	}
-	c.log.Info("Controller state loaded", "volumes", len(c.st.Volumes), "snapshots", len(c.st.Snapshots))
-	return nil
+	return deleting, nil
 }
 
 // catalogVolume serves the node's lookups in an all-in-one process.

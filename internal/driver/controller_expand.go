@@ -21,11 +21,11 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if req.GetCapacityRange() == nil {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
 	}
-	v, unlock, err := c.lockVolume(id)
+	v, err := c.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer v.unlock()
 	if cp := req.GetVolumeCapability(); cp != nil {
 		if r := unsupportedReason(v.Type, cp); r != "" {
 			return nil, status.Error(codes.InvalidArgument, r)
@@ -50,7 +50,7 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return nil, status.Errorf(codes.Internal, "expand volume data: %v", err)
 	}
 	v.CapacityBytes = size
-	if err := c.commitLocked(); err != nil {
+	if err := v.commit(); err != nil {
 		return nil, err
 	}
 	klogFrom(ctx, c.log).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)

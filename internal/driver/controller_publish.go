@@ -27,11 +27,11 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	v, unlock, err := c.lockVolume(id)
+	v, err := c.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer v.unlock()
 	if nodeID != c.cfg.NodeID {
 		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, c.cfg.NodeID)
 	}
@@ -60,7 +60,7 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		v.Attachments = map[string]state.Attachment{}
 	}
 	v.Attachments[nodeID] = want
-	if err := c.commitLocked(); err != nil {
+	if err := v.commit(); err != nil {
 		return nil, err
 	}
 	klogFrom(ctx, c.log).V(2).Info("Published volume", "volumeID", id, "nodeID", nodeID)
@@ -91,19 +91,22 @@ func (c *controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	defer release()
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	v := c.st.Volumes[id]
-	if v == nil || len(v.Attachments) == 0 {
+	published := false
+	if v != nil {
+		_, published = v.Attachments[nodeID]
+		published = published || (nodeID == "" && len(v.Attachments) > 0)
+	}
+	if !published {
+		c.mu.Unlock()
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
 	if nodeID == "" {
 		clear(v.Attachments) // CSI: an empty node_id unpublishes from every node
-	} else if _, ok := v.Attachments[nodeID]; !ok {
-		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	} else {
 		delete(v.Attachments, nodeID)
 	}
-	if err := c.commitLocked(); err != nil {
+	if err := c.commitUnlock(); err != nil {
 		return nil, err
 	}
 	klogFrom(ctx, c.log).V(2).Info("Unpublished volume", "volumeID", id, "nodeID", nodeID)

@@ -83,9 +83,7 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	c.mu.Lock()
 	c.reserved[v.Type] -= need
 	c.st.Snapshots[sn.ID] = sn
-	err = c.commitLocked()
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.commitUnlock(); err != nil {
 		_ = b.DeleteSnapshot(sn.ID)
 		return nil, err
 	}
@@ -126,9 +124,7 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	}
 	c.mu.Lock()
 	delete(c.st.Snapshots, id)
-	err = c.commitLocked()
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.commitUnlock(); err != nil {
 		return nil, err
 	}
 	klogFrom(ctx, c.log).V(2).Info("Deleted snapshot", "snapshotID", id)
@@ -136,26 +132,31 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 }
 
 func (c *controller) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []string
-	for _, id := range c.st.SortedSnapshotIDs() {
-		sn := c.st.Snapshots[id]
-		if req.GetSnapshotId() != "" && id != req.GetSnapshotId() {
-			continue
+	resp := &csi.ListSnapshotsResponse{}
+	err := c.readDurable(func() error {
+		var ids []string
+		for _, id := range c.st.SortedSnapshotIDs() {
+			sn := c.st.Snapshots[id]
+			if req.GetSnapshotId() != "" && id != req.GetSnapshotId() {
+				continue
+			}
+			if req.GetSourceVolumeId() != "" && sn.SourceVolumeID != req.GetSourceVolumeId() {
+				continue
+			}
+			ids = append(ids, id)
 		}
-		if req.GetSourceVolumeId() != "" && sn.SourceVolumeID != req.GetSourceVolumeId() {
-			continue
+		page, next, err := paginate(ids, req.GetStartingToken(), req.GetMaxEntries())
+		if err != nil {
+			return err
 		}
-		ids = append(ids, id)
-	}
-	page, next, err := paginate(ids, req.GetStartingToken(), req.GetMaxEntries())
+		resp.NextToken = next
+		for _, id := range page {
+			resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: c.csiSnapshot(c.st.Snapshots[id])})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	resp := &csi.ListSnapshotsResponse{NextToken: next}
-	for _, id := range page {
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: c.csiSnapshot(c.st.Snapshots[id])})
 	}
 	return resp, nil
 }
@@ -164,11 +165,18 @@ func (c *controller) GetSnapshot(_ context.Context, req *csi.GetSnapshotRequest)
 	if err := required("snapshot_id", req.GetSnapshotId()); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sn := c.st.Snapshots[req.GetSnapshotId()]
-	if sn == nil {
+	var snap *csi.Snapshot
+	err := c.readDurable(func() error {
+		if sn := c.st.Snapshots[req.GetSnapshotId()]; sn != nil {
+			snap = c.csiSnapshot(sn)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if snap == nil {
 		return nil, status.Errorf(codes.NotFound, "snapshot %s not found", req.GetSnapshotId())
 	}
-	return &csi.GetSnapshotResponse{Snapshot: c.csiSnapshot(sn)}, nil
+	return &csi.GetSnapshotResponse{Snapshot: snap}, nil
 }

@@ -103,9 +103,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	c.mu.Lock()
 	c.reserved[v.Type] -= size
 	c.st.Volumes[v.ID] = v
-	err = c.commitLocked()
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.commitUnlock(); err != nil {
 		_ = b.DeleteVolume(v.ID)
 		return nil, err
 	}
@@ -223,9 +221,7 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	// the restart (or the CO's retry) finishes; never a live-looking record without data.
 	c.mu.Lock()
 	c.st.Volumes[id].Deleting = true
-	err = c.commitLocked()
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.commitUnlock(); err != nil {
 		return nil, err
 	}
 	if err := c.finishDelete(id, v.Type); err != nil {
@@ -241,9 +237,8 @@ func (c *controller) finishDelete(id, typ string) error {
 		return status.Errorf(codes.Internal, "delete volume data: %v", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	delete(c.st.Volumes, id)
-	return c.commitLocked()
+	return c.commitUnlock()
 }
 
 func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
@@ -268,19 +263,24 @@ func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.Vali
 }
 
 func (c *controller) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	page, next, err := paginate(c.st.SortedVolumeIDs(), req.GetStartingToken(), req.GetMaxEntries())
+	resp := &csi.ListVolumesResponse{}
+	err := c.readDurable(func() error {
+		page, next, err := paginate(c.st.SortedVolumeIDs(), req.GetStartingToken(), req.GetMaxEntries())
+		if err != nil {
+			return err
+		}
+		resp.NextToken = next
+		for _, id := range page {
+			v := c.st.Volumes[id]
+			resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+				Volume: c.csiVolume(v),
+				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
+			})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	resp := &csi.ListVolumesResponse{NextToken: next}
-	for _, id := range page {
-		v := c.st.Volumes[id]
-		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
-			Volume: c.csiVolume(v),
-			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
-		})
 	}
 	return resp, nil
 }
@@ -289,7 +289,10 @@ func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerG
 	if err := required("volume_id", req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	v := c.volume(req.GetVolumeId())
+	var v *state.Volume
+	if err := c.readDurable(func() error { v = c.st.Volumes[req.GetVolumeId()].Clone(); return nil }); err != nil {
+		return nil, err
+	}
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}

@@ -73,6 +73,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 		catalog = d.ctrl.catalogVolume
 		d.registerControllerGauges()
+		d.metrics.commits("controller", d.ctrl.commits)
 	}
 	if d.cfg.servesNode() {
 		if d.node, err = newNode(&d.cfg, log, locks, loops, catalog); err != nil {
@@ -81,6 +82,7 @@ func New(cfg Config) (*Driver, error) {
 		if err := d.node.reconcile(ctx); err != nil {
 			return nil, d.closeWith(fmt.Errorf("reconcile node state: %w", err))
 		}
+		d.metrics.commits("node", d.node.commits)
 	}
 	d.ready.Store(true)
 	log.Info("Driver ready", "name", cfg.DriverName, "version", cfg.Version, "nodeID", cfg.NodeID,

@@ -36,15 +36,19 @@ func blockCap() *csi.VolumeCapability {
 	}
 }
 
-func (c clients) create(t testing.TB, name, typ string, size int64) *csi.Volume {
-	t.Helper()
-	vc := mountCap("")
-	resp, err := c.ctrl.CreateVolume(ctxT(t), &csi.CreateVolumeRequest{
+// createReq asks for a volume of one backend type with a mount capability.
+func createReq(name, typ string, size int64) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
 		Name:               name,
 		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
-		VolumeCapabilities: []*csi.VolumeCapability{vc},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap("")},
 		Parameters:         map[string]string{"type": typ},
-	})
+	}
+}
+
+func (c clients) create(t testing.TB, name, typ string, size int64) *csi.Volume {
+	t.Helper()
+	resp, err := c.ctrl.CreateVolume(ctxT(t), createReq(name, typ, size))
 	if err != nil {
 		t.Fatalf("CreateVolume %s: %v", name, err)
 	}

@@ -38,8 +38,10 @@ type node struct {
 	resizer *mount.ResizeFs
 	locks   *inflight
 
-	mu sync.Mutex
-	st *state.Node
+	// mu guards st; changes are persisted with update, in group commits (see controller.mu).
+	mu      sync.Mutex
+	st      *state.Node
+	commits *state.Committer
 }
 
 func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops, catalog func(string) *state.Volume) (*node, error) {
@@ -64,6 +66,7 @@ func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops
 	if err := n.load(); err != nil {
 		return nil, err
 	}
+	n.commits = state.NewCommitter(n.file, &n.mu, func() any { return n.st }, dropUnsaved(n.log, n.file, n.load))
 	return n, nil
 }
 
@@ -77,19 +80,27 @@ func (n *node) load() error {
 	return nil
 }
 
-// update applies a change to the node state and persists it; if it cannot be persisted the
-// change is dropped, so memory never claims more than the disk.
+// update applies a change to the node state and returns once it is durable; if it cannot
+// be persisted the change is dropped, so memory never claims more than the disk.
 func (n *node) update(change func(st *state.Node)) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	change(n.st)
-	if err := n.file.Save(n.st); err != nil {
-		if lerr := n.load(); lerr != nil {
-			n.log.Error(lerr, "Reloading state after a failed save")
-		}
+	if err := n.commits.Commit(); err != nil {
 		return status.Errorf(codes.Internal, "persist node state: %v", err)
 	}
 	return nil
+}
+
+// dropUnsaved is the rollback of a state document after a failed write: every change not on
+// disk, of the failed batch and of the next, is dropped by reloading the last saved
+// document, so memory never claims more than the disk. The calls that made them all fail.
+func dropUnsaved(log klog.Logger, file *state.File, load func() error) func(error) {
+	return func(err error) {
+		log.Error(err, "Persisting state failed, dropping the changes not on disk", "path", file.Path())
+		if lerr := load(); lerr != nil {
+			log.Error(lerr, "Reloading state after a failed save", "path", file.Path())
+		}
+	}
 }
 
 // view runs read under the state lock and returns copies of what it needs.

@@ -73,6 +73,9 @@ type Snapshot struct {
 // Clone returns a deep copy, so that a change can be prepared and thrown away if it cannot
 // be persisted.
 func (v *Volume) Clone() *Volume {
+	if v == nil {
+		return nil
+	}
 	c := *v
 	c.Parameters = maps.Clone(v.Parameters)
 	c.Attachments = maps.Clone(v.Attachments)

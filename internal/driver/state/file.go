@@ -47,6 +47,11 @@ func (f *File) Save(v any) error {
 	if err != nil {
 		return err
 	}
+	return f.Write(data)
+}
+
+// Write replaces the document with data, an encoded document.
+func (f *File) Write(data []byte) error {
 	dir := filepath.Dir(f.path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".tmp-*")
 	if err != nil {
