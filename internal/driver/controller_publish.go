@@ -21,10 +21,7 @@ const (
 // the spec asks of a real attach: the node exists, the attach limit, compatibility.
 func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id, nodeID := req.GetVolumeId(), req.GetNodeId()
-	if err := required("volume_id", id, "node_id", nodeID); err != nil {
-		return nil, err
-	}
-	if err := validateCapability(req.GetVolumeCapability()); err != nil {
+	if err := requiredWithCapability(req.GetVolumeCapability(), "volume_id", id, "node_id", nodeID); err != nil {
 		return nil, err
 	}
 	v, err := c.lockVolume(id)

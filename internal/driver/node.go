@@ -148,6 +148,20 @@ func (n *node) lockVolume(id string) (ref *volumeRef, release func(), err error)
 	return ref, release, nil
 }
 
+// lockCapable is lockVolume for NodeStageVolume and NodePublishVolume, which also check
+// that the volume's type can serve the capability: CSI answers FAILED_PRECONDITION for one
+// it cannot (an access type or mode the volume does not support).
+func (n *node) lockCapable(id string, vc *csi.VolumeCapability) (ref *volumeRef, release func(), err error) {
+	if ref, release, err = n.lockVolume(id); err != nil {
+		return nil, nil, err
+	}
+	if r := unsupportedReason(ref.typ, vc); r != "" {
+		release()
+		return nil, nil, status.Error(codes.FailedPrecondition, r)
+	}
+	return ref, release, nil
+}
+
 // volumeRef is what the node knows of a volume: its type and where its bytes are.
 type volumeRef struct {
 	id        string

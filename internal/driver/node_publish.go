@@ -17,10 +17,8 @@ import (
 // filesystem, the loop device node for raw block. Inline ephemeral volumes are created here.
 func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := required("volume_id", id, "target_path", target); err != nil {
-		return nil, err
-	}
-	if err := validateCapability(req.GetVolumeCapability()); err != nil {
+	vc := req.GetVolumeCapability()
+	if err := requiredWithCapability(vc, "volume_id", id, "target_path", target); err != nil {
 		return nil, err
 	}
 	if req.GetVolumeContext()[ContextEphemeral] == "true" {
@@ -31,15 +29,11 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if req.GetStagingTargetPath() == "" {
 		return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the volume must be staged first")
 	}
-	ref, release, err := n.lockVolume(id)
+	_, release, err := n.lockCapable(id, vc)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	vc := req.GetVolumeCapability()
-	if r := unsupportedReason(ref.typ, vc); r != "" {
-		return nil, status.Error(codes.FailedPrecondition, r)
-	}
 	s := n.stage(id)
 	if s == nil || s.Phase != state.PhaseDone || s.StagingPath != filepath.Clean(req.GetStagingTargetPath()) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s must be staged at %s before it is published", id, req.GetStagingTargetPath())

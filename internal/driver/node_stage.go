@@ -19,21 +19,15 @@ import (
 // reformatted, the SafeFormatAndMount rule) and mounted, or left raw for block access.
 func (n *node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := required("volume_id", id, "staging_target_path", path); err != nil {
+	vc := req.GetVolumeCapability()
+	if err := requiredWithCapability(vc, "volume_id", id, "staging_target_path", path); err != nil {
 		return nil, err
 	}
-	if err := validateCapability(req.GetVolumeCapability()); err != nil {
-		return nil, err
-	}
-	ref, release, err := n.lockVolume(id)
+	ref, release, err := n.lockCapable(id, vc)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	vc := req.GetVolumeCapability()
-	if r := unsupportedReason(ref.typ, vc); r != "" {
-		return nil, status.Error(codes.FailedPrecondition, r) // CSI NodeStageVolume: unsupported capability
-	}
 	want := &state.Stage{
 		VolumeID:    id,
 		Type:        ref.typ,

@@ -120,6 +120,16 @@ func validateCapabilities(caps []*csi.VolumeCapability) error {
 	return nil
 }
 
+// requiredWithCapability is the preamble of the calls that take one volume_capability, which
+// CSI makes REQUIRED in each (ControllerPublishVolume, NodeStageVolume, NodePublishVolume):
+// the named fields, then the capability, INVALID_ARGUMENT for the first one missing.
+func requiredWithCapability(c *csi.VolumeCapability, nameValues ...string) error {
+	if err := required(nameValues...); err != nil {
+		return err
+	}
+	return validateCapability(c)
+}
+
 func validateCapability(c *csi.VolumeCapability) error {
 	if c == nil {
 		return status.Error(codes.InvalidArgument, "volume_capability is required")
