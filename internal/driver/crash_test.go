@@ -21,12 +21,10 @@ import (
 // that the disk and the records agree: no volume lost, no data, loop device or mount that
 // no record explains. The rounds are bounded in number and time.
 func TestKillDuringOperations(t *testing.T) {
-	drivertest.RequireRoot(t)
-	dir := drivertest.TempDir(t)
-	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state")}
+	k := newKillable(t, false)
+	dir, cfg := k.dir, k.cfg
 	for round := range 4 {
-		child := drivertest.StartChild(t, endpoint, cfg)
+		child := k.start(t)
 		checkConsistent(t, dir, cfg.StateDir)
 		c := clients{ctrl: child.Controller, node: child.Node}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -43,9 +41,29 @@ func TestKillDuringOperations(t *testing.T) {
 		cancel()
 		wg.Wait()
 	}
-	child := drivertest.StartChild(t, endpoint, cfg)
+	child := k.start(t)
 	checkConsistent(t, dir, cfg.StateDir)
 	child.Kill()
+}
+
+// killable is a driver child process on a socket in a test directory, restarted after each
+// kill -9 with the same state: what the kill and restart tests share.
+type killable struct {
+	dir, endpoint string
+	cfg           driver.Config
+}
+
+func newKillable(t *testing.T, attachRequired bool) *killable {
+	t.Helper()
+	drivertest.RequireRoot(t)
+	dir := drivertest.TempDir(t)
+	return &killable{dir: dir, endpoint: "unix://" + filepath.Join(dir, "csi.sock"),
+		cfg: driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), AttachRequired: attachRequired}}
+}
+
+func (k *killable) start(t *testing.T) *drivertest.Child {
+	t.Helper()
+	return drivertest.StartChild(t, k.endpoint, k.cfg)
 }
 
 // churn creates, stages, publishes and tears down volumes until ctx ends or the driver dies.
@@ -165,11 +183,9 @@ func checkConsistent(t *testing.T, dir, stateDir string) {
 // CreateVolume of 64 concurrent ones that returned is still there after SIGKILL and a
 // restart, with its data.
 func TestKillAfterConcurrentCreates(t *testing.T) {
-	drivertest.RequireRoot(t)
-	dir := drivertest.TempDir(t)
-	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state")}
-	child := drivertest.StartChild(t, endpoint, cfg)
+	k := newKillable(t, false)
+	dir, cfg := k.dir, k.cfg
+	child := k.start(t)
 	const calls = 64
 	ids := make([]string, calls)
 	var wg sync.WaitGroup
@@ -188,7 +204,7 @@ func TestKillAfterConcurrentCreates(t *testing.T) {
 	wg.Wait()
 	child.Kill()
 
-	child = drivertest.StartChild(t, endpoint, cfg)
+	child = k.start(t)
 	list, err := child.Controller.ListVolumes(ctxT(t), &csi.ListVolumesRequest{})
 	if err != nil {
 		t.Fatal(err)

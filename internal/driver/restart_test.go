@@ -9,7 +9,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/backend"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/driver/state"
@@ -20,11 +19,9 @@ import (
 // driver and checks that every record survived with the same IDs, that the lost mounts were
 // repaired without reformatting, and that a full teardown leaves nothing behind.
 func TestRestartAfterKill(t *testing.T) {
-	drivertest.RequireRoot(t)
-	dir := drivertest.TempDir(t)
-	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), AttachRequired: true}
-	child := drivertest.StartChild(t, endpoint, cfg)
+	k := newKillable(t, true)
+	dir, cfg := k.dir, k.cfg
+	child := k.start(t)
 	c := clients{ctrl: child.Controller, node: child.Node}
 
 	type vol struct {
@@ -79,7 +76,7 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	child = drivertest.StartChild(t, endpoint, cfg)
+	child = k.start(t)
 	c = clients{ctrl: child.Controller, node: child.Node}
 	list, err := c.ctrl.ListVolumes(ctxT(t), &csi.ListVolumesRequest{})
 	if err != nil {
@@ -141,11 +138,9 @@ func TestRestartAfterKill(t *testing.T) {
 // A DeleteVolume killed after it marked the record and removed some or all of the bytes is
 // finished by the next start: no record without data, no data without record.
 func TestRestartFinishesInterruptedDelete(t *testing.T) {
-	drivertest.RequireRoot(t)
-	dir := drivertest.TempDir(t)
-	endpoint := "unix://" + filepath.Join(dir, "csi.sock")
-	cfg := driver.Config{NodeID: "node-1", StateDir: filepath.Join(dir, "state")}
-	child := drivertest.StartChild(t, endpoint, cfg)
+	k := newKillable(t, false)
+	cfg := k.cfg
+	child := k.start(t)
 	c := clients{ctrl: child.Controller, node: child.Node}
 	gone := c.create(t, "data-gone", "dir", 1<<20).GetVolumeId()
 	kept := c.create(t, "data-kept", "dir", 1<<20).GetVolumeId()
@@ -166,7 +161,7 @@ func TestRestartFinishesInterruptedDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	child = drivertest.StartChild(t, endpoint, cfg)
+	child = k.start(t)
 	rsp, err := child.Controller.ListVolumes(ctxT(t), &csi.ListVolumesRequest{})
 	if err != nil {
 		t.Fatal(err)
