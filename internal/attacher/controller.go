@@ -246,7 +246,9 @@ func (c *Controller) markSuperseded(name, rv string) {
 func (c *Controller) isSuperseded(va *storagev1.VolumeAttachment) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.superseded[va.Name] == va.ResourceVersion
+	// Presence matters: a missing entry must not match an object without a resourceVersion.
+	rv, ok := c.superseded[va.Name]
+	return ok && rv == va.ResourceVersion
 }
 
 // vaDeleted lets the PV of a deleted VolumeAttachment drop the attacher's finalizer.

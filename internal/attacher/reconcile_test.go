@@ -1,0 +1,459 @@
+package attacher
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csi/csitest"
+)
+
+const (
+	testDriver = "fake.csi.kubevol.io"
+	testNode   = "node-1"
+	testNodeID = "csi-node-1"
+)
+
+var (
+	capPublish        = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+	capList           = csipb.ControllerServiceCapability_RPC_LIST_VOLUMES
+	capPublishedNodes = csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES
+)
+
+// publishDriver adds ControllerPublish, ControllerUnpublish and a paginated ListVolumes
+// with published nodes to csitest.Driver, which has none of them: the embedded driver
+// answers identity and ControllerGetCapabilities, this type the rest. Its volumes are fixed
+// at creation.
+type publishDriver struct {
+	*csitest.Driver
+
+	mu        sync.Mutex
+	volumes   []string                   // sorted
+	published map[string]map[string]bool // volume ID → node IDs
+	publishes map[string]int             // ControllerPublishVolume calls by volume ID
+	lists     []*csipb.ListVolumesRequest
+	// lostReply makes the next ControllerPublishVolume of a volume publish it and then
+	// fail, as a call whose reply never reached the attacher.
+	lostReply map[string]bool
+	// failPublishes is how many ControllerPublishVolume calls fail before any succeeds.
+	failPublishes int
+	// stuckToken, if set, is the next_token of every ListVolumes page.
+	stuckToken string
+}
+
+func newPublishDriver(caps []csipb.ControllerServiceCapability_RPC_Type, volumes ...string) *publishDriver {
+	return &publishDriver{
+		Driver:    &csitest.Driver{Name: testDriver, ControllerCaps: caps},
+		volumes:   slices.Sorted(slices.Values(volumes)),
+		published: map[string]map[string]bool{},
+		publishes: map[string]int{},
+		lostReply: map[string]bool{},
+	}
+}
+
+func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := req.GetVolumeId()
+	if !slices.Contains(d.volumes, id) {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
+	}
+	d.publishes[id]++
+	if d.failPublishes > 0 {
+		d.failPublishes--
+		return nil, status.Error(codes.Unavailable, "backend busy")
+	}
+	if d.published[id] == nil {
+		d.published[id] = map[string]bool{}
+	}
+	d.published[id][req.GetNodeId()] = true
+	if d.lostReply[id] {
+		delete(d.lostReply, id)
+		return nil, status.Error(codes.DeadlineExceeded, "reply lost")
+	}
+	return &csipb.ControllerPublishVolumeResponse{PublishContext: map[string]string{"node": req.GetNodeId()}}, nil
+}
+
+func (d *publishDriver) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+	d.unpublish(req.GetVolumeId(), req.GetNodeId())
+	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+}
+
+func (d *publishDriver) ListVolumes(_ context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lists = append(d.lists, req)
+	start := 0
+	if tok := req.GetStartingToken(); tok != "" && tok != d.stuckToken {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 || n > len(d.volumes) {
+			return nil, status.Errorf(codes.Aborted, "invalid starting_token %q", tok)
+		}
+		start = n
+	}
+	end := len(d.volumes)
+	rsp := &csipb.ListVolumesResponse{}
+	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
+		end = start + m
+		rsp.NextToken = strconv.Itoa(end)
+	}
+	if d.stuckToken != "" {
+		rsp.NextToken = d.stuckToken
+	}
+	for _, id := range d.volumes[start:end] {
+		var nodes []string
+		for n := range d.published[id] {
+			nodes = append(nodes, n)
+		}
+		rsp.Entries = append(rsp.Entries, &csipb.ListVolumesResponse_Entry{
+			Volume: &csipb.Volume{VolumeId: id},
+			Status: &csipb.ListVolumesResponse_VolumeStatus{PublishedNodeIds: nodes},
+		})
+	}
+	return rsp, nil
+}
+
+// unpublish detaches a volume behind the attacher's back, as a storage backend that lost
+// an attachment does.
+func (d *publishDriver) unpublish(volume, node string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.published[volume], node)
+}
+
+func (d *publishDriver) failNextPublishes(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failPublishes = n
+}
+
+func (d *publishDriver) publishCount(volume string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.publishes[volume]
+}
+
+func (d *publishDriver) isPublished(volume, node string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.published[volume][node]
+}
+
+func (d *publishDriver) listRequests() []*csipb.ListVolumesRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.lists)
+}
+
+// serve starts the wrapped csitest driver, which initialises it, and serves the wrapper on
+// a socket of its own.
+func (d *publishDriver) serve(t *testing.T) string {
+	t.Helper()
+	csitest.Start(t, d.Driver)
+	sock := filepath.Join(t.TempDir(), "attacher.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csipb.RegisterIdentityServer(srv, d)
+	csipb.RegisterControllerServer(srv, d)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return "unix://" + sock
+}
+
+type testEnv struct {
+	t   *testing.T
+	ctx context.Context
+	cs  *fake.Clientset
+	drv *publishDriver
+	c   *Controller
+}
+
+// startController runs a Controller against drv and a fake clientset holding the CSINode
+// of testNode, a PV per volume of drv and objs.
+func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	conn, err := csi.Dial(csi.Config{Address: drv.serve(t), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: testDriver, NodeID: testNodeID}}},
+	})
+	for _, v := range drv.volumes {
+		objs = append(objs, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: "pv-" + v},
+			Spec: corev1.PersistentVolumeSpec{
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: v}},
+			},
+		})
+	}
+	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
+	bumpResourceVersions(e.cs)
+	cfg.Client, cfg.CSI, cfg.DriverName = e.cs, conn, testDriver
+	cfg.Workers = 2
+	if cfg.RetryIntervalStart == 0 {
+		cfg.RetryIntervalStart, cfg.RetryIntervalMax = 10*time.Millisecond, 100*time.Millisecond
+	}
+	if e.c, err = New(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; conn.Close() })
+	return e
+}
+
+// bumpResourceVersions gives every write a new resourceVersion, as the apiserver does and
+// the fake clientset does not, so the controller's stale-version checks work as in a cluster.
+func bumpResourceVersions(cs *fake.Clientset) {
+	var rv atomic.Int64
+	bump := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if o, ok := a.(interface{ GetObject() runtime.Object }); ok {
+			if m, err := meta.Accessor(o.GetObject()); err == nil {
+				m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
+			}
+		}
+		return false, nil, nil
+	}
+	cs.PrependReactor("create", "*", bump)
+	cs.PrependReactor("update", "*", bump)
+}
+
+// attachment returns the VolumeAttachment of volume on testNode, as the attach/detach
+// controller creates it.
+func attachment(volume string) *storagev1.VolumeAttachment {
+	pv := "pv-" + volume
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-" + volume},
+		Spec: storagev1.VolumeAttachmentSpec{
+			Attacher: testDriver, NodeName: testNode,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv},
+		},
+	}
+}
+
+func (e *testEnv) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		e.t.Fatalf("%s never happened", what)
+	}
+}
+
+func (e *testEnv) attached(volume string) bool {
+	va, err := e.cs.StorageV1().VolumeAttachments().Get(e.ctx, "va-"+volume, metav1.GetOptions{})
+	return err == nil && va.Status.Attached
+}
+
+// settled waits until the controller's own cache shows the volumes attached: from then on
+// no sync of theirs publishes again unless the reconcile asks for it.
+func (e *testEnv) settled(volumes ...string) {
+	e.t.Helper()
+	for _, v := range volumes {
+		e.waitFor(v+" attached in the controller's cache", func() bool {
+			va, err := e.c.vaLister.Get("va-" + v)
+			return err == nil && va.Status.Attached
+		})
+	}
+}
+
+// listPasses counts the reconcile passes, which each begin with an unpaged request.
+func (e *testEnv) listPasses() int {
+	n := 0
+	for _, r := range e.drv.listRequests() {
+		if r.GetStartingToken() == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *testEnv) events(reason string) []string {
+	e.t.Helper()
+	evs, err := e.cs.CoreV1().Events("").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs.Items {
+		if ev.Reason == reason {
+			out = append(out, ev.InvolvedObject.Name+": "+ev.Message)
+		}
+	}
+	return out
+}
+
+var allCaps = []csipb.ControllerServiceCapability_RPC_Type{capPublish, capList, capPublishedNodes}
+
+// An attached VolumeAttachment whose volume the driver stops reporting on its node is
+// published again, without status.attached ever turning false; the attachments the
+// driver still reports are left alone, and every pass pages through all volumes.
+func TestReconcileRepublishesLostAttachment(t *testing.T) {
+	vols := []string{"vol-a", "vol-b", "vol-c"}
+	drv := newPublishDriver(allCaps, vols...)
+	e := startController(t, drv, Config{ReconcileSync: 10 * time.Millisecond, MaxEntries: 2},
+		attachment("vol-a"), attachment("vol-b"), attachment("vol-c"))
+	e.settled(vols...)
+	before := map[string]int{}
+	for _, v := range vols {
+		before[v] = drv.publishCount(v)
+	}
+
+	drv.unpublish("vol-b", testNodeID)
+	e.waitFor("vol-b published again", func() bool { return drv.isPublished("vol-b", testNodeID) })
+	// More passes, each of which would republish a volume it misjudged.
+	passes := e.listPasses()
+	e.waitFor("three more reconcile passes", func() bool { return e.listPasses() >= passes+3 })
+	for _, v := range []string{"vol-a", "vol-c"} {
+		if got := drv.publishCount(v); got != before[v] {
+			t.Errorf("%s is still published but got %d ControllerPublishVolume calls, want %d", v, got, before[v])
+		}
+	}
+	if got := drv.publishCount("vol-b"); got <= before["vol-b"] {
+		t.Errorf("vol-b: %d ControllerPublishVolume calls, want more than the %d before the loss", got, before["vol-b"])
+	}
+	if !e.attached("vol-b") {
+		t.Error("va-vol-b is not attached after the republish")
+	}
+
+	// Pagination: max_entries on every page, and the second page asked for.
+	var paged bool
+	for _, r := range drv.listRequests() {
+		if r.GetMaxEntries() != 2 {
+			t.Fatalf("ListVolumes max_entries = %d, want 2 (--max-entries)", r.GetMaxEntries())
+		}
+		paged = paged || r.GetStartingToken() != ""
+	}
+	if !paged {
+		t.Error("no ListVolumes call asked for a second page")
+	}
+	e.waitFor("a NotPublished event", func() bool { return len(e.events(reasonNotPublished)) > 0 })
+	for _, ev := range e.events(reasonNotPublished) {
+		if !strings.HasPrefix(ev, "va-vol-b: ") || !strings.Contains(ev, testNodeID) {
+			t.Errorf("NotPublished event %q, want one on va-vol-b naming node %s", ev, testNodeID)
+		}
+	}
+}
+
+// The mirror case, as upstream: an unattached VolumeAttachment whose volume the driver
+// reports published is synced again at once rather than after its backoff. Here the
+// publish succeeded but its reply was lost, and the backoff is far longer than the test.
+func TestReconcileRequeuesPublishedButUnattached(t *testing.T) {
+	drv := newPublishDriver(allCaps, "vol-a")
+	drv.lostReply["vol-a"] = true
+	e := startController(t, drv, Config{ReconcileSync: 10 * time.Millisecond, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour},
+		attachment("vol-a"))
+	e.waitFor("va-vol-a attached despite an hour of backoff", func() bool { return e.attached("vol-a") })
+	if got := drv.publishCount("vol-a"); got < 2 {
+		t.Errorf("%d ControllerPublishVolume calls, want the lost one and the reconcile's", got)
+	}
+	if evs := e.events(reasonNotPublished); len(evs) != 0 {
+		t.Errorf("NotPublished events for a volume that is published: %q", evs)
+	}
+}
+
+// A republish that fails is retried with backoff until it succeeds: upstream drops its
+// force flag with the first failure and waits for the next pass, an hour here.
+func TestReconcileRetriesFailedRepublish(t *testing.T) {
+	drv := newPublishDriver(allCaps, "vol-a")
+	e := startController(t, drv, Config{ReconcileSync: time.Hour}, attachment("vol-a"))
+	e.settled("vol-a")
+	before := drv.publishCount("vol-a")
+
+	drv.unpublish("vol-a", testNodeID)
+	drv.failNextPublishes(2)
+	if err := e.c.reconcile(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("vol-a published again", func() bool { return drv.isPublished("vol-a", testNodeID) })
+	if got := drv.publishCount("vol-a"); got != before+3 {
+		t.Errorf("%d ControllerPublishVolume calls after the loss, want 3 (two failures, one success)", got-before)
+	}
+	va, err := e.cs.StorageV1().VolumeAttachments().Get(e.ctx, "va-vol-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("attachError cleared", func() bool {
+		va, err = e.cs.StorageV1().VolumeAttachments().Get(e.ctx, "va-vol-a", metav1.GetOptions{})
+		return err == nil && va.Status.AttachError == nil
+	})
+	if !va.Status.Attached {
+		t.Error("va-vol-a lost status.attached while being republished")
+	}
+}
+
+// Only a driver with ControllerPublish, LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES is
+// reconciled, as upstream; the others never get a ListVolumes call.
+func TestReconcileNeedsCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		caps []csipb.ControllerServiceCapability_RPC_Type
+		want bool
+	}{
+		{"all", allCaps, true},
+		{"no published nodes", []csipb.ControllerServiceCapability_RPC_Type{capPublish, capList}, false},
+		{"no list", []csipb.ControllerServiceCapability_RPC_Type{capPublish, capPublishedNodes}, false},
+		{"no publish", []csipb.ControllerServiceCapability_RPC_Type{capList, capPublishedNodes}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			drv := newPublishDriver(tc.caps, "vol-a")
+			e := startController(t, drv, Config{ReconcileSync: 5 * time.Millisecond}, attachment("vol-a"))
+			if e.c.reconciles != tc.want {
+				t.Fatalf("reconciles = %v, want %v", e.c.reconciles, tc.want)
+			}
+			e.settled("vol-a")
+			if tc.want {
+				e.waitFor("a ListVolumes call", func() bool { return e.listPasses() > 0 })
+				return
+			}
+			// Twenty reconcile periods in which a pass would have called ListVolumes.
+			time.Sleep(100 * time.Millisecond)
+			if n := len(drv.listRequests()); n != 0 {
+				t.Errorf("driver without the capabilities got %d ListVolumes calls", n)
+			}
+		})
+	}
+}
+
+// A driver that answers a page with the token it was given would loop the pass forever.
+func TestPublishedNodesStopsOnRepeatedToken(t *testing.T) {
+	drv := newPublishDriver(allCaps, "vol-a", "vol-b")
+	drv.stuckToken = "again"
+	e := startController(t, drv, Config{MaxEntries: 1})
+	_, err := e.c.publishedNodes(e.ctx)
+	if err == nil || !strings.Contains(err.Error(), "next_token") {
+		t.Fatalf("publishedNodes = %v, want an error about the repeated next_token", err)
+	}
+	if n := len(drv.listRequests()); n != 2 {
+		t.Errorf("%d ListVolumes calls, want 2: the first page and the one that repeated its token", n)
+	}
+}
