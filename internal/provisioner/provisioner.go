@@ -138,36 +138,36 @@ type clientSet struct {
 }
 
 func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
-	withLimits := func(qps float32, burst int, protobuf bool) *rest.Config {
+	withLimits := func(qps float32, burst int) *rest.Config {
 		c := rest.CopyConfig(restCfg)
 		c.QPS, c.Burst = qps, burst
 		c.UserAgent = "kubevol-provisioner"
 		// Compression costs CPU on both ends and saves nothing on the loopback or in-cluster
 		// network a provisioner talks over.
 		c.DisableCompression = true
-		if protobuf {
-			c.ContentType = "application/vnd.kubernetes.protobuf"
-		}
+		sidecar.UseProtobuf(c) // --master configs do not come from sidecar.RESTConfig
 		return c
 	}
 	var cs clientSet
 	var err error
 	qps, burst := cfg.Sidecar.KubeAPIQPS, cfg.Sidecar.KubeAPIBurst
-	if cs.main, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
+	if cs.main, err = kubernetes.NewForConfig(withLimits(qps, burst)); err != nil {
 		return nil, err
 	}
 	// Events get their own client and budget so an event storm never delays a PV create
 	// (upstream shares one client, §6.2).
-	if cs.events, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
+	if cs.events, err = kubernetes.NewForConfig(withLimits(qps, burst)); err != nil {
 		return nil, err
 	}
-	if cs.leader, err = kubernetes.NewForConfig(withLimits(qps, burst, true)); err != nil {
+	if cs.leader, err = kubernetes.NewForConfig(withLimits(qps, burst)); err != nil {
 		return nil, err
 	}
-	if cs.capacity, err = kubernetes.NewForConfig(withLimits(cfg.CapacityQPS, cfg.CapacityBurst, true)); err != nil {
+	if cs.capacity, err = kubernetes.NewForConfig(withLimits(cfg.CapacityQPS, cfg.CapacityBurst)); err != nil {
 		return nil, err
 	}
-	if cs.dynamic, err = dynamic.NewForConfig(withLimits(qps, burst, false)); err != nil {
+	// VolumeSnapshots are CRDs, served only as JSON: the dynamic client copies the config
+	// and sets JSON on the copy (dynamic.ConfigFor).
+	if cs.dynamic, err = dynamic.NewForConfig(withLimits(qps, burst)); err != nil {
 		return nil, err
 	}
 	return &cs, nil

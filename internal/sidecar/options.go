@@ -39,6 +39,9 @@ type Options struct {
 	HTTPEndpoint       string
 	MetricsAddress     string // deprecated upstream alias of HTTPEndpoint
 	MetricsPath        string
+	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPEndpoint, as
+	// external-provisioner's --enable-pprof does. The flag is the sidecar's own to register.
+	EnablePprof bool
 }
 
 // Defaults are the per-sidecar defaults of the shared flags.
@@ -129,7 +132,25 @@ func (o *Options) RESTConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	UseProtobuf(cfg)
 	return cfg, nil
+}
+
+// Content types of the Kubernetes API.
+const (
+	contentTypeProtobuf = "application/vnd.kubernetes.protobuf"
+	contentTypeJSON     = "application/json"
+)
+
+// UseProtobuf makes the built-in clientset speak protobuf, as kube-controller-manager and
+// the kubelet configure theirs (ContentType protobuf, Accept protobuf then JSON): encoding
+// and decoding cost a fraction of JSON's CPU and garbage. client-go 1.37's typed clients
+// already prefer protobuf when no content type is set, so this mostly pins the choice for
+// every request made from the config. Custom resources (VolumeSnapshots) are served only as
+// JSON: dynamic.NewForConfig works on a copy of the config that it sets to JSON itself.
+func UseProtobuf(cfg *rest.Config) {
+	cfg.ContentType = contentTypeProtobuf
+	cfg.AcceptContentTypes = contentTypeProtobuf + "," + contentTypeJSON
 }
 
 // LeaseNamespace resolves the Lease namespace as upstream: the flag, POD_NAMESPACE, the
