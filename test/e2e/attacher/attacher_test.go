@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -79,23 +78,7 @@ func TestAttachErrorThenRecovery(t *testing.T) {
 	if failed.Status.Attached {
 		t.Error("VolumeAttachment marked attached despite the error")
 	}
-	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := e.cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", va.Name).String(),
-		})
-		if err != nil {
-			return false, err
-		}
-		for _, ev := range evs.Items {
-			if ev.Reason == "AttachFailed" && ev.Type == corev1.EventTypeWarning {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Errorf("no AttachFailed warning event for VolumeAttachment %s: %v", va.Name, err)
-	}
+	e.waitEvent(va.Name, "AttachFailed")
 
 	e.registerNode()
 	got := e.waitVA(va.Name, "attached after the node registered", func(v *storagev1.VolumeAttachment) bool { return v != nil && v.Status.Attached })
@@ -108,10 +91,11 @@ func TestAttachErrorThenRecovery(t *testing.T) {
 }
 
 // A driver without PUBLISH_UNPUBLISH_VOLUME gets upstream's trivial handling: attached without
-// any call, no finalizer to hold the objects.
+// any call, no finalizer to hold the objects, and no reconcile (it lacks
+// LIST_VOLUMES_PUBLISHED_NODES too), however short --reconcile-sync is.
 func TestDriverWithoutControllerPublish(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, false)
+	e := newEnv(t, false, "--reconcile-sync", "200ms")
 	pv := e.volume()
 	va := e.attachment(pv)
 	got := e.waitVA(va.Name, "attached", func(v *storagev1.VolumeAttachment) bool { return v != nil && v.Status.Attached })
@@ -125,4 +109,7 @@ func TestDriverWithoutControllerPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitVA(va.Name, "deleted", func(v *storagev1.VolumeAttachment) bool { return v == nil })
+	if n := e.count("ListVolumes"); n != 0 {
+		t.Errorf("attacher made %d ListVolumes calls to a driver without LIST_VOLUMES_PUBLISHED_NODES", n)
+	}
 }

@@ -39,17 +39,18 @@ type env struct {
 	attacher *framework.Process
 }
 
-func newEnv(t *testing.T, attachRequired bool) *env {
+// newEnv starts the driver and the attacher; args are more attacher flags.
+func newEnv(t *testing.T, attachRequired bool, args ...string) *env {
 	t.Helper()
 	suffix := rand.String(6)
 	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), name: "e2e-" + suffix + ".kubevol.io", node: "node-" + suffix}
 	e.callLog = filepath.Join(t.TempDir(), "calls.jsonl")
 	e.drv = drivertest.Start(t, driver.Config{DriverName: e.name, NodeID: "csi-" + e.node, AttachRequired: attachRequired, CallLog: e.callLog})
-	e.attacher = framework.StartKubevol(t, "attacher",
+	e.attacher = framework.StartKubevol(t, append([]string{"attacher",
 		"--csi-address", e.drv.Endpoint,
 		"--kubeconfig", framework.Cluster().KubeconfigPath(),
 		"--retry-interval-start", "200ms", "--retry-interval-max", "2s",
-		"-v", "3")
+		"-v", "3"}, args...)...)
 	return e
 }
 
@@ -183,6 +184,22 @@ func (e *env) calls(volumeID string) []string {
 		}
 	}
 	return out
+}
+
+// count returns how often the driver was called with method, on any volume.
+func (e *env) count(method string) int {
+	e.t.Helper()
+	recs, err := driver.ReadCallLog(e.callLog)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Method == method {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *env) create(f func() error) {
