@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -156,9 +157,11 @@ func New(cfg Config) (*Manager, error) {
 		workqueue.TypedRateLimitingQueueConfig[v1.UniqueVolumeName]{Name: "volumemanager_devices"})
 
 	// Informers, not live GETs, so a dense node is not throttled (upstream #112209). The
-	// resync is ours (ResyncPeriod), so the informers' is off.
-	m.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
-	m.podFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+	// resync is ours (ResyncPeriod), so the informers' is off. managedFields are never read,
+	// and on cluster-wide ConfigMaps and Secrets they are much of the cache.
+	strip := informers.WithTransform(stripManagedFields)
+	m.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
+	m.podFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 		}))
@@ -355,3 +358,11 @@ func (m *Manager) clusterTrustBundle(ctx context.Context, src v1.ClusterTrustBun
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// stripManagedFields is an informer transform that drops metadata.managedFields.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
