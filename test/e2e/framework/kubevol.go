@@ -66,7 +66,7 @@ func StartKubevol(t testing.TB, args ...string) *Process {
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {
-			t.Logf("kubevol %s log (%s):\n%s", args[0], p.LogPath, proc.LogTail(p.LogPath, 40))
+			t.Logf("kubevol %s log (%s):\n%s", args[0], p.LogPath, proc.LogTail(p.LogPath, 200))
 		}
 	})
 	addProcessCleanup(p.Kill)

@@ -111,6 +111,10 @@ func (a *agent) deleteAllPods() {
 	})
 	if err != nil {
 		a.t.Errorf("pods of %s not deleted by the agent: %v", a.ns, err)
+		l, _ := a.client.CoreV1().Pods(a.ns).List(context.Background(), metav1.ListOptions{})
+		for _, p := range l.Items {
+			a.t.Logf("left: pod %s uid %s deletionTimestamp %v finalizers %v conditions %v", p.Name, p.UID, p.DeletionTimestamp, p.Finalizers, p.Status.Conditions)
+		}
 	}
 }
 
