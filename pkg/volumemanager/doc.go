@@ -11,8 +11,13 @@
 //     new one), then attaches and mounts, then unmounts devices no pod uses;
 //   - the Executor, which runs at most one operation per volume (per volume and pod for
 //     plugins without a device mount) with exponential backoff from 500 ms to about 2 min;
-//   - reconstruction, which rebuilds the actual state from the pods directory and
-//     /proc/self/mountinfo after a restart.
+//   - reconstruction, which rebuilds the actual state from the pods directory (volumes/
+//     and the block volumes' volumeDevices/) and /proc/self/mountinfo after a restart;
+//   - node expansion: when a claim's PV has grown and the resizer left the expansion to
+//     the node, NodeExpand on the mounted volume and the claim's status updated.
+//
+// Block volumes (a PVC with volumeMode Block used in volumeDevices) go through the same
+// states, with the plugin's block mapper in place of its mounter.
 //
 // Unlike upstream nothing polls: informer events for pods, PVCs, PVs, ConfigMaps and
 // Secrets enqueue exactly the pods they affect into rate-limited work queues, finished
