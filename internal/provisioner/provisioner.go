@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -173,18 +172,6 @@ func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
 	return &cs, nil
 }
 
-// stripForCache drops what the controllers never read, which is most of an object's size
-// in a large cluster (upstream keeps full objects: ep #587, about 40 MiB per 1000 volumes).
-func stripForCache(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
-		if ann := a.GetAnnotations(); ann != nil {
-			delete(ann, corev1.LastAppliedConfigAnnotation)
-		}
-	}
-	return obj, nil
-}
-
 // lead runs the controllers while this instance holds the lease.
 func (p *instance) lead(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -200,7 +187,7 @@ func (p *instance) lead(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: driver + "_" + p.hostname})
 
-	factory := informers.NewSharedInformerFactoryWithOptions(cs.main, 15*time.Minute, informers.WithTransform(stripForCache))
+	factory := informers.NewSharedInformerFactoryWithOptions(cs.main, 15*time.Minute, informers.WithTransform(cacheTransform(driver)))
 	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
 		Client: cs.main, Recorder: recorder, CSI: conn, Caps: caps, Driver: driver, Identity: p.identity,
