@@ -40,6 +40,7 @@ type provisionerOptions struct {
 	cloningThreads      uint
 	capacityThreads     uint
 	snapshotSweep       time.Duration
+	enablePprof         bool
 	automaxprocs        bool
 	deprecatedProvName  string
 	deprecatedConnTimeo time.Duration
@@ -93,7 +94,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.DurationVar(&o.nodeMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding.")
 	f.BoolVar(&c.ControllerPublishReadOnly, "controller-publish-readonly", false, "This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.")
 	f.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
-	f.BoolVar(&c.Sidecar.EnablePprof, "enable-pprof", false, "Enable pprof profiling on the TCP network address specified by --http-endpoint.")
+	f.BoolVar(&o.enablePprof, "enable-pprof", false, "Accepted for compatibility; pprof is not served.")
 	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself since Go 1.25.")
 	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: namespace of the intent journal ConfigMap (default: the leader election namespace resolution).")
 	f.StringVar(&o.deprecatedProvName, "provisioner", "", "Deprecated and ignored: the driver name comes from GetPluginInfo.")
@@ -146,14 +147,10 @@ func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 	if on := o.featureGates["CrossNamespaceVolumeDataSource"]; on {
 		return usageErrorf("--feature-gates CrossNamespaceVolumeDataSource=true is not supported by kubevol yet")
 	}
-	if c.Sidecar.EnablePprof && c.Sidecar.HTTPEndpoint == "" {
-		// Upstream serves pprof only on the HTTP endpoint and says nothing without one.
-		klog.Background().Info("--enable-pprof has no effect without --http-endpoint")
-	}
 	if c.IntentNamespace == "" {
 		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)
 	}
-	for _, name := range []string{"cloning-protection-threads", "capacity-threads", "snapshot-orphan-sweep-interval", "automaxprocs",
+	for _, name := range []string{"cloning-protection-threads", "capacity-threads", "snapshot-orphan-sweep-interval", "enable-pprof", "automaxprocs",
 		"node-deployment-immediate-binding", "node-deployment-base-delay", "node-deployment-max-delay"} {
 		if flags.Changed(name) {
 			klog.Background().Info("Flag accepted for compatibility has no effect in kubevol", "flag", "--"+name)

@@ -39,9 +39,6 @@ type Options struct {
 	HTTPEndpoint       string
 	MetricsAddress     string // deprecated upstream alias of HTTPEndpoint
 	MetricsPath        string
-	// EnablePprof serves net/http/pprof under /debug/pprof/ on HTTPEndpoint, as
-	// external-provisioner's --enable-pprof does. The flag is the sidecar's own to register.
-	EnablePprof bool
 }
 
 // Defaults are the per-sidecar defaults of the shared flags.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"time"
 
@@ -30,7 +29,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, reg *prome
 	// The lease may be 20 s overdue before the health check fails, as csi-lib-utils allows.
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	if o.HTTPEndpoint != "" {
-		stop, err := serveHTTP(ctx, o, reg, watchdog)
+		stop, err := serveHTTP(ctx, o.HTTPEndpoint, o.MetricsPath, reg, watchdog)
 		if err != nil {
 			return fmt.Errorf("--http-endpoint %s: %w", o.HTTPEndpoint, err)
 		}
@@ -98,18 +97,9 @@ func runElected(ctx context.Context, le LeaderElection, client kubernetes.Interf
 }
 
 // serveHTTP serves metrics, /healthz and /healthz/leader-election, as the upstream sidecars'
-// --http-endpoint does, and /debug/pprof/ with o.EnablePprof.
-func serveHTTP(ctx context.Context, o Options, reg *prometheus.Registry, watchdog *leaderelection.HealthzAdaptor) (func(), error) {
-	addr, metricsPath := o.HTTPEndpoint, o.MetricsPath
+// --http-endpoint does.
+func serveHTTP(ctx context.Context, addr, metricsPath string, reg *prometheus.Registry, watchdog *leaderelection.HealthzAdaptor) (func(), error) {
 	mux := http.NewServeMux()
-	if o.EnablePprof {
-		// The handlers net/http/pprof registers on the default mux, on ours instead.
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
 	mux.Handle(metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/healthz/leader-election", func(w http.ResponseWriter, r *http.Request) {
@@ -130,7 +120,7 @@ func serveHTTP(ctx context.Context, o Options, reg *prometheus.Registry, watchdo
 			logger.Error(err, "HTTP server failed", "address", addr)
 		}
 	}()
-	logger.Info("Serving metrics and health", "address", l.Addr().String(), "metricsPath", metricsPath, "pprof", o.EnablePprof)
+	logger.Info("Serving metrics and health", "address", l.Addr().String(), "metricsPath", metricsPath)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

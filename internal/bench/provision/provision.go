@@ -5,11 +5,8 @@ package provision
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -53,8 +50,6 @@ type Config struct {
 	// Binary is the kubevol executable that runs the driver and the provisioner.
 	Binary string
 	// ProvisionerArgs are extra `kubevol provisioner` flags, e.g. to compare settings.
-	// With --enable-pprof among them, the run also writes the provisioner's CPU profile
-	// (until every claim is Bound) and heap profile (then) to OutDir.
 	ProvisionerArgs []string
 	Timeout         time.Duration
 	Out             io.Writer
@@ -159,10 +154,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	var stopProfile func() error
-	if sut != nil && slices.Contains(cfg.ProvisionerArgs, "--enable-pprof") {
-		stopProfile = sut.profileCPU(ctx)
-	}
 	if sut != nil {
 		cpu0, _ = sut.cpu()
 		if rss, err := sut.rss("VmRSS:"); err == nil {
@@ -203,15 +194,6 @@ func Run(ctx context.Context, cfg Config) error {
 		if own, err := sut.ownTimes(); err == nil {
 			fmt.Fprintln(out, own)
 		}
-	}
-	if stopProfile != nil {
-		// Stopped before the cleanup, whose deletes the profile must not contain.
-		err := errors.Join(stopProfile(), sut.profile(ctx, "heap", "provisioner-heap.pprof"))
-		if err != nil {
-			fmt.Fprintf(out, "profiles: %v\n", err)
-		}
-		fmt.Fprintf(out, "wrote the provisioner's profiles: go tool pprof %s %s\n",
-			filepath.Join(cfg.OutDir, "provisioner-cpu-*.pprof"), filepath.Join(cfg.OutDir, "provisioner-heap.pprof"))
 	}
 	if err := run.WriteFiles(cfg.OutDir, "provision", fmt.Sprintf("kubevol provision: %d claims, latency from claim to PV and to Bound", cfg.Count), out); err != nil {
 		return err

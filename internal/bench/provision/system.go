@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -156,56 +155,6 @@ func (s *system) rss(field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, s.prov.Process.Pid)
-}
-
-// profileCPU records the provisioner's CPU in consecutive two-second profiles, written to
-// OutDir as provisioner-cpu-N.pprof (`go tool pprof` merges them), until the returned
-// function is called; that function waits for the last profile.
-func (s *system) profileCPU(ctx context.Context) func() error {
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		for i := 0; err == nil; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			err = s.profile(ctx, "profile?seconds=2", fmt.Sprintf("provisioner-cpu-%03d.pprof", i))
-		}
-		done <- err
-	}()
-	return func() error {
-		close(stop)
-		return <-done
-	}
-}
-
-// profile fetches /debug/pprof/<query> from the provisioner into OutDir/file.
-func (s *system) profile(ctx context.Context, query, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.http+"/debug/pprof/"+query, nil)
-	if err != nil {
-		return err
-	}
-	rsp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer rsp.Body.Close()
-	if rsp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", query, rsp.Status)
-	}
-	f, err := os.Create(filepath.Join(s.cfg.OutDir, file))
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, rsp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 var sumCountRE = regexp.MustCompile(`(?m)^(\w+)_(sum|count)\{([^}]*)\} ([0-9.e+-]+)$`)
