@@ -28,6 +28,9 @@ type Committer struct {
 	// pending collects the changes made since the document was last encoded; guarded by
 	// lock. nil when there are none.
 	pending *batch
+	// inflight is the batch encoded and being written; guarded by lock. A reader has seen
+	// its changes in memory, so Barrier waits for it too.
+	inflight *batch
 
 	writes, changes atomic.Uint64
 
@@ -72,6 +75,9 @@ func (c *Committer) Commit() error {
 // lock held and releases it.
 func (c *Committer) Barrier() error {
 	b := c.pending
+	if b == nil {
+		b = c.inflight
+	}
 	c.lock.Unlock()
 	if b == nil {
 		return nil
@@ -100,12 +106,17 @@ func (c *Committer) wait(b *batch) error {
 func (c *Committer) writePending() {
 	c.lock.Lock()
 	b := c.pending
-	c.pending = nil
+	c.pending, c.inflight = nil, b
 	data, err := json.Marshal(c.doc())
 	c.lock.Unlock()
 	if b == nil {
 		return
 	}
+	defer func() {
+		c.lock.Lock()
+		c.inflight = nil
+		c.lock.Unlock()
+	}()
 	if err == nil {
 		if c.BeforeWrite != nil {
 			c.BeforeWrite(b.changes)

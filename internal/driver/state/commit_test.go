@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // doc is a document with its lock, as the driver's controller and node keep theirs.
@@ -78,5 +79,36 @@ func TestCommitterFailedWriteRollsBack(t *testing.T) {
 	}
 	if w, n := d.c.Writes(); w != 1 || n != 1 {
 		t.Errorf("Writes() = %d, %d; want the one good write of one change", w, n)
+	}
+}
+
+// A reader's Barrier waits for a write already encoded and in flight: the reader has seen
+// its change in memory, so it must not answer before that change is on disk.
+func TestBarrierWaitsForTheWriteInFlight(t *testing.T) {
+	d := newDoc(t, filepath.Join(t.TempDir(), "c.json"))
+	inWrite, release := make(chan struct{}), make(chan struct{})
+	d.c.BeforeWrite = func(int) {
+		close(inWrite)
+		<-release
+	}
+	committed := make(chan error, 1)
+	go func() { committed <- d.add("v1") }()
+	<-inWrite // encoded, not yet written
+	barrier := make(chan error, 1)
+	go func() {
+		d.mu.Lock()
+		barrier <- d.c.Barrier()
+	}()
+	select {
+	case <-barrier:
+		t.Fatal("Barrier returned while the write of a change it could see was still in flight")
+	case <-time.After(100 * time.Millisecond): // long enough for a wrong Barrier to return
+	}
+	close(release)
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-barrier; err != nil {
+		t.Fatal(err)
 	}
 }
