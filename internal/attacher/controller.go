@@ -10,7 +10,6 @@ package attacher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -22,9 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,23 +28,14 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // Config configures a Controller.
 type Config struct {
-	Client kubernetes.Interface
-	// CSI is the connection to the driver's controller service.
-	CSI *csi.Conn
-	// DriverName is the driver's GetPluginInfo name; VolumeAttachments of other attachers
-	// are ignored.
-	DriverName string
-	// Workers is the number of VolumeAttachments handled at once (upstream --worker-threads).
-	Workers int
-	// RetryIntervalStart and RetryIntervalMax bound the per-object exponential backoff.
-	RetryIntervalStart, RetryIntervalMax time.Duration
-	// Resync is the informers' resync period: the safety net of level-triggered sync.
-	Resync time.Duration
+	// ControllerConfig names the driver and its connection; VolumeAttachments of other
+	// attachers are ignored. Workers is upstream --worker-threads.
+	sidecar.ControllerConfig
 	// DefaultFSType is used for filesystem volumes whose PV names none.
 	DefaultFSType string
 	// ReconcileSync is the period of the ListVolumes reconcile (upstream --reconcile-sync);
@@ -91,17 +78,8 @@ const vaByPVIndex = "pv"
 
 // New builds a Controller. It asks the driver for its capabilities once.
 func New(ctx context.Context, cfg Config) (*Controller, error) {
-	if cfg.Client == nil || cfg.CSI == nil || cfg.DriverName == "" {
-		return nil, errors.New("attacher: Client, CSI and DriverName are required")
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 10
-	}
-	if cfg.RetryIntervalStart <= 0 {
-		cfg.RetryIntervalStart = time.Second
-	}
-	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
-		cfg.RetryIntervalMax = 5 * time.Minute
+	if err := cfg.Complete("attacher"); err != nil {
+		return nil, err
 	}
 	caps, err := cfg.CSI.Capabilities(ctx)
 	if err != nil {
@@ -115,12 +93,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
-	limiter := func() workqueue.TypedRateLimiter[string] {
-		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)
-	}
+	broadcaster, recorder := cfg.NewEvents(ctx, "kubevol-attacher")
 	c := &Controller{
 		cfg:       cfg,
 		factory:   factory,
@@ -129,9 +102,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		nodes:     csiNodes.Lister(),
 		vaIndex:   vaInformer.Informer().GetIndexer(),
 		synced:    []cache.InformerSynced{vaInformer.Informer().HasSynced, pvInformer.Informer().HasSynced, csiNodes.Informer().HasSynced},
-		vaQueue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumeattachments"}),
-		pvQueue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: "persistentvolumes"}),
-		recorder:  broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubevol-attacher " + cfg.DriverName}),
+		vaQueue:   cfg.NewQueue("volumeattachments"),
+		pvQueue:   cfg.NewQueue("persistentvolumes"),
+		recorder:  recorder,
 		publishes: caps.Controller[publishCapability],
 		events:    broadcaster,
 

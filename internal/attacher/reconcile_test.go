@@ -2,8 +2,6 @@ package attacher
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +24,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const (
@@ -166,24 +164,6 @@ func (d *publishDriver) listRequests() []*csipb.ListVolumesRequest {
 	return slices.Clone(d.lists)
 }
 
-// serve starts the wrapped csitest driver, which initialises it, and serves the wrapper on
-// a socket of its own.
-func (d *publishDriver) serve(t *testing.T) string {
-	t.Helper()
-	csitest.Start(t, d.Driver)
-	sock := filepath.Join(t.TempDir(), "attacher.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csipb.RegisterIdentityServer(srv, d)
-	csipb.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return "unix://" + sock
-}
-
 type testEnv struct {
 	t   *testing.T
 	ctx context.Context
@@ -197,7 +177,7 @@ type testEnv struct {
 func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	conn, err := csi.Dial(csi.Config{Address: drv.serve(t), Timeout: 5 * time.Second})
+	conn, err := csi.Dial(csi.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,8 +196,7 @@ func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runti
 	}
 	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
 	bumpResourceVersions(e.cs)
-	cfg.Client, cfg.CSI, cfg.DriverName = e.cs, conn, testDriver
-	cfg.Workers = 2
+	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers = e.cs, conn, testDriver, 2
 	if cfg.RetryIntervalStart == 0 {
 		cfg.RetryIntervalStart, cfg.RetryIntervalMax = 10*time.Millisecond, 100*time.Millisecond
 	}
@@ -370,7 +349,7 @@ func TestReconcileRepublishesLostAttachment(t *testing.T) {
 func TestReconcileRequeuesPublishedButUnattached(t *testing.T) {
 	drv := newPublishDriver(allCaps, "vol-a")
 	drv.lostReply["vol-a"] = true
-	e := startController(t, drv, Config{ReconcileSync: 10 * time.Millisecond, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour},
+	e := startController(t, drv, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour}, ReconcileSync: 10 * time.Millisecond},
 		attachment("vol-a"))
 	e.waitFor("va-vol-a attached despite an hour of backoff", func() bool { return e.attached("vol-a") })
 	if got := drv.publishCount("vol-a"); got < 2 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/kubevol/kubevol/internal/attacher"
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/sidecar"
-	"github.com/kubevol/kubevol/internal/version"
 )
 
 type attacherOptions struct {
@@ -36,16 +34,7 @@ PUBLISH_UNPUBLISH_VOLUME has its VolumeAttachments marked attached without a cal
 with LIST_VOLUMES_PUBLISHED_NODES is asked every --reconcile-sync which nodes its volumes
 are published to, and an attached VolumeAttachment whose volume lost its node is published
 again.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.showVersion {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context())
-		},
+		RunE: runSidecar(&o.showVersion, o.validate, o.run),
 	}
 	f := cmd.Flags()
 	// Upstream defaults, except the client QPS: external-attacher's 5/10 queue every status
@@ -78,23 +67,16 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer env.conn.Close()
-	client, reg, conn, driver := env.client, env.reg, env.conn, env.driver
 	ctrl, err := attacher.New(ctx, attacher.Config{
-		Client:             client,
-		CSI:                conn,
-		DriverName:         driver,
-		Workers:            o.sidecar.WorkerThreads,
-		RetryIntervalStart: o.sidecar.RetryIntervalStart,
-		RetryIntervalMax:   o.sidecar.RetryIntervalMax,
-		Resync:             o.resync,
-		DefaultFSType:      o.defaultFSType,
-		ReconcileSync:      o.reconcileSync,
-		MaxEntries:         int32(o.maxEntries),
+		ControllerConfig: env.controllerConfig(&o.sidecar, o.resync),
+		DefaultFSType:    o.defaultFSType,
+		ReconcileSync:    o.reconcileSync,
+		MaxEntries:       int32(o.maxEntries),
 	})
 	if err != nil {
 		return err
 	}
 	// The Lease name upstream derives from the driver, so both can share one election.
-	lock := "external-attacher-leader-" + csi.SanitizeDriverName(driver)
-	return sidecar.Run(ctx, o.sidecar, client, reg, lock, ctrl.Run)
+	lock := "external-attacher-leader-" + csi.SanitizeDriverName(env.driver)
+	return sidecar.Run(ctx, o.sidecar, env.client, env.reg, lock, ctrl.Run)
 }

@@ -2,14 +2,12 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/sidecar"
-	"github.com/kubevol/kubevol/internal/version"
 )
 
 type resizerOptions struct {
@@ -31,16 +29,7 @@ finishes the claim (status.capacity) or leaves it NodeResizePending with the con
 FileSystemResizePending for the node. A driver without EXPAND_VOLUME gets its PVs grown without
 a call, as upstream's trivial resizer does. Failures are events, the ControllerResizeError
 condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.showVersion {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return o.run(cmd.Context())
-		},
+		RunE: runSidecar(&o.showVersion, o.validate, o.run),
 	}
 	f := cmd.Flags()
 	// Upstream defaults, except the client QPS: external-resizer's 5/10 queue every status
@@ -75,19 +64,12 @@ func (o *resizerOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer env.conn.Close()
-	client, reg, conn, driver := env.client, env.reg, env.conn, env.driver
 	ctrl, err := resizer.New(ctx, resizer.Config{
-		Client:                 client,
-		CSI:                    conn,
-		DriverName:             driver,
-		Workers:                o.sidecar.WorkerThreads,
-		RetryIntervalStart:     o.sidecar.RetryIntervalStart,
-		RetryIntervalMax:       o.sidecar.RetryIntervalMax,
-		Resync:                 o.resync,
+		ControllerConfig:       env.controllerConfig(&o.sidecar, o.resync),
 		HandleVolumeInUseError: o.handleInUseErr,
 	})
 	if err != nil {
 		return err
 	}
-	return sidecar.Run(ctx, o.sidecar, client, reg, resizer.LeaseName(driver), ctrl.Run)
+	return sidecar.Run(ctx, o.sidecar, env.client, env.reg, resizer.LeaseName(env.driver), ctrl.Run)
 }

@@ -2,14 +2,18 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/version"
 )
 
 // sidecarEnv is what a controller sidecar (attacher, resizer) starts from: an API client, a
@@ -49,4 +53,33 @@ func connectSidecar(ctx context.Context, o *sidecar.Options) (*sidecarEnv, error
 		return nil, err
 	}
 	return &sidecarEnv{client: client, reg: reg, conn: conn, driver: driver}, nil
+}
+
+// controllerConfig is the part of a controller's configuration that comes from env and the
+// standard sidecar flags; resync is each sidecar's own flag (--resync, --resync-period).
+func (env *sidecarEnv) controllerConfig(o *sidecar.Options, resync time.Duration) sidecar.ControllerConfig {
+	return sidecar.ControllerConfig{
+		Client:             env.client,
+		CSI:                env.conn,
+		DriverName:         env.driver,
+		Workers:            o.WorkerThreads,
+		RetryIntervalStart: o.RetryIntervalStart,
+		RetryIntervalMax:   o.RetryIntervalMax,
+		Resync:             resync,
+	}
+}
+
+// runSidecar is the RunE of a controller sidecar: --version prints the version and nothing
+// else runs, as in the upstream sidecars; otherwise the flags are validated before run.
+func runSidecar(showVersion *bool, validate func() error, run func(context.Context) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if *showVersion {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
+			return err
+		}
+		if err := validate(); err != nil {
+			return err
+		}
+		return run(cmd.Context())
+	}
 }

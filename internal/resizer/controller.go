@@ -10,7 +10,6 @@ package resizer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,9 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -30,21 +26,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // Config configures a Controller.
 type Config struct {
-	Client kubernetes.Interface
-	// CSI is the connection to the driver's controller service.
-	CSI *csi.Conn
-	// DriverName is the driver's GetPluginInfo name; claims of other drivers are ignored.
-	DriverName string
-	// Workers is the number of claims handled at once (upstream --workers).
-	Workers int
-	// RetryIntervalStart and RetryIntervalMax bound the per-claim exponential backoff.
-	RetryIntervalStart, RetryIntervalMax time.Duration
-	// Resync is the informers' resync period: the safety net of level-triggered sync.
-	Resync time.Duration
+	// ControllerConfig names the driver and its connection; claims of other drivers are
+	// ignored. Workers is upstream --workers.
+	sidecar.ControllerConfig
 	// HandleVolumeInUseError (upstream --handle-volume-inuse-error) holds back the expansion
 	// of a volume that a pod uses when the driver cannot expand online.
 	HandleVolumeInUseError bool
@@ -80,17 +69,8 @@ type Controller struct {
 
 // New builds a Controller. It asks the driver for its capabilities once.
 func New(ctx context.Context, cfg Config) (*Controller, error) {
-	if cfg.Client == nil || cfg.CSI == nil || cfg.DriverName == "" {
-		return nil, errors.New("resizer: Client, CSI and DriverName are required")
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 10
-	}
-	if cfg.RetryIntervalStart <= 0 {
-		cfg.RetryIntervalStart = time.Second
-	}
-	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
-		cfg.RetryIntervalMax = 5 * time.Minute
+	if err := cfg.Complete("resizer"); err != nil {
+		return nil, err
 	}
 	caps, err := cfg.CSI.Capabilities(ctx)
 	if err != nil {
@@ -104,19 +84,15 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	claimInformer := factory.Core().V1().PersistentVolumeClaims()
 	pvInformer := factory.Core().V1().PersistentVolumes()
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+	broadcaster, recorder := cfg.NewEvents(ctx, "kubevol-resizer")
 	c := &Controller{
-		cfg:     cfg,
-		factory: factory,
-		claims:  claimInformer.Lister(),
-		volumes: pvInformer.Lister(),
-		synced:  []cache.InformerSynced{claimInformer.Informer().HasSynced, pvInformer.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "persistentvolumeclaims"}),
-		recorder:    broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubevol-resizer " + cfg.DriverName}),
+		cfg:         cfg,
+		factory:     factory,
+		claims:      claimInformer.Lister(),
+		volumes:     pvInformer.Lister(),
+		synced:      []cache.InformerSynced{claimInformer.Informer().HasSynced, pvInformer.Informer().HasSynced},
+		queue:       cfg.NewQueue("persistentvolumeclaims"),
+		recorder:    recorder,
 		events:      broadcaster,
 		expands:     caps.Controller[expandCapability],
 		online:      online,

@@ -3,8 +3,6 @@ package resizer
 import (
 	"context"
 	"errors"
-	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +26,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const (
@@ -36,12 +34,10 @@ const (
 	ns         = "default"
 )
 
-// fakeDriver adds what a resizer needs to csitest.Driver, which has neither
-// ControllerExpandVolume nor the VolumeExpansion plugin capability: the embedded driver
-// answers identity and ControllerGetCapabilities, this type the rest.
+// fakeDriver adds ControllerExpandVolume, which csitest.Driver lacks, with recorded requests
+// and a replaceable answer; the embedded driver answers the rest.
 type fakeDriver struct {
 	*csitest.Driver
-	online bool
 
 	mu      sync.Mutex
 	reqs    []*csipb.ControllerExpandVolumeRequest
@@ -53,15 +49,6 @@ func newFakeDriver(caps ...csipb.ControllerServiceCapability_RPC_Type) *fakeDriv
 		caps = []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, expandCapability}
 	}
 	return &fakeDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: caps}}
-}
-
-func (d *fakeDriver) GetPluginCapabilities(ctx context.Context, req *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
-	rsp, err := d.Driver.GetPluginCapabilities(ctx, req)
-	if err == nil && d.online {
-		rsp.Capabilities = append(rsp.Capabilities, &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{
-			VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: csipb.PluginCapability_VolumeExpansion_ONLINE}}})
-	}
-	return rsp, err
 }
 
 func (d *fakeDriver) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
@@ -87,24 +74,6 @@ func (d *fakeDriver) requests() []*csipb.ControllerExpandVolumeRequest {
 	return slices.Clone(d.reqs)
 }
 
-// serve starts the wrapped csitest driver (which initialises it) and serves the wrapper on
-// a socket of its own.
-func (d *fakeDriver) serve(t *testing.T) string {
-	t.Helper()
-	csitest.Start(t, d.Driver)
-	sock := filepath.Join(t.TempDir(), "resizer.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csipb.RegisterIdentityServer(srv, d)
-	csipb.RegisterControllerServer(srv, d)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	return "unix://" + sock
-}
-
 type env struct {
 	t   *testing.T
 	ctx context.Context
@@ -115,14 +84,14 @@ type env struct {
 func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	conn, err := csi.Dial(csi.Config{Address: drv.serve(t), Timeout: 5 * time.Second})
+	conn, err := csi.Dial(csi.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
 	optimisticConcurrency(e.cs)
-	c, err := New(ctx, Config{Client: e.cs, CSI: conn, DriverName: driverName, Workers: 2,
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond, HandleVolumeInUseError: true})
+	c, err := New(ctx, Config{ControllerConfig: sidecar.ControllerConfig{Client: e.cs, CSI: conn, DriverName: driverName, Workers: 2,
+		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond}, HandleVolumeInUseError: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +483,7 @@ func TestInUseWaitsForPod(t *testing.T) {
 	t.Run("online driver", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
 		drv := newFakeDriver()
-		drv.online = true
+		drv.OnlineExpansion = true
 		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
 		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})

@@ -32,6 +32,8 @@ type Driver struct {
 	Topology bool
 	// Capacity is what GetCapacity returns.
 	Capacity int64
+	// OnlineExpansion announces the VolumeExpansion ONLINE plugin capability.
+	OnlineExpansion bool
 
 	mu      sync.Mutex
 	volumes map[string]*csipb.Volume // by name
@@ -40,10 +42,23 @@ type Driver struct {
 	Address string
 }
 
+// Server is what a Driver is served as: the Driver itself, or a test's type that embeds it
+// to add the calls it lacks (ControllerPublishVolume, ControllerExpandVolume, ...).
+type Server interface {
+	csipb.IdentityServer
+	csipb.ControllerServer
+}
+
 // Start serves the driver on a socket in a temporary directory until the test ends.
 func Start(t testing.TB, d *Driver) *Driver {
+	return StartAs(t, d, d)
+}
+
+// StartAs is Start with s, which embeds d, answering the calls in d's place; d.Address is
+// where s is served.
+func StartAs(t testing.TB, d *Driver, s Server) *Driver {
 	t.Helper()
-	stop, err := d.Serve(filepath.Join(t.TempDir(), "csi.sock"))
+	stop, err := d.serve(filepath.Join(t.TempDir(), "csi.sock"), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +69,10 @@ func Start(t testing.TB, d *Driver) *Driver {
 // Serve serves the driver on the unix socket path until stop is called. Besides tests, the
 // provisioning benchmark uses it as a driver whose CreateVolume costs nothing.
 func (d *Driver) Serve(sock string) (stop func(), err error) {
+	return d.serve(sock, d)
+}
+
+func (d *Driver) serve(sock string, s Server) (stop func(), err error) {
 	if d.Name == "" {
 		d.Name = "fake.csi.kubevol.io"
 	}
@@ -68,8 +87,8 @@ func (d *Driver) Serve(sock string) (stop func(), err error) {
 		return nil, err
 	}
 	srv := grpc.NewServer()
-	csipb.RegisterIdentityServer(srv, d)
-	csipb.RegisterControllerServer(srv, d)
+	csipb.RegisterIdentityServer(srv, s)
+	csipb.RegisterControllerServer(srv, s)
 	go func() { _ = srv.Serve(l) }()
 	d.Address = "unix://" + sock
 	return srv.Stop, nil
@@ -128,6 +147,10 @@ func (d *Driver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabili
 	caps := []*csipb.PluginCapability{svc(csipb.PluginCapability_Service_CONTROLLER_SERVICE)}
 	if d.Topology {
 		caps = append(caps, svc(csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
+	if d.OnlineExpansion {
+		caps = append(caps, &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: csipb.PluginCapability_VolumeExpansion_ONLINE}}})
 	}
 	return &csipb.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
