@@ -72,6 +72,11 @@ type Controller struct {
 	superseded map[string]string
 	// republish holds the VolumeAttachments the reconcile found attached but not published.
 	republish map[string]bool
+	// syncing holds the VolumeAttachments a worker is syncing, and unobserved the
+	// resourceVersion of a status write the informer has not delivered yet: for those the
+	// cache may lag behind the driver, and the reconcile leaves them alone.
+	syncing    map[string]bool
+	unobserved map[string]string
 }
 
 const vaByPVIndex = "pv"
@@ -110,6 +115,8 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 
 		reconciles: reconciles(caps),
 		superseded: map[string]string{},
+		syncing:    map[string]bool{},
+		unobserved: map[string]string{},
 		republish:  map[string]bool{},
 	}
 	_, err = vaInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -195,6 +202,9 @@ func (c *Controller) enqueueVA(obj any) {
 func (c *Controller) vaUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*storagev1.VolumeAttachment)
 	cur, ok2 := newObj.(*storagev1.VolumeAttachment)
+	if ok2 {
+		c.observed(cur)
+	}
 	if ok1 && ok2 && old.ResourceVersion != cur.ResourceVersion && onlyErrorsChanged(old, cur) {
 		return
 	}
@@ -208,6 +218,41 @@ func onlyErrorsChanged(old, cur *storagev1.VolumeAttachment) bool {
 		va.Status.AttachError, va.Status.DetachError = nil, nil
 	}
 	return equality.Semantic.DeepEqual(a, b)
+}
+
+// wrote records the resourceVersion of a status write until the informer delivers it.
+func (c *Controller) wrote(name, rv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unobserved[name] = rv
+}
+
+func (c *Controller) observed(va *storagev1.VolumeAttachment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rv, ok := c.unobserved[va.Name]; ok && rv == va.ResourceVersion {
+		delete(c.unobserved, va.Name)
+	}
+}
+
+// setSyncing marks a VolumeAttachment as being synced by a worker, or no longer.
+func (c *Controller) setSyncing(name string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if on {
+		c.syncing[name] = true
+	} else {
+		delete(c.syncing, name)
+	}
+}
+
+// settled reports whether the cached VolumeAttachment is all there is to it: no worker is
+// syncing it and every status write of ours has reached the cache.
+func (c *Controller) settled(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, pending := c.unobserved[name]
+	return !c.syncing[name] && !pending
 }
 
 func (c *Controller) markSuperseded(name, rv string) {
@@ -236,6 +281,7 @@ func (c *Controller) vaDeleted(obj any) {
 	c.mu.Lock()
 	delete(c.superseded, va.Name)
 	delete(c.republish, va.Name)
+	delete(c.unobserved, va.Name)
 	c.mu.Unlock()
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)

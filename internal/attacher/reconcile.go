@@ -75,6 +75,12 @@ func (c *Controller) reconcileVA(ctx context.Context, va *storagev1.VolumeAttach
 	if found == va.Status.Attached {
 		return
 	}
+	if !va.Status.Attached && !c.settled(va.Name) {
+		// Published but shown unattached while a sync runs or its status write has not
+		// reached the cache: the sync is what published it, nothing to repair (upstream
+		// would publish again, harmlessly but needlessly).
+		return
+	}
 	logger.Info("VolumeAttachment status differs from the driver's published nodes, syncing it again",
 		"volumeID", src.csi.VolumeHandle, "nodeID", nodeID, "attached", va.Status.Attached, "published", found)
 	if va.Status.Attached {

@@ -27,6 +27,8 @@ const (
 // syncVA brings one VolumeAttachment to its desired state: attached while it lives,
 // detached (and released) once it is being deleted.
 func (c *Controller) syncVA(ctx context.Context, name string) error {
+	c.setSyncing(name, true)
+	defer c.setSyncing(name, false)
 	va, err := c.vaLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -275,6 +277,7 @@ func (c *Controller) updateStatus(ctx context.Context, va *storagev1.VolumeAttac
 		return err
 	}
 	va.ResourceVersion = updated.ResourceVersion
+	c.wrote(va.Name, updated.ResourceVersion)
 	return nil
 }
 
