@@ -90,7 +90,7 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if o.reset {
 		fmt.Fprintf(stderr, "wiping %s\n", o.dir)
-		if err := up.Reset(ctx, o.dir); err != nil {
+		if err := up.Reset(o.dir); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package up
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +49,7 @@ func TestResetUnmountsAndDetaches(t *testing.T) {
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
 
-	if err := Reset(context.Background(), state); err != nil {
+	if err := Reset(state); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(state); !os.IsNotExist(err) {

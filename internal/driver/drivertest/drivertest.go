@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/driver/backend"
 )
 
 // Instance is a running driver and a client for it.
@@ -191,9 +192,8 @@ func RequireRoot(t TB) {
 	}
 }
 
-func describeErr(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
+// Release unmounts and detaches everything held under dir: see backend.Release.
+func Release(dir string) error { return backend.Release(dir) }
+
+// Leftovers lists the mounts and loop devices still held under dir: see backend.Leftovers.
+func Leftovers(dir string) ([]string, error) { return backend.Leftovers(dir) }

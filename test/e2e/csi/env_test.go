@@ -23,6 +23,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -361,12 +362,20 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// unmountLeftovers fails the test for any mount still below the test's directory and
-// removes it, so nothing leaks even when the test fails.
+// unmountLeftovers fails the test for any mount or loop device still held below the test's
+// directory and releases it, so nothing leaks even when the test fails early.
 func (e *env) unmountLeftovers() {
-	for _, mp := range mountsUnder(e.dir) {
-		e.t.Errorf("mount leaked: %s", mp)
-		_ = mount.New("").Unmount(mp)
+	left, err := drivertest.Leftovers(e.dir)
+	if err != nil {
+		e.t.Errorf("listing leftovers: %v", err)
+	}
+	for _, l := range left {
+		if !e.t.Failed() { // after a failure, leftovers are expected; they are released
+			e.t.Errorf("leaked: %s", l)
+		}
+	}
+	if err := drivertest.Release(e.dir); err != nil {
+		e.t.Errorf("releasing leftovers: %v", err)
 	}
 }
 

@@ -1,21 +1,22 @@
-package drivertest
+package backend
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	mount "k8s.io/mount-utils"
-
-	"github.com/kubevol/kubevol/internal/driver/backend"
 )
 
 // Release unmounts everything mounted under dir, deepest first, then detaches every loop
-// device whose image is under dir. Tests call it through TempDir's cleanup, so a failing
-// test leaves the machine as it found it.
+// device whose image is under dir. `kubevol up --reset` calls it before it removes its state
+// (the node agent and the driver leave their mounts in place when they stop, as the kubelet
+// does), and tests call it through drivertest.TempDir's cleanup, so a failing test leaves the
+// machine as it found it.
 func Release(dir string) error {
 	dir = filepath.Clean(dir)
 	var errs []error
@@ -51,7 +52,7 @@ func Release(dir string) error {
 			break
 		}
 	}
-	loops := &backend.Loops{}
+	loops := &Loops{}
 	devs, err := loops.List(context.Background())
 	if err != nil {
 		return errors.Join(append(errs, err)...)
@@ -64,8 +65,8 @@ func Release(dir string) error {
 	return errors.Join(errs...)
 }
 
-// Leftovers lists the mounts and loop devices still held under dir, for tests that check a
-// driver released everything itself.
+// Leftovers lists the mounts and loop devices still held under dir, for tests that check
+// that everything was released.
 func Leftovers(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
@@ -78,7 +79,7 @@ func Leftovers(dir string) ([]string, error) {
 			out = append(out, "mount "+m.MountPoint)
 		}
 	}
-	devs, err := (&backend.Loops{}).List(context.Background())
+	devs, err := (&Loops{}).List(context.Background())
 	if err != nil {
 		return out, err
 	}
@@ -88,4 +89,11 @@ func Leftovers(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func describeErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
