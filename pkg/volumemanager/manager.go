@@ -103,7 +103,7 @@ type Manager struct {
 	remountSeq   map[types.UID]uint64
 	status       map[types.UID]podStatus
 	opErrors     map[types.UID]map[v1.UniqueVolumeName]string
-	tornDown     map[types.UID]bool
+	tornDown     map[types.UID]tornDownState
 	subpathsDone map[types.UID]bool
 	subpathErr   map[types.UID]string
 }
@@ -146,7 +146,7 @@ func New(cfg Config) (*Manager, error) {
 		initialized: make(chan struct{}),
 		pods:        map[types.UID]*v1.Pod{}, deleted: map[types.UID]bool{}, refs: newRefIndex(),
 		remountSeq: map[types.UID]uint64{}, status: map[types.UID]podStatus{},
-		opErrors: map[types.UID]map[v1.UniqueVolumeName]string{}, tornDown: map[types.UID]bool{},
+		opErrors: map[types.UID]map[v1.UniqueVolumeName]string{}, tornDown: map[types.UID]tornDownState{},
 		subpathsDone: map[types.UID]bool{}, subpathErr: map[types.UID]string{},
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)

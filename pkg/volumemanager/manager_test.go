@@ -210,11 +210,17 @@ func TestTerminatingAndTerminalPodsAreTornDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid3"] == 1 }) })
+	// Deleting the terminal pod later is reported again, so its deletion can be finished.
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("reported again when deleted", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid3"] == 2 }) })
 
 	q := pod("p4", "uid4", emptyDirVolume("scratch"))
 	h.create(q)
 	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid4"] == 1 }) })
-	now := metav1.Now()
 	q.DeletionTimestamp = &now
 	if _, err := h.client.CoreV1().Pods("ns").Update(context.Background(), q, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)

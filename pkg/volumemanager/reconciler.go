@@ -15,6 +15,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// tornDownState is what the observer was last told about a torn-down pod; zero is nothing.
+type tornDownState uint8
+
+const (
+	tornDownAlive    tornDownState = iota + 1 // terminal, not being deleted
+	tornDownDeleting                          // being deleted (or gone)
+)
+
 // retryTeardown is how soon a pod directory that could not be removed is tried again.
 const retryTeardown = 5 * time.Second
 
@@ -131,15 +139,28 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 		return 0
 	}
 	m.mu.Lock()
-	pod, deleted, done := m.pods[uid], m.deleted[uid], m.tornDown[uid]
+	pod, deleted, reported := m.pods[uid], m.deleted[uid], m.tornDown[uid]
 	m.mu.Unlock()
+	if pod != nil && !deleted {
+		// The lister can be ahead of the event handlers: the deletion that made the
+		// populator tear the pod down may not have reached m.pods yet, and the observer
+		// must see it to finish the deletion.
+		if cur, err := m.podLister.Pods(pod.Namespace).Get(pod.Name); err == nil && cur.UID == uid {
+			pod = cur
+		}
+	}
 	if err := m.removePodDir(ctx, uid); err != nil {
 		logger.Error(err, "Cannot remove pod directory yet", "podUID", uid)
 		return retryTeardown
 	}
-	if pod != nil && !done {
+	// A terminal pod is reported once, and again when its deletion begins.
+	want := tornDownAlive
+	if pod != nil && (deleted || pod.DeletionTimestamp != nil) {
+		want = tornDownDeleting
+	}
+	if pod != nil && reported < want {
 		m.mu.Lock()
-		m.tornDown[uid] = true
+		m.tornDown[uid] = want
 		delete(m.status, uid)
 		m.mu.Unlock()
 		logger.V(2).Info("Pod volumes torn down", "pod", klog.KObj(pod))

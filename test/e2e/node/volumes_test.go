@@ -236,8 +236,21 @@ func TestNodeRegistration(t *testing.T) {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != a.name || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != n.UID {
 		t.Errorf("lease %+v", l)
 	}
-	if body := scrape(t, a.metricsAddr, "/healthz"); !strings.Contains(body, "ok") {
-		t.Errorf("/healthz: %q", body)
+	// The Node is registered before the volume manager's first pass ends, and /healthz
+	// says ok only after it: wait for it.
+	var body string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + a.metricsAddr + "/healthz")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		body = string(raw)
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil || !strings.Contains(body, "ok") {
+		t.Errorf("/healthz: %q, %v", body, err)
 	}
 }
 
