@@ -67,6 +67,9 @@ type Config struct {
 	Logger klog.Logger `json:"-"`
 	// ShutdownGrace bounds how long Run waits for in-flight RPCs after its context ends.
 	ShutdownGrace time.Duration
+	// Recover is the operator's answer to a state directory whose records New refused;
+	// see Recover. Leave it empty otherwise.
+	Recover Recover
 }
 
 // driverNameRE is the CSI GetPluginInfo rule: at most 63 characters, alphanumeric at both
@@ -114,6 +117,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
+	}
+	switch c.Recover {
+	case RecoverNone, RecoverAdopt, RecoverQuarantine:
+	default:
+		return fmt.Errorf("--recover %q: want %s or %s", c.Recover, RecoverAdopt, RecoverQuarantine)
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second

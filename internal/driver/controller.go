@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -31,22 +30,23 @@ type controller struct {
 	loops    *backend.Loops
 	locks    *inflight
 
-	// mu guards st and reserved. A change is made under it and then joins the next group
-	// commit of commits, after mu is released: changes reach the disk in the order they
-	// were made, several to a write, and no call holds mu while an fsync runs.
+	// mu guards st. A change is made under it and then joins the next group commit of
+	// commits, after mu is released: changes reach the disk in the order they were made,
+	// several to a write, and no call holds mu while an fsync runs.
 	mu      sync.Mutex
 	st      *state.Controller
 	commits *state.Committer
-	// reserved is capacity promised to CreateVolume and CreateSnapshot calls that are still
-	// copying, by backend type, so that concurrent calls cannot overbook the pool.
-	reserved map[string]int64
+	// pool is the space of the state directory; pool.mu is taken before mu by the calls
+	// that take space. peer reports what the node's records hold (nil: no node).
+	pool *pool
+	peer func(typ string) []hold
 }
 
 func controllerLayout(stateDir string) backend.Layout {
 	return backend.Layout{Volumes: filepath.Join(stateDir, "volumes"), Snapshots: filepath.Join(stateDir, "snapshots")}
 }
 
-func newController(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops) (*controller, error) {
+func newController(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops, p *pool, cu *custody) (*controller, error) {
 	l := controllerLayout(cfg.StateDir)
 	if err := l.MkdirAll(); err != nil {
 		return nil, err
@@ -59,7 +59,7 @@ func newController(cfg *Config, log klog.Logger, locks *inflight, loops *backend
 		backends: map[string]backend.Backend{},
 		loops:    loops,
 		locks:    locks,
-		reserved: map[string]int64{},
+		pool:     p,
 	}
 	for _, t := range []string{state.TypeDir, state.TypeBlock} {
 		b, err := backend.New(t, l)
@@ -68,9 +68,17 @@ func newController(cfg *Config, log klog.Logger, locks *inflight, loops *backend
 		}
 		c.backends[t] = b
 	}
-	if err := c.load(); err != nil {
+	c.st = state.NewController()
+	err := cu.open(record{
+		file:  c.file,
+		doc:   func() state.Document { return c.st },
+		reset: func() { c.st = state.NewController() },
+		data:  []string{l.Volumes, l.Snapshots},
+	})
+	if err != nil {
 		return nil, err
 	}
+	c.st.Normalize()
 	c.commits = state.NewCommitter(c.file, &c.mu, func() any { return c.st }, dropUnsaved(c.log, c.file, c.load))
 	return c, nil
 }
@@ -128,7 +136,7 @@ func (c *controller) lockVolume(id string) (*lockedVolume, error) {
 	}
 	c.mu.Lock()
 	l := &lockedVolume{Volume: c.st.Volumes[id], c: c, release: release, held: true}
-	if l.Volume == nil {
+	if l.Volume == nil || l.Volume.Creating {
 		l.unlock()
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
 	}
@@ -149,46 +157,57 @@ func (l *lockedVolume) unlock() {
 	l.release()
 }
 
-// volume returns a copy of a volume record, or nil.
+// volume returns a copy of a volume record, or nil. A volume still being created is not
+// one yet.
 func (c *controller) volume(id string) *state.Volume {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.st.Volumes[id]; ok {
+	if v, ok := c.st.Volumes[id]; ok && !v.Creating {
 		return v.Clone()
 	}
 	return nil
 }
 
-// freeBytesLocked is what a new volume or snapshot of type typ may still use.
-//   - dir: the configured pool, minus what volumes and snapshots hold and what in-flight
-//     creates reserved.
-//   - block: real space. Images are sparse, so the free space of the host filesystem is
-//     reduced by what the existing images may still grow into; the pool never overcommits.
-func (c *controller) freeBytesLocked(typ string) (int64, error) {
+// controllerHolds is what the controller's records of type typ hold in the pool: volumes
+// their capacity (being created or not), "dir" snapshots what their copy occupies. A
+// "block" snapshot is a full copy whose bytes the host filesystem already counts.
+func controllerHolds(st *state.Controller, l backend.Layout, typ string) []hold {
+	var out []hold
+	b, _ := backend.New(typ, l)
+	for _, v := range st.Volumes {
+		if v.Type == typ {
+			out = append(out, hold{bytes: v.CapacityBytes, image: b.VolumePath(v.ID)})
+		}
+	}
 	if typ == state.TypeDir {
-		return max(0, c.cfg.Capacity-c.st.UsedBytes(state.TypeDir)-c.reserved[typ]), nil
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(c.layout.Volumes, &fs); err != nil {
-		return 0, err
-	}
-	free := int64(fs.Bavail) * fs.Bsize
-	b := c.backends[state.TypeBlock]
-	for _, v := range c.st.Volumes {
-		if v.Type != state.TypeBlock {
-			continue
+		for _, sn := range st.Snapshots {
+			if sn.Type == typ {
+				out = append(out, hold{bytes: sn.UsedBytes})
+			}
 		}
-		alloc, err := backend.AllocatedBytes(b.VolumePath(v.ID))
-		if err != nil {
-			continue // a missing image is reported by health, not here
-		}
-		free -= max(0, v.CapacityBytes-alloc)
 	}
-	return max(0, free-c.reserved[typ]), nil
+	return out
 }
 
-// reserve books size bytes of type typ, or fails with RESOURCE_EXHAUSTED.
-func (c *controller) reserveLocked(typ string, size int64) error {
+// holds is what the controller's records hold, for the node's view of the pool.
+func (c *controller) holds(typ string) []hold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return controllerHolds(c.st, c.layout, typ)
+}
+
+// freeBytesLocked is what a new volume or snapshot of type typ may still use.
+func (c *controller) freeBytesLocked(typ string) (int64, error) {
+	all := controllerHolds(c.st, c.layout, typ)
+	if c.peer != nil {
+		all = append(all, c.peer(typ)...)
+	}
+	return c.pool.free(typ, all)
+}
+
+// fitsLocked fails with RESOURCE_EXHAUSTED unless size more bytes of type typ fit in the
+// pool. The caller holds pool.mu and records the space before it releases it.
+func (c *controller) fitsLocked(typ string, size int64) error {
 	free, err := c.freeBytesLocked(typ)
 	if err != nil {
 		return status.Errorf(codes.Internal, "capacity: %v", err)
@@ -196,14 +215,7 @@ func (c *controller) reserveLocked(typ string, size int64) error {
 	if size > free {
 		return status.Errorf(codes.ResourceExhausted, "not enough space in the %s pool: %d bytes requested, %d available", typ, size, free)
 	}
-	c.reserved[typ] += size
 	return nil
-}
-
-func (c *controller) unreserve(typ string, size int64) {
-	c.mu.Lock()
-	c.reserved[typ] -= size
-	c.mu.Unlock()
 }
 
 // inUse explains why the bytes of a volume are still in use on this machine, or "".
@@ -239,21 +251,54 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// reconcile compares the records with the disk after a start: copies interrupted by a crash
-// and volumes created but never recorded (killed between the two) are removed, so nothing
-// leaks; records whose bytes are gone are reported, and their health says so.
+// reconcile compares the records with the disk after a start. What a record's intent names
+// is finished: a creation interrupted by a crash is rolled back, a deletion completed. Data
+// that no record names is quarantined, never deleted: it may be a volume whose record was
+// lost. Records whose bytes are gone are reported, and their health says so.
 func (c *controller) reconcile(ctx context.Context) error {
 	if err := c.file.RemoveTemps(); err != nil {
 		return err
 	}
-	deleting, err := c.removeUnrecorded(ctx)
-	if err != nil {
+	if err := c.sweep(ctx); err != nil {
 		return err
+	}
+	c.mu.Lock()
+	var creating, deleting []*state.Volume
+	var snapshots []*state.Snapshot
+	for _, v := range c.st.Volumes {
+		switch {
+		case v.Creating:
+			creating = append(creating, v.Clone())
+		case v.Deleting:
+			deleting = append(deleting, v.Clone())
+		default:
+			if ok, err := c.backends[v.Type].VolumeExists(v.ID); err == nil && !ok {
+				c.log.Error(nil, "Volume data is missing", "volumeID", v.ID, "path", c.backends[v.Type].VolumePath(v.ID))
+			}
+		}
+	}
+	for _, sn := range c.st.Snapshots {
+		if sn.Creating {
+			snapshots = append(snapshots, sn)
+		}
+	}
+	c.mu.Unlock()
+	for _, v := range creating {
+		c.log.Info("Rolling back an interrupted CreateVolume", "volumeID", v.ID, "name", v.Name)
+		if err := c.finishDelete(v.ID, v.Type); err != nil {
+			return err
+		}
 	}
 	for _, v := range deleting {
 		// A DeleteVolume was interrupted: it had passed its checks, so finish it.
 		c.log.Info("Finishing an interrupted DeleteVolume", "volumeID", v.ID)
 		if err := c.finishDelete(v.ID, v.Type); err != nil {
+			return err
+		}
+	}
+	for _, sn := range snapshots {
+		c.log.Info("Rolling back an interrupted CreateSnapshot", "snapshotID", sn.ID, "name", sn.Name)
+		if err := c.removeSnapshot(sn.ID, sn.Type); err != nil {
 			return err
 		}
 	}
@@ -263,49 +308,46 @@ func (c *controller) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// removeUnrecorded removes the data no record explains, reports records whose data is
-// missing, and returns the volumes whose deletion was interrupted.
-func (c *controller) removeUnrecorded(ctx context.Context) (deleting []*state.Volume, err error) {
+// sweep handles the data on disk that is not a complete recorded volume or snapshot: the
+// partial copy of one being created is removed (its intent names it); anything else is
+// quarantined, unless it is in use, when it is left where it is and reported.
+func (c *controller) sweep(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, dir := range []struct {
-		path      string
-		recorded  func(string) bool
-		mountable bool
+		path, area string
+		record     func(string) (exists, creating bool)
 	}{
-		{c.layout.Volumes, func(id string) bool { _, ok := c.st.Volumes[id]; return ok }, true},
-		{c.layout.Snapshots, func(id string) bool { _, ok := c.st.Snapshots[id]; return ok }, false},
+		{c.layout.Volumes, "volumes", func(id string) (bool, bool) { v := c.st.Volumes[id]; return v != nil, v != nil && v.Creating }},
+		{c.layout.Snapshots, "snapshots", func(id string) (bool, bool) { sn := c.st.Snapshots[id]; return sn != nil, sn != nil && sn.Creating }},
 	} {
 		entries, err := backend.Scan(dir.path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, e := range entries {
-			if !e.Partial && dir.recorded(e.ID) {
-				continue
-			}
-			if dir.mountable && !e.Partial {
-				if why, err := c.inUse(ctx, &state.Volume{ID: e.ID, Type: e.Type}); err != nil || why != "" {
-					c.log.Info("Keeping unrecorded volume data because it is in use", "path", e.Path, "reason", why, "err", err)
-					continue
+			exists, creating := dir.record(e.ID)
+			switch {
+			case creating && e.Partial:
+				c.log.Info("Removing the partial copy of an interrupted creation", "path", e.Path)
+				if err := backend.RemoveEntry(e); err != nil {
+					return err
+				}
+			case exists && !e.Partial:
+			default:
+				if dir.area == "volumes" && !e.Partial {
+					if why, err := c.inUse(ctx, &state.Volume{ID: e.ID, Type: e.Type}); err != nil || why != "" {
+						c.log.Info("Leaving unrecorded volume data in place because it is in use", "path", e.Path, "reason", why, "err", err)
+						continue
+					}
+				}
+				if err := quarantine(c.log, c.cfg.StateDir, dir.area, e); err != nil {
+					return err
 				}
 			}
-			c.log.Info("Removing data left by an interrupted operation", "path", e.Path)
-			if err := backend.RemoveEntry(e); err != nil {
-				return nil, err
-			}
 		}
 	}
-	for id, v := range c.st.Volumes {
-		if v.Deleting {
-			deleting = append(deleting, v.Clone())
-			continue
-		}
-		if ok, err := c.backends[v.Type].VolumeExists(id); err == nil && !ok {
-			c.log.Error(nil, "Volume data is missing", "volumeID", id, "path", c.backends[v.Type].VolumePath(id))
-		}
-	}
-	return deleting, nil
+	return nil
 }
 
 // catalogVolume serves the node's lookups in an all-in-one process.

@@ -21,6 +21,9 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if req.GetCapacityRange() == nil {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
 	}
+	// pool.mu before the volume's locks, as every call that takes space from the pool.
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
 	v, err := c.lockVolume(id)
 	if err != nil {
 		return nil, err
@@ -42,12 +45,11 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		// CSI: a volume already at or above the requested size is OK.
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: nodeExpand}, nil
 	}
-	if err := c.reserveLocked(v.Type, size-v.CapacityBytes); err != nil {
+	if err := c.fitsLocked(v.Type, size-v.CapacityBytes); err != nil {
 		return nil, err
 	}
-	c.reserved[v.Type] -= size - v.CapacityBytes
 	if err := c.backends[v.Type].ExpandVolume(id, size); err != nil {
-		return nil, status.Errorf(codes.Internal, "expand volume data: %v", err)
+		return nil, status.Errorf(dataErrorCode(err), "expand volume data: %v", err)
 	}
 	v.CapacityBytes = size
 	if err := v.commit(); err != nil {

@@ -27,68 +27,110 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	}
 	defer release()
 
+	if err := c.rollbackAbandonedSnapshot(name); err != nil {
+		return nil, err
+	}
+	c.pool.mu.Lock()
 	c.mu.Lock()
 	if sn := c.st.SnapshotByName(name); sn != nil {
 		sn := *sn
 		c.mu.Unlock()
+		c.pool.mu.Unlock()
 		if sn.SourceVolumeID != srcID {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source volume %s", name, sn.SourceVolumeID)
 		}
 		return &csi.CreateSnapshotResponse{Snapshot: c.csiSnapshot(&sn)}, nil
 	}
-	v := c.st.Volumes[srcID]
-	if v == nil {
-		c.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "source volume %s not found", srcID)
-	}
-	v = v.Clone()
-	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
-		c.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, "snapshots can only be taken on node %q", c.cfg.NodeID)
-	}
-	b := c.backends[v.Type]
-	need, err := b.UsedBytes(srcID)
+	sn, err := c.planSnapshotLocked(req)
 	if err != nil {
 		c.mu.Unlock()
-		return nil, status.Errorf(codes.Internal, "measure source volume: %v", err)
-	}
-	if err := c.reserveLocked(v.Type, need); err != nil {
-		c.mu.Unlock()
+		c.pool.mu.Unlock()
 		return nil, err
 	}
-	c.mu.Unlock()
-
-	if v.Type == state.TypeBlock {
+	// The intent holds the space the copy may need and names the copy, as for volumes.
+	c.st.Snapshots[sn.ID] = sn
+	c.pool.mu.Unlock()
+	if err := c.commitUnlock(); err != nil {
+		return nil, err
+	}
+	if sn.Type == state.TypeBlock {
 		// A mounted filesystem may hold dirty pages above the loop device; flush them so
 		// the copy is at least crash-consistent, as a power cut would leave it.
 		unix.Sync()
 	}
-	sn := &state.Snapshot{
+	b := c.backends[sn.Type]
+	used, err := b.CreateSnapshot(srcID, sn.ID)
+	if err != nil {
+		if rerr := c.removeSnapshot(sn.ID, sn.Type); rerr != nil {
+			klogFrom(ctx, c.log).Error(rerr, "Rolling back a failed CreateSnapshot; the restart finishes it", "snapshotID", sn.ID)
+		}
+		return nil, status.Errorf(dataErrorCode(err), "copy volume %s: %v", srcID, err)
+	}
+	c.mu.Lock()
+	rec := c.st.Snapshots[sn.ID]
+	rec.UsedBytes, rec.Creating = used, false
+	done := *rec
+	if err := c.commitUnlock(); err != nil {
+		return nil, err // the restart rolls back what the record on disk still calls creating
+	}
+	klogFrom(ctx, c.log).V(2).Info("Created snapshot", "snapshotID", sn.ID, "name", name, "volumeID", srcID)
+	return &csi.CreateSnapshotResponse{Snapshot: c.csiSnapshot(&done)}, nil
+}
+
+// planSnapshotLocked checks that a snapshot may be taken and returns its record, in the
+// creating state, holding what the copy may occupy. The caller holds pool.mu and c.mu.
+func (c *controller) planSnapshotLocked(req *csi.CreateSnapshotRequest) (*state.Snapshot, error) {
+	srcID := req.GetSourceVolumeId()
+	v := c.st.Volumes[srcID]
+	if v == nil || v.Creating {
+		return nil, status.Errorf(codes.NotFound, "source volume %s not found", srcID)
+	}
+	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
+		return nil, status.Errorf(codes.ResourceExhausted, "snapshots can only be taken on node %q", c.cfg.NodeID)
+	}
+	need, err := c.backends[v.Type].UsedBytes(srcID)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "measure source volume: %v", err)
+	}
+	if err := c.fitsLocked(v.Type, need); err != nil {
+		return nil, err
+	}
+	return &state.Snapshot{
 		ID:             newID("s-"),
-		Name:           name,
+		Name:           req.GetName(),
 		SourceVolumeID: srcID,
 		Type:           v.Type,
 		SizeBytes:      v.CapacityBytes,
+		UsedBytes:      need,
 		FsType:         v.FsType,
 		Parameters:     maps.Clone(req.GetParameters()),
 		CreatedAt:      time.Now().UTC(),
-	}
-	used, err := b.CreateSnapshot(srcID, sn.ID)
-	if err != nil {
-		c.unreserve(v.Type, need)
-		_ = b.DeleteSnapshot(sn.ID)
-		return nil, status.Errorf(codes.Internal, "copy volume %s: %v", srcID, err)
-	}
-	sn.UsedBytes = used
+		Creating:       true,
+	}, nil
+}
+
+// rollbackAbandonedSnapshot is rollbackAbandoned for snapshots.
+func (c *controller) rollbackAbandonedSnapshot(name string) error {
 	c.mu.Lock()
-	c.reserved[v.Type] -= need
-	c.st.Snapshots[sn.ID] = sn
-	if err := c.commitUnlock(); err != nil {
-		_ = b.DeleteSnapshot(sn.ID)
-		return nil, err
+	sn := c.st.SnapshotByName(name)
+	c.mu.Unlock()
+	if sn == nil || !sn.Creating {
+		return nil
 	}
-	klogFrom(ctx, c.log).V(2).Info("Created snapshot", "snapshotID", sn.ID, "name", name, "volumeID", srcID)
-	return &csi.CreateSnapshotResponse{Snapshot: c.csiSnapshot(sn)}, nil
+	if err := c.removeSnapshot(sn.ID, sn.Type); err != nil {
+		return status.Errorf(codes.Internal, "roll back the failed creation of snapshot %s: %v", sn.ID, err)
+	}
+	return nil
+}
+
+// rollbackSnapshot removes a snapshot's copy, then its record.
+func (c *controller) removeSnapshot(id, typ string) error {
+	if err := c.backends[typ].DeleteSnapshot(id); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.st.Snapshots, id)
+	return c.commitUnlock()
 }
 
 func (c *controller) csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
@@ -119,13 +161,8 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if sn == nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if err := c.backends[sn.Type].DeleteSnapshot(id); err != nil {
-		return nil, status.Errorf(codes.Internal, "delete snapshot data: %v", err)
-	}
-	c.mu.Lock()
-	delete(c.st.Snapshots, id)
-	if err := c.commitUnlock(); err != nil {
-		return nil, err
+	if err := c.removeSnapshot(id, sn.Type); err != nil {
+		return nil, status.Errorf(codes.Internal, "delete snapshot: %v", err)
 	}
 	klogFrom(ctx, c.log).V(2).Info("Deleted snapshot", "snapshotID", id)
 	return &csi.DeleteSnapshotResponse{}, nil
@@ -167,7 +204,7 @@ func (c *controller) GetSnapshot(_ context.Context, req *csi.GetSnapshotRequest)
 	}
 	var snap *csi.Snapshot
 	err := c.readDurable(func() error {
-		if sn := c.st.Snapshots[req.GetSnapshotId()]; sn != nil {
+		if sn := c.st.Snapshots[req.GetSnapshotId()]; sn != nil && !sn.Creating {
 			snap = c.csiSnapshot(sn)
 		}
 		return nil

@@ -49,11 +49,16 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer release()
+	if err := c.rollbackAbandoned(req.GetName()); err != nil {
+		return nil, err
+	}
 
+	c.pool.mu.Lock()
 	c.mu.Lock()
 	if v := c.st.VolumeByName(req.GetName()); v != nil {
 		v = v.Clone()
 		c.mu.Unlock()
+		c.pool.mu.Unlock()
 		// CSI CreateVolume: the same name with compatible arguments returns the existing
 		// volume; anything incompatible is ALREADY_EXISTS.
 		if why := incompatibleVolume(v, req, params, source); why != "" {
@@ -61,29 +66,55 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		}
 		return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
 	}
-	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
+	v, fromPath, err := c.planVolumeLocked(req, params, source)
+	if err != nil {
 		c.mu.Unlock()
-		return nil, status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on node %q", c.cfg.NodeID)
+		c.pool.mu.Unlock()
+		return nil, err
+	}
+	// The intent is durable before any byte exists: a crash at any later point leaves a
+	// record that names the data, and the restart rolls back exactly that.
+	c.st.Volumes[v.ID] = v
+	c.pool.mu.Unlock()
+	if err := c.commitUnlock(); err != nil {
+		return nil, err
+	}
+	b := c.backends[v.Type]
+	if err := b.CreateVolume(v.ID, v.CapacityBytes, fromPath); err != nil {
+		if rerr := c.finishDelete(v.ID, v.Type); rerr != nil {
+			klogFrom(ctx, c.log).Error(rerr, "Rolling back a failed CreateVolume; the restart finishes it", "volumeID", v.ID)
+		}
+		return nil, status.Errorf(dataErrorCode(err), "create volume data: %v", err)
+	}
+	c.mu.Lock()
+	c.st.Volumes[v.ID].Creating = false
+	if err := c.commitUnlock(); err != nil {
+		// The record still says creating on disk: the restart rolls it back.
+		return nil, err
+	}
+	v.Creating = false
+	klogFrom(ctx, c.log).V(2).Info("Created volume", "volumeID", v.ID, "name", v.Name, "type", v.Type, "bytes", v.CapacityBytes)
+	return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
+}
+
+// planVolumeLocked checks that a new volume may be created and returns its record, in the
+// creating state, and the path of its content source. The caller holds pool.mu and c.mu.
+func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volumeParams, source string) (*state.Volume, string, error) {
+	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
+		return nil, "", status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on node %q", c.cfg.NodeID)
 	}
 	floor, fromPath, err := c.sourceLocked(params.typ, source)
 	if err != nil {
-		c.mu.Unlock()
-		return nil, err
+		return nil, "", err
 	}
 	size, err := volumeSize(req.GetCapacityRange(), max(floor, minSize(params.typ, params.fsType)))
 	if err != nil {
-		c.mu.Unlock()
-		return nil, err
+		return nil, "", err
 	}
-	if err := c.reserveLocked(params.typ, size); err != nil {
-		c.mu.Unlock()
-		return nil, err
+	if err := c.fitsLocked(params.typ, size); err != nil {
+		return nil, "", err
 	}
-	c.mu.Unlock()
-
-	// The bytes are created before the record: a crash in between leaves unrecorded data,
-	// which the next start removes, and the CO's retry creates the volume afresh.
-	v := &state.Volume{
+	return &state.Volume{
 		ID:            newID("v-"),
 		Name:          req.GetName(),
 		Type:          params.typ,
@@ -93,23 +124,25 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		Source:        source,
 		Node:          c.cfg.NodeID,
 		CreatedAt:     time.Now().UTC(),
-	}
-	b := c.backends[v.Type]
-	if err := b.CreateVolume(v.ID, size, fromPath); err != nil {
-		c.unreserve(v.Type, size)
-		_ = b.DeleteVolume(v.ID)
-		return nil, status.Errorf(codes.Internal, "create volume data: %v", err)
-	}
-	c.mu.Lock()
-	c.reserved[v.Type] -= size
-	c.st.Volumes[v.ID] = v
-	if err := c.commitUnlock(); err != nil {
-		_ = b.DeleteVolume(v.ID)
-		return nil, err
-	}
-	klogFrom(ctx, c.log).V(2).Info("Created volume", "volumeID", v.ID, "name", v.Name, "type", v.Type, "bytes", size)
-	return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
+		Creating:      true,
+	}, fromPath, nil
 }
+
+// rollbackAbandoned rolls back an earlier CreateVolume of name that failed and could not
+// roll itself back (its record still says creating), before the name is used again.
+func (c *controller) rollbackAbandoned(name string) error {
+	c.mu.Lock()
+	v := c.st.VolumeByName(name)
+	c.mu.Unlock()
+	if v == nil || !v.Creating {
+		return nil
+	}
+	if err := c.finishDelete(v.ID, v.Type); err != nil {
+		return status.Errorf(codes.Internal, "roll back the failed creation of volume %s: %v", v.ID, err)
+	}
+	return nil
+}
+
 
 // contentSource decodes a VolumeContentSource into the recorded form and the lock key of
 // the source.
@@ -139,7 +172,7 @@ func contentSource(src *csi.VolumeContentSource) (recorded, lockKey string, err 
 func (c *controller) sourceLocked(typ, source string) (floor int64, fromPath string, err error) {
 	if id, ok := strings.CutPrefix(source, sourceSnapshot); ok {
 		sn := c.st.Snapshots[id]
-		if sn == nil {
+		if sn == nil || sn.Creating {
 			return 0, "", status.Errorf(codes.NotFound, "source snapshot %q not found", id)
 		}
 		if sn.Type != typ {
@@ -149,7 +182,7 @@ func (c *controller) sourceLocked(typ, source string) (floor int64, fromPath str
 	}
 	if id, ok := strings.CutPrefix(source, sourceVolume); ok {
 		v := c.st.Volumes[id]
-		if v == nil {
+		if v == nil || v.Creating {
 			return 0, "", status.Errorf(codes.NotFound, "source volume %q not found", id)
 		}
 		if v.Type != typ {
@@ -231,7 +264,8 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// finishDelete removes a volume's bytes, then its record.
+// finishDelete removes a volume's bytes, then its record: DeleteVolume, and the rollback of
+// a CreateVolume that its intent names.
 func (c *controller) finishDelete(id, typ string) error {
 	if err := c.backends[typ].DeleteVolume(id); err != nil {
 		return status.Errorf(codes.Internal, "delete volume data: %v", err)
@@ -293,7 +327,7 @@ func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerG
 	if err := c.readDurable(func() error { v = c.st.Volumes[req.GetVolumeId()].Clone(); return nil }); err != nil {
 		return nil, err
 	}
-	if v == nil {
+	if v == nil || v.Creating {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
 	return &csi.ControllerGetVolumeResponse{

@@ -61,28 +61,55 @@ func New(cfg Config) (*Driver, error) {
 	if d.calls, err = openCallLog(cfg.CallLog); err != nil {
 		return nil, err
 	}
+	cu, err := claimStateDir(&d.cfg, log)
+	if err != nil {
+		return nil, d.closeWith(err)
+	}
 	locks, loops := newInflight(), &backend.Loops{}
 	ctx := klog.NewContext(context.Background(), log)
-	catalog := fileCatalog(filepath.Join(d.cfg.StateDir, "controller.json"))
+	p := &pool{capacity: cfg.Capacity, fsPath: cfg.StateDir}
+	// In a split deployment the other process's records are read from its file.
+	ctrlDoc := newFileView(filepath.Join(d.cfg.StateDir, "controller.json"), state.NewController)
+	nodeDoc := newFileView(filepath.Join(d.cfg.StateDir, "node.json"), state.NewNode)
+	catalog := func(id string) *state.Volume {
+		if v, ok := ctrlDoc.get().Volumes[id]; ok && !v.Creating {
+			return v.Clone()
+		}
+		return nil
+	}
+	ctrlHolds := func(typ string) []hold { return controllerHolds(ctrlDoc.get(), controllerLayout(d.cfg.StateDir), typ) }
 	if d.cfg.servesController() {
-		if d.ctrl, err = newController(&d.cfg, log, locks, loops); err != nil {
+		if d.ctrl, err = newController(&d.cfg, log, locks, loops, p, cu); err != nil {
 			return nil, d.closeWith(err)
 		}
+		catalog, ctrlHolds = d.ctrl.catalogVolume, d.ctrl.holds
+		d.ctrl.peer = func(typ string) []hold { return ephemeralHolds(nodeDoc.get(), ephemeralLayout(d.cfg.StateDir), typ, "") }
+	}
+	if d.cfg.servesNode() {
+		if d.node, err = newNode(&d.cfg, log, locks, loops, catalog, p, cu); err != nil {
+			return nil, d.closeWith(err)
+		}
+		d.node.peer = ctrlHolds
+		if d.ctrl != nil {
+			d.ctrl.peer = d.node.holds
+		}
+	}
+	// Start-up repairs run once both sides are known, so that each sees the other's holds.
+	if d.ctrl != nil {
 		if err := d.ctrl.reconcile(ctx); err != nil {
 			return nil, d.closeWith(fmt.Errorf("reconcile controller state: %w", err))
 		}
-		catalog = d.ctrl.catalogVolume
 		d.registerControllerGauges()
 		d.metrics.commits("controller", d.ctrl.commits)
 	}
-	if d.cfg.servesNode() {
-		if d.node, err = newNode(&d.cfg, log, locks, loops, catalog); err != nil {
-			return nil, d.closeWith(err)
-		}
+	if d.node != nil {
 		if err := d.node.reconcile(ctx); err != nil {
 			return nil, d.closeWith(fmt.Errorf("reconcile node state: %w", err))
 		}
 		d.metrics.commits("node", d.node.commits)
+	}
+	if err := d.measureQuarantine(p); err != nil {
+		return nil, d.closeWith(err)
 	}
 	d.ready.Store(true)
 	log.Info("Driver ready", "name", cfg.DriverName, "version", cfg.Version, "nodeID", cfg.NodeID,
@@ -111,7 +138,7 @@ func (d *Driver) registerControllerGauges() {
 			func() float64 {
 				d.ctrl.mu.Lock()
 				defer d.ctrl.mu.Unlock()
-				free, _ := d.ctrl.freeBytesLocked(t)
+				free, _ := d.ctrl.freeBytesLocked(t) // mu, then the node's: the usual order
 				return float64(free)
 			})
 	}
@@ -209,30 +236,52 @@ func Listen(endpoint string) (net.Listener, error) {
 	return net.Listen("unix", p)
 }
 
-// fileCatalog reads the controller's records in a node-only process, which shares the state
-// directory with the controller process of its node. The document is re-read when it
-// changes; it is replaced atomically, so a read never sees half of it.
-func fileCatalog(p string) func(id string) *state.Volume {
-	var (
-		mu    sync.Mutex
-		mtime time.Time
-		size  int64
-		cache = state.NewController()
-	)
-	f := state.NewFile(p)
-	return func(id string) *state.Volume {
-		mu.Lock()
-		defer mu.Unlock()
-		if fi, err := os.Stat(p); err == nil && (!fi.ModTime().Equal(mtime) || fi.Size() != size) {
-			fresh := state.NewController()
-			if _, err := f.Load(fresh); err == nil {
-				fresh.Normalize()
-				cache, mtime, size = fresh, fi.ModTime(), fi.Size()
-			}
+// fileView reads a record document that the other process of a split node writes. It is
+// read again only when it changed; it is replaced atomically, so a read never sees half of
+// it, and an unreadable or missing file reads as the last good copy (empty at first).
+type fileView[T any] struct {
+	mu    sync.Mutex
+	path  string
+	file  *state.File
+	fresh func() *T
+	mtime time.Time
+	size  int64
+	doc   *T
+}
+
+func newFileView[T any](p string, fresh func() *T) *fileView[T] {
+	return &fileView[T]{path: p, file: state.NewFile(p), fresh: fresh, doc: fresh()}
+}
+
+// get returns the document; the caller must not change it.
+func (v *fileView[T]) get() *T {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if fi, err := os.Stat(v.path); err == nil && (!fi.ModTime().Equal(v.mtime) || fi.Size() != v.size) {
+		doc := v.fresh()
+		if _, err := v.file.Load(doc); err == nil {
+			v.doc, v.mtime, v.size = doc, fi.ModTime(), fi.Size()
 		}
-		if v, ok := cache.Volumes[id]; ok {
-			return v.Clone()
-		}
-		return nil
 	}
+	return v.doc
+}
+
+// measureQuarantine counts what the quarantine holds into the pool and reports it: an
+// operator must look at it, and until then it takes space like any volume.
+func (d *Driver) measureQuarantine(p *pool) error {
+	bytes, entries, err := quarantineUsage(d.cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("measure the quarantine: %w", err)
+	}
+	p.quarantined.Store(bytes)
+	p.quarantinedEntries.Store(entries)
+	if entries > 0 {
+		d.log.Info("The quarantine holds data that no record names; inspect it and delete it by hand",
+			"path", quarantineDir(d.cfg.StateDir), "entries", entries, "bytes", bytes)
+	}
+	d.metrics.gauge("kubevol_driver_quarantined_entries", "Volumes and snapshots moved to the quarantine because no record named them, as measured at start-up.", nil,
+		func() float64 { return float64(p.quarantinedEntries.Load()) })
+	d.metrics.gauge("kubevol_driver_quarantined_bytes", "Bytes held by the quarantine, counted against the pool, as measured at start-up.", nil,
+		func() float64 { return float64(p.quarantined.Load()) })
+	return nil
 }

@@ -42,20 +42,30 @@ type node struct {
 	mu      sync.Mutex
 	st      *state.Node
 	commits *state.Committer
+	// pool is the space of the state directory, which inline ephemeral volumes share with
+	// the controller's; peer reports what the controller's records hold.
+	pool *pool
+	peer func(typ string) []hold
 }
 
-func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops, catalog func(string) *state.Volume) (*node, error) {
+// ephemeralLayout is the node's own area for inline ephemeral volumes.
+func ephemeralLayout(stateDir string) backend.Layout {
+	return backend.Layout{Volumes: filepath.Join(stateDir, "ephemeral"), Snapshots: filepath.Join(stateDir, "ephemeral")}
+}
+
+func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops, catalog func(string) *state.Volume, p *pool, cu *custody) (*node, error) {
 	n := &node{
 		cfg:       cfg,
 		log:       log.WithName("node"),
 		file:      state.NewFile(filepath.Join(cfg.StateDir, "node.json")),
 		layout:    controllerLayout(cfg.StateDir),
-		ephLayout: backend.Layout{Volumes: filepath.Join(cfg.StateDir, "ephemeral"), Snapshots: filepath.Join(cfg.StateDir, "ephemeral")},
+		ephLayout: ephemeralLayout(cfg.StateDir),
 		catalog:   catalog,
 		loops:     loops,
 		mounter:   mount.NewSafeFormatAndMount(mount.NewWithoutSystemd(""), utilexec.New()),
 		resizer:   mount.NewResizeFs(utilexec.New()),
 		locks:     locks,
+		pool:      p,
 	}
 	if err := n.ephLayout.MkdirAll(); err != nil {
 		return nil, err
@@ -63,9 +73,17 @@ func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops
 	if err := n.layout.MkdirAll(); err != nil {
 		return nil, err
 	}
-	if err := n.load(); err != nil {
+	n.st = state.NewNode()
+	err := cu.open(record{
+		file:  n.file,
+		doc:   func() state.Document { return n.st },
+		reset: func() { n.st = state.NewNode() },
+		data:  []string{n.ephLayout.Volumes},
+	})
+	if err != nil {
 		return nil, err
 	}
+	n.st.Normalize()
 	n.commits = state.NewCommitter(n.file, &n.mu, func() any { return n.st }, dropUnsaved(n.log, n.file, n.load))
 	return n, nil
 }

@@ -74,7 +74,9 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 		want.StagingPath = b.VolumePath(id) // the bind source
 	}
 	create := func() error {
-		if err := n.update(func(st *state.Node) { st.Ephemeral[id] = v }); err != nil {
+		// The record is the intent: durable before any byte exists, it names what a
+		// restart removes if the publish never completes.
+		if err := n.admitEphemeral(v); err != nil {
 			return err
 		}
 		if err := b.CreateVolume(id, size, ""); err != nil {
@@ -95,6 +97,57 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 		create = nil
 	}
 	return n.publishWith(ctx, want, func() error { return n.mountPublish(want) }, create)
+}
+
+// ephemeralHolds is what the node's inline ephemeral volumes of type typ hold in the pool,
+// except the one named skip (a retried publish re-admits its own volume).
+func ephemeralHolds(st *state.Node, l backend.Layout, typ, skip string) []hold {
+	var out []hold
+	b, _ := backend.New(typ, l)
+	for id, v := range st.Ephemeral {
+		if v.Type == typ && id != skip {
+			out = append(out, hold{bytes: v.CapacityBytes, image: b.VolumePath(id)})
+		}
+	}
+	return out
+}
+
+// holds is what the node's records hold, for the controller's view of the pool. It takes
+// n.mu, which nothing holds while it waits for the controller's lock.
+func (n *node) holds(typ string) []hold {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return ephemeralHolds(n.st, n.ephLayout, typ, "")
+}
+
+// admitEphemeral records an inline ephemeral volume if its size fits in the pool
+// (RESOURCE_EXHAUSTED if not), and returns once the record is durable. A pod's volume
+// attributes choose the size, so without this check one pod could fill the host.
+func (n *node) admitEphemeral(v *state.Volume) error {
+	n.pool.mu.Lock()
+	var all []hold
+	if n.peer != nil {
+		all = n.peer(v.Type) // the controller's lock, before n.mu: the order every path keeps
+	}
+	n.mu.Lock()
+	all = append(all, ephemeralHolds(n.st, n.ephLayout, v.Type, v.ID)...)
+	free, err := n.pool.free(v.Type, all)
+	if err == nil && v.CapacityBytes > free {
+		err = status.Errorf(codes.ResourceExhausted, "not enough space in the %s pool for an ephemeral volume: %d bytes requested, %d available", v.Type, v.CapacityBytes, free)
+	} else if err != nil {
+		err = status.Errorf(codes.Internal, "capacity: %v", err)
+	}
+	if err != nil {
+		n.mu.Unlock()
+		n.pool.mu.Unlock()
+		return err
+	}
+	n.st.Ephemeral[v.ID] = v
+	n.pool.mu.Unlock()
+	if err := n.commits.Commit(); err != nil {
+		return status.Errorf(codes.Internal, "persist node state: %v", err)
+	}
+	return nil
 }
 
 // destroyEphemeral deletes an ephemeral volume: its loop device, its bytes, its record.

@@ -15,8 +15,9 @@ import (
 //     for them to be undone;
 //   - completed stages and publishes are repaired when their loop device or mount is gone,
 //     as after a reboot;
-//   - loop devices on kubevol images that no record explains are detached, and ephemeral
-//     volumes no publish explains are deleted.
+//   - loop devices on kubevol images that no record explains are detached, ephemeral
+//     volumes whose record no publish explains are deleted, and ephemeral data that no
+//     record names is quarantined.
 func (n *node) reconcile(ctx context.Context) error {
 	if err := n.file.RemoveTemps(); err != nil {
 		return err
@@ -133,12 +134,19 @@ func (n *node) removeOrphanEphemeral(ctx context.Context) error {
 		return err
 	}
 	for _, e := range entries {
-		if _, err := n.resolveEphemeral(e.ID); err == nil && !e.Partial {
-			continue
-		}
-		n.log.Info("Removing ephemeral volume data no record explains", "path", e.Path)
-		if err := backend.RemoveEntry(e); err != nil {
-			return err
+		_, err := n.resolveEphemeral(e.ID)
+		switch {
+		case err == nil && !e.Partial:
+		case err == nil:
+			n.log.Info("Removing the partial copy of an interrupted ephemeral volume", "path", e.Path)
+			if err := backend.RemoveEntry(e); err != nil {
+				return err
+			}
+		default:
+			// No record names it: it may be a volume whose record was lost.
+			if err := quarantine(n.log, n.cfg.StateDir, "ephemeral", e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

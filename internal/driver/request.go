@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -32,6 +33,9 @@ const (
 	// minBlockSize is the smallest image; xfs refuses filesystems under 300 MiB.
 	minBlockSize int64 = 1 << 20
 	minXFSSize   int64 = 300 << 20
+	// maxSize is the largest size the driver records: the largest int64 that is a whole
+	// number of blocks. Anything above it is OUT_OF_RANGE, before any arithmetic on it.
+	maxSize int64 = math.MaxInt64 &^ (sizeAlign - 1)
 )
 
 var supportedFsTypes = []string{"ext4", "xfs"}
@@ -91,6 +95,9 @@ func volumeSize(cr *csi.CapacityRange, floor int64) (int64, error) {
 		}
 	}
 	size = max(size, floor)
+	if size > maxSize {
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes exceeds the largest volume, %d bytes", size, maxSize)
+	}
 	size = (size + sizeAlign - 1) / sizeAlign * sizeAlign
 	if lim > 0 && size > lim {
 		return 0, status.Errorf(codes.OutOfRange, "capacity_range: limit_bytes %d is below the smallest possible volume of %d bytes", lim, size)

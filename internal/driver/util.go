@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -55,4 +57,13 @@ func klogFrom(ctx context.Context, fallback klog.Logger) klog.Logger {
 		return l
 	}
 	return fallback
+}
+
+// dataErrorCode is the CSI code for a failure to write volume data: a full disk or quota
+// is RESOURCE_EXHAUSTED, which a CO retries as it frees space; anything else is INTERNAL.
+func dataErrorCode(err error) codes.Code {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return codes.ResourceExhausted
+	}
+	return codes.Internal
 }

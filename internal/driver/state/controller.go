@@ -16,7 +16,9 @@ const (
 // and the nodes each volume is published to. Only the controller process writes it; a split
 // node process may read it to learn a volume's capacity.
 type Controller struct {
-	Version   int                  `json:"version"`
+	Version int `json:"version"`
+	// Identity must match the state directory's marker; see Identity.
+	Identity  *Identity            `json:"identity,omitempty"`
 	Volumes   map[string]*Volume   `json:"volumes"`
 	Snapshots map[string]*Snapshot `json:"snapshots"`
 }
@@ -44,6 +46,10 @@ type Volume struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Attachments are the ControllerPublishVolume records, keyed by node ID.
 	Attachments map[string]Attachment `json:"attachments,omitempty"`
+	// Creating is the intent of a CreateVolume: persisted before any byte of the volume
+	// exists and cleared once the data is complete. A restart rolls back what a Creating
+	// record names, and only that; data no record names is quarantined, never deleted.
+	Creating bool `json:"creating,omitempty"`
 	// Deleting is set, and persisted, before DeleteVolume removes the bytes, so a crash in
 	// between leaves a record that says so, and the restart finishes the deletion.
 	Deleting bool `json:"deleting,omitempty"`
@@ -68,6 +74,8 @@ type Snapshot struct {
 	FsType     string            `json:"fsType,omitempty"`
 	Parameters map[string]string `json:"parameters,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// Creating is the intent of a CreateSnapshot, as Volume.Creating.
+	Creating bool `json:"creating,omitempty"`
 }
 
 // Clone returns a deep copy, so that a change can be prepared and thrown away if it cannot
@@ -82,7 +90,7 @@ func (v *Volume) Clone() *Volume {
 	return &c
 }
 
-// VolumeByName finds a volume by its CreateVolume name.
+// VolumeByName finds a volume by its CreateVolume name, complete or being created.
 func (s *Controller) VolumeByName(name string) *Volume {
 	for _, v := range s.Volumes {
 		if v.Name == name {
@@ -102,15 +110,30 @@ func (s *Controller) SnapshotByName(name string) *Snapshot {
 	return nil
 }
 
-// SortedVolumeIDs lists volume IDs in a stable order, which makes list pagination tokens
+// SortedVolumeIDs lists the IDs of the volumes created (not those still being created, whose
+// IDs no caller knows yet) in a stable order, which makes list pagination tokens
 // meaningful.
 func (s *Controller) SortedVolumeIDs() []string {
-	return slices.Sorted(maps.Keys(s.Volumes))
+	var ids []string
+	for id, v := range s.Volumes {
+		if !v.Creating {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
-// SortedSnapshotIDs lists snapshot IDs in a stable order.
+// SortedSnapshotIDs lists the IDs of the snapshots created, in a stable order.
 func (s *Controller) SortedSnapshotIDs() []string {
-	return slices.Sorted(maps.Keys(s.Snapshots))
+	var ids []string
+	for id, sn := range s.Snapshots {
+		if !sn.Creating {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // UsedBytes sums what the volumes and snapshots of one backend type hold in its pool.

@@ -50,35 +50,49 @@ func (f *File) Save(v any) error {
 	return f.Write(data)
 }
 
+// Create writes v only if no document exists yet, atomically: of two processes creating
+// the same document, exactly one wins, and created tells the caller which.
+func (f *File) Create(v any) (created bool, err error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return false, err
+	}
+	return f.write(data, os.Link)
+}
+
 // Write replaces the document with data, an encoded document.
 func (f *File) Write(data []byte) error {
+	_, err := f.write(data, os.Rename)
+	return err
+}
+
+// write puts data in a synced temp file and moves it into place with place: a rename
+// replaces the document, a link creates it only if it is missing.
+func (f *File) write(data []byte, place func(oldpath, newpath string) error) (placed bool, err error) {
 	dir := filepath.Dir(f.path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(f.path)+".tmp-*")
 	if err != nil {
-		return err
+		return false, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
+	// After a rename the temp name is gone; after a link it is a second name to remove.
+	defer os.Remove(tmp.Name()) //nolint:errcheck
 	if _, err := tmp.Write(data); err != nil {
 		_ = tmp.Close()
-		return err
+		return false, err
 	}
 	if err := tmp.Sync(); err != nil {
 		_ = tmp.Close()
-		return err
+		return false, err
 	}
 	if err := tmp.Close(); err != nil {
-		return err
+		return false, err
 	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return err
+	if err := place(tmp.Name(), f.path); errors.Is(err, os.ErrExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
 	}
-	committed = true
-	return syncDir(dir)
+	return true, syncDir(dir)
 }
 
 // RemoveTemps deletes temp files left by a Save that was killed before its rename.

@@ -4,6 +4,8 @@ package state
 // and the ephemeral inline volumes it created. Only the node process writes it.
 type Node struct {
 	Version int `json:"version"`
+	// Identity must match the state directory's marker; see Identity.
+	Identity *Identity `json:"identity,omitempty"`
 	// Stages are keyed by volume ID: CSI stages a volume at most once per node.
 	Stages map[string]*Stage `json:"stages"`
 	// Publishes are keyed by target path: one target holds one volume.
