@@ -143,7 +143,6 @@ func (c *controller) rollbackAbandoned(name string) error {
 	return nil
 }
 
-
 // contentSource decodes a VolumeContentSource into the recorded form and the lock key of
 // the source.
 func contentSource(src *csi.VolumeContentSource) (recorded, lockKey string, err error) {

@@ -83,7 +83,9 @@ func New(cfg Config) (*Driver, error) {
 			return nil, d.closeWith(err)
 		}
 		catalog, ctrlHolds = d.ctrl.catalogVolume, d.ctrl.holds
-		d.ctrl.peer = func(typ string) []hold { return ephemeralHolds(nodeDoc.get(), ephemeralLayout(d.cfg.StateDir), typ, "") }
+		d.ctrl.peer = func(typ string) []hold {
+			return ephemeralHolds(nodeDoc.get(), ephemeralLayout(d.cfg.StateDir), typ, "")
+		}
 	}
 	if d.cfg.servesNode() {
 		if d.node, err = newNode(&d.cfg, log, locks, loops, catalog, p, cu); err != nil {
