@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -62,6 +63,7 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s`,
 	f.StringVar(&o.cfg.CallLog, "call-log", "", "append one JSON line per CSI call to this file")
 	f.StringVar(&o.httpEndpoint, "http-endpoint", "", "address such as 127.0.0.1:9808 to serve /metrics and /healthz on (default: off)")
 	f.StringArrayVar(&o.faults, "fault", nil, "fault injection rules (repeatable), see above")
+	f.StringVar((*string)(&o.cfg.Recover), "recover", "", "only after the driver refused a state directory: adopt (trust the records found as this driver's) or quarantine (set them aside and move all data to <state-dir>/quarantine); nothing is deleted either way")
 	return cmd
 }
 
@@ -73,8 +75,8 @@ func (o *driverOptions) validate() error {
 		return usageErrorf("--endpoint: %v", err)
 	}
 	q, err := resource.ParseQuantity(o.capacity)
-	if err != nil || q.Sign() <= 0 {
-		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi", o.capacity)
+	if err != nil || q.Sign() <= 0 || q.CmpInt64(math.MaxInt64) > 0 {
+		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi, below 8Ei", o.capacity)
 	}
 	o.cfg.Capacity = q.Value()
 	o.cfg.Mode = driver.Mode(o.mode)

@@ -59,7 +59,7 @@ func claimStateDir(cfg *Config, log klog.Logger) (*custody, error) {
 	found, err := f.Load(&m)
 	switch {
 	case err != nil && cfg.Recover == RecoverNone:
-		return nil, cu.refuse(f.Path(), fmt.Sprintf("it cannot be read (%v)", err))
+		return nil, cu.refuse("marker", f.Path(), fmt.Sprintf("it cannot be read (%v)", err))
 	case err != nil:
 		log.Info("Replacing an unreadable state directory marker", "path", f.Path(), "err", err.Error(), "recover", cfg.Recover)
 		cu.id = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir)
@@ -88,7 +88,7 @@ func claimStateDir(cfg *Config, log klog.Logger) (*custody, error) {
 	case RecoverQuarantine:
 		cu.id = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir)
 	default:
-		return nil, cu.refuse(f.Path(), "it was written for "+why)
+		return nil, cu.refuse("marker", f.Path(), "it was written for "+why)
 	}
 	log.Info("Rewriting the state directory marker", "path", f.Path(), "was", why, "recover", cfg.Recover)
 	return cu, f.Save(cu.id)
@@ -147,7 +147,7 @@ func (cu *custody) open(r record) error {
 	case cu.cfg.Recover == RecoverQuarantine:
 		cu.log.Info("Setting the records aside; the data they named will be quarantined", "path", r.file.Path(), "was", problem)
 	default:
-		return cu.refuse(r.file.Path(), problem+", and data is present in "+fmt.Sprint(r.data))
+		return cu.refuse("record file", r.file.Path(), problem+", and data is present in "+fmt.Sprint(r.data))
 	}
 	if found {
 		aside := fmt.Sprintf("%s.set-aside-%s", r.file.Path(), time.Now().UTC().Format("20060102T150405.000000000Z"))
@@ -166,13 +166,13 @@ func (cu *custody) save(r record) error {
 	return r.file.Save(r.doc())
 }
 
-// refuse is the error of a start-up that will not act on path.
-func (cu *custody) refuse(path, problem string) error {
-	return fmt.Errorf("refusing to start: the record file %s cannot be trusted: %s. Nothing was changed. "+
+// refuse is the error of a start-up that will not act on the file at path.
+func (cu *custody) refuse(what, path, problem string) error {
+	return fmt.Errorf("refusing to start: the state directory's %s %s cannot be trusted: %s. Nothing was changed. "+
 		"If --state-dir, --node-id or --drivername is wrong, fix it; if you have a backup of the file, restore it. "+
 		"Otherwise start once with --recover=adopt to trust the records found here as this driver's, "+
 		"or --recover=quarantine to set them aside and move every volume and snapshot into %s, where nothing is deleted "+
-		"(docs/driver.md, \"Recovering a state directory\")", path, problem, quarantineDir(cu.cfg.StateDir))
+		"(docs/driver.md, \"Recovering a state directory\")", what, path, problem, quarantineDir(cu.cfg.StateDir))
 }
 
 // anyData reports whether any of dirs holds a volume or snapshot, complete or partial.

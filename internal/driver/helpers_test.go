@@ -2,12 +2,15 @@ package driver_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver"
 )
 
 // clients is what the tests drive, in process or in a child.
@@ -95,4 +98,12 @@ func wantCode(t testing.TB, err error, want codes.Code, what string) {
 	if got := status.Code(err); got != want {
 		t.Fatalf("%s: got %v (%v), want %v", what, got, err, want)
 	}
+}
+
+// scrape returns the driver's /metrics page.
+func scrape(t testing.TB, d *driver.Driver) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	d.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
 }

@@ -37,9 +37,13 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 	}
 	size := DefaultVolumeSize
 	if s, ok := attrs[ContextSize]; ok {
+		// Compared before Value(), which wraps or saturates beyond int64 ("1e30" is 0).
 		q, err := resource.ParseQuantity(s)
-		if err != nil || q.Value() <= 0 {
+		if err != nil || q.Sign() <= 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q: want a positive quantity such as 1Gi", ContextSize, s)
+		}
+		if q.CmpInt64(maxSize) > 0 {
+			return nil, status.Errorf(codes.OutOfRange, "volume attribute %s=%q exceeds the largest volume, %d bytes", ContextSize, s, maxSize)
 		}
 		size = q.Value()
 	}

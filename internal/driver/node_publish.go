@@ -101,7 +101,7 @@ func (n *node) publishWith(ctx context.Context, want *state.Publish, doMount, cr
 		} else {
 			_ = n.update(func(st *state.Node) { delete(st.Publishes, want.TargetPath) })
 		}
-		return nil, status.Errorf(codes.Internal, "publish volume %s: %v", id, err)
+		return nil, status.Errorf(errorCode(err), "publish volume %s: %v", id, status.Convert(err).Message())
 	}
 	want.Phase = state.PhaseDone
 	if err := n.update(func(st *state.Node) { st.Publishes[want.TargetPath] = want }); err != nil {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -27,6 +28,11 @@ func TestVolumeSize(t *testing.T) {
 		{"floor above limit", 1 << 20, 2 << 20, 300 << 20, 0, codes.OutOfRange},
 		{"required above limit", 2, 1, 4096, 0, codes.OutOfRange},
 		{"negative", -1, 0, 4096, 0, codes.InvalidArgument},
+		// What a claim of 8Ei turns into: rounding it up used to wrap to a negative size.
+		{"largest int64", math.MaxInt64, 0, 4096, 0, codes.OutOfRange},
+		{"one byte above the largest size", maxSize + 1, 0, 4096, 0, codes.OutOfRange},
+		{"largest size", maxSize, 0, 4096, maxSize, codes.OK},
+		{"floor above the largest size", 1, 0, math.MaxInt64, 0, codes.OutOfRange},
 	} {
 		got, err := volumeSize(&csi.CapacityRange{RequiredBytes: tc.req, LimitBytes: tc.lim}, tc.floor)
 		if status.Code(err) != tc.code || got != tc.want {

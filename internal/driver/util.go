@@ -59,6 +59,15 @@ func klogFrom(ctx context.Context, fallback klog.Logger) klog.Logger {
 	return fallback
 }
 
+// errorCode keeps the code of an error that already carries one (a refusal such as
+// RESOURCE_EXHAUSTED from a step of the call), and classifies any other as dataErrorCode.
+func errorCode(err error) codes.Code {
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return dataErrorCode(err)
+}
+
 // dataErrorCode is the CSI code for a failure to write volume data: a full disk or quota
 // is RESOURCE_EXHAUSTED, which a CO retries as it frees space; anything else is INTERNAL.
 func dataErrorCode(err error) codes.Code {
