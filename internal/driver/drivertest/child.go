@@ -95,6 +95,10 @@ func StartChild(t TB, endpoint string, cfg driver.Config) *Child {
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	// A group of its own, so that Kill also ends the mount and mkfs the driver runs: a
+	// container runtime kills a container's every process at once, and a child that
+	// finished its mount after the restart's repairs would leave one no record explains.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("start driver child: %v", err)
 	}
@@ -110,8 +114,8 @@ func StartChild(t TB, endpoint string, cfg driver.Config) *Child {
 	return c
 }
 
-// Kill sends SIGKILL and waits for the process to be gone. Mounts and loop devices stay,
-// exactly as after a crash.
+// Kill sends SIGKILL to the driver's process group and waits for the driver to be gone.
+// Mounts and loop devices stay, exactly as after a crash.
 func (c *Child) Kill() {
 	if c.Conn != nil {
 		_ = c.Conn.Close()
@@ -120,7 +124,6 @@ func (c *Child) Kill() {
 	if c.cmd.ProcessState != nil {
 		return
 	}
-	_ = c.cmd.Process.Kill()
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 	<-c.waited
-
 }
