@@ -87,3 +87,28 @@ func TestEphemeralTakesCapacity(t *testing.T) {
 	}
 	c.create(t, "pvc", "dir", 50<<20)
 }
+
+// TestSplitPool: a controller process and a node process of one node share the state
+// directory and its pool; each reads what the other's records hold from disk.
+func TestSplitPool(t *testing.T) {
+	drivertest.RequireRoot(t)
+	ctrl := drivertest.Start(t, driver.Config{Mode: driver.ModeController, Capacity: 100 << 20})
+	node := drivertest.Start(t, driver.Config{Mode: driver.ModeNode, StateDir: ctrl.Config.StateDir, Capacity: 100 << 20})
+	publish := func(id, size string) error {
+		_, err := node.Node.NodePublishVolume(ctxT(t), &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: node.Path("pods", id),
+			VolumeCapability: mountCap(""), VolumeContext: map[string]string{driver.ContextEphemeral: "true", "size": size}})
+		return err
+	}
+	if err := publish("csi-eph-60", "60Mi"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ctrl.Controller.GetCapacity(ctxT(t), &csi.GetCapacityRequest{Parameters: map[string]string{"type": "dir"}})
+	if err != nil || resp.GetAvailableCapacity() != 40<<20 {
+		t.Fatalf("the controller's GetCapacity beside a 60 MiB ephemeral volume: %v, %v; want %d", resp.GetAvailableCapacity(), err, 40<<20)
+	}
+	clients{ctrl: ctrl.Controller}.create(t, "pvc", "dir", 30<<20)
+	wantCode(t, publish("csi-eph-20", "20Mi"), codes.ResourceExhausted, "an ephemeral volume beyond what the controller's volumes left")
+	if _, err := node.Node.NodeUnpublishVolume(ctxT(t), &csi.NodeUnpublishVolumeRequest{VolumeId: "csi-eph-60", TargetPath: node.Path("pods", "csi-eph-60")}); err != nil {
+		t.Fatal(err)
+	}
+}
