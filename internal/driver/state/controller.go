@@ -136,21 +136,6 @@ func (s *Controller) SortedSnapshotIDs() []string {
 	return ids
 }
 
-// UsedBytes sums what the volumes and snapshots of one backend type hold in its pool.
-func (s *Controller) UsedBytes(typ string) int64 {
-	var used int64
-	for _, v := range s.Volumes {
-		if v.Type == typ {
-			used += v.CapacityBytes
-		}
-	}
-	for _, sn := range s.Snapshots {
-		if sn.Type == typ {
-			used += sn.UsedBytes
-		}
-	}
-	return used
-}
 
 // Normalize fills the maps a decoded document may lack.
 func (s *Controller) Normalize() {

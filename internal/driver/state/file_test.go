@@ -27,8 +27,28 @@ func TestFileRoundTrip(t *testing.T) {
 	if got.Volumes["v1"].Name != "pvc-1" || got.Volumes["v1"].Attachments["n1"].AccessMode != 1 || got.Snapshots["s1"].SourceVolumeID != "v1" {
 		t.Errorf("round trip lost data: %+v", got)
 	}
-	if used := got.UsedBytes(TypeDir); used != 1<<20 {
-		t.Errorf("UsedBytes = %d", used)
+	if got.Volumes["v1"].CapacityBytes != 1<<20 {
+		t.Errorf("round trip lost the capacity: %+v", got.Volumes["v1"])
+	}
+}
+
+// Create writes a document only once: of two processes initialising a state directory,
+// one wins and the other reads the winner's document.
+func TestFileCreateOnce(t *testing.T) {
+	f := NewFile(filepath.Join(t.TempDir(), "identity.json"))
+	first, second := NewIdentity("d", "n", "/s"), NewIdentity("d", "n", "/s")
+	if won, err := f.Create(first); err != nil || !won {
+		t.Fatalf("first Create: %v %v", won, err)
+	}
+	if won, err := f.Create(second); err != nil || won {
+		t.Fatalf("second Create replaced the document: %v %v", won, err)
+	}
+	var got Identity
+	if _, err := f.Load(&got); err != nil || got.Mismatch(first) != "" {
+		t.Fatalf("Load after two Creates: %+v %v", got, err)
+	}
+	if temps, _ := filepath.Glob(filepath.Join(filepath.Dir(f.Path()), ".identity.json.tmp-*")); len(temps) > 0 {
+		t.Errorf("temp files left: %v", temps)
 	}
 }
 
