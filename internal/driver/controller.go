@@ -264,7 +264,7 @@ func (c *controller) reconcile(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	var creating, deleting []*state.Volume
-	var snapshots []*state.Snapshot
+	var snapshots []state.Snapshot
 	for _, v := range c.st.Volumes {
 		switch {
 		case v.Creating:
@@ -279,7 +279,7 @@ func (c *controller) reconcile(ctx context.Context) error {
 	}
 	for _, sn := range c.st.Snapshots {
 		if sn.Creating {
-			snapshots = append(snapshots, sn)
+			snapshots = append(snapshots, *sn)
 		}
 	}
 	c.mu.Unlock()
