@@ -25,7 +25,7 @@ const markerHeader = "kubevol up state directory"
 // older up, or a directory chosen by mistake), so Reset will refuse it; marked reports
 // whether dir carries the marker.
 func claimDir(dir string) (marked bool, err error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil { // as localcluster makes it
 		return false, err
 	}
 	if err := checkMarker(dir); err == nil {
