@@ -77,6 +77,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if o.NodeName == "" {
 		return nil, errors.New("up: NodeName is required")
 	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	o.Dir = dir
+	if marked, err := claimDir(o.Dir); err != nil {
+		return nil, fmt.Errorf("up: state directory: %w", err)
+	} else if !marked {
+		fmt.Fprintf(o.Progress, "note: %s is not empty and has no %s marker, so `kubevol up --reset` will refuse to wipe it\n", o.Dir, MarkerFile)
+	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync})
 	if err != nil {
 		return nil, err

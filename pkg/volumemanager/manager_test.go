@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -263,5 +264,75 @@ func TestReconstruction(t *testing.T) {
 	h.eventually("kept pod ready", func() bool { return h.m.PodVolumesReady("uid-keep") })
 	if data, err := os.ReadFile(keepFile); err != nil || string(data) != "precious" {
 		t.Errorf("data of a wanted volume lost: %q %v", data, err)
+	}
+}
+
+// A mount inside a pod's volume that the mount check does not know of (the harness's
+// mounter is a fake, so the real tmpfs is invisible to it, as a mount made in between
+// would be) is never entered: the teardown stops there and keeps the mounted data, and
+// completes once it is gone.
+func TestTeardownNeverDeletesMountedData(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.create(pod("p", "uid-m", emptyDirVolume("data")))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-m"] == 1 }) })
+	vol := filepath.Join(h.root, "pods/uid-m/volumes/kubernetes.io~empty-dir/data")
+	inner := filepath.Join(vol, "inner")
+	sibling := filepath.Join(vol, "sibling")
+	for _, err := range []error{os.Mkdir(inner, 0o755), os.WriteFile(sibling, nil, 0o644), unix.Mount("tmpfs", inner, "tmpfs", 0, "")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounted := true
+	unmount := func() {
+		if mounted {
+			if err := unix.Unmount(inner, 0); err != nil {
+				t.Errorf("unmount: %v", err)
+			}
+			mounted = false
+		}
+	}
+	t.Cleanup(unmount)
+	if err := os.WriteFile(filepath.Join(inner, "data"), []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("teardown tried", func() bool { _, err := os.Lstat(sibling); return os.IsNotExist(err) })
+	if data, err := os.ReadFile(filepath.Join(inner, "data")); err != nil || string(data) != "precious" {
+		t.Errorf("mounted data deleted: %q %v", data, err)
+	}
+	if h.obs.get(func(o *observer) bool { return o.tornDown["uid-m"] > 0 }) {
+		t.Error("pod reported torn down with a mount left in its volume")
+	}
+	unmount()
+	h.eventually("torn down", func() bool { return h.obs.get(func(o *observer) bool { return o.tornDown["uid-m"] == 1 }) })
+	if _, err := os.Stat(filepath.Join(h.root, "pods/uid-m")); !os.IsNotExist(err) {
+		t.Errorf("pod dir left: %v", err)
+	}
+}
+
+// A volume directory that no plugin can tear down (its plugin is unknown, so there is no
+// record of what it is) stays with its data, after reconstruction and after the pod
+// directory cleanup, which does remove the pod's known volumes.
+func TestUnknownVolumeDataIsKept(t *testing.T) {
+	h := newHarness(t)
+	pd := filepath.Join(h.root, "pods/uid-u/volumes")
+	known := filepath.Join(pd, "kubernetes.io~empty-dir/e")
+	file := filepath.Join(pd, "zz.example.com~unknown/v/file") // sorted after the known one
+	for _, d := range []string{known, filepath.Dir(file)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(file, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.eventually("cleanup tried", func() bool { _, err := os.Lstat(known); return os.IsNotExist(err) })
+	if data, err := os.ReadFile(file); err != nil || string(data) != "precious" {
+		t.Errorf("data without a record deleted: %q %v", data, err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
 
 // tornDownState is what the observer was last told about a torn-down pod; zero is nothing.
@@ -245,7 +247,9 @@ func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
 	if len(mps) > 0 {
 		return fmt.Errorf("%s is still mounted", mps[0])
 	}
-	return os.RemoveAll(dir)
+	// The check above reads the mount table once; removeall also stops at a mount it
+	// missed or that appeared since (upstream: RemoveAllOneFilesystem).
+	return removeall.All(dir)
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/pkg/volume/payload"
+	"github.com/kubevol/kubevol/pkg/volume/removeall"
 	"github.com/kubevol/kubevol/pkg/volume/subpath"
 )
 
@@ -36,7 +37,7 @@ func (m *Manager) cleanSubpaths(uid types.UID, specName string) error {
 			return err
 		}
 	}
-	return os.RemoveAll(dir)
+	return removeall.All(dir)
 }
 
 // mountsBelow lists the mount points under dir, in mount table order.

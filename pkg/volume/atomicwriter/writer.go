@@ -16,11 +16,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
 
 const (
@@ -38,49 +41,124 @@ type FileProjection struct {
 	FsUser *int64
 }
 
-// ValidatePath rejects what could escape the volume or collide with the writer's own
-// entries: absolute paths, ".." elements, a leading "..", and names longer than the kernel
-// allows.
+// ValidatePath reports whether p may name a file of a payload; see CleanPath.
 func ValidatePath(p string) error {
+	_, err := CleanPath(p)
+	return err
+}
+
+// CleanPath validates p and returns it cleaned, as the file's path relative to the volume.
+//
+// The checks on p as given are the kubelet's (upstream atomic_writer.go validatePath): not
+// empty, relative, at most 4096 bytes, no ".." element, no element over 255 bytes, and a
+// first element that does not start with "..". Like upstream, the path is cleaned after
+// these checks, so "./..foo" is accepted and published as the visible name "..foo", and
+// "a/./b" and "a//b" as "a/b".
+//
+// Unlike upstream, the cleaned path is checked too: one that names the volume directory
+// itself (".", "./") or whose first element is one of the writer's own names ("..data",
+// "..data_tmp", a "..<timestamp>" directory, e.g. from "./..data") is refused, where
+// upstream would write it and replace or loop its own links.
+func CleanPath(p string) (string, error) {
 	switch {
 	case p == "":
-		return errors.New("path is empty")
+		return "", errors.New("path is empty")
 	case len(p) > maxPath:
-		return fmt.Errorf("path %q is longer than %d bytes", p, maxPath)
+		return "", fmt.Errorf("path %q is longer than %d bytes", p, maxPath)
 	case filepath.IsAbs(p):
-		return fmt.Errorf("path %q must be relative", p)
-	case strings.HasPrefix(p, ".."):
-		return fmt.Errorf("path %q must not start with '..'", p)
+		return "", fmt.Errorf("path %q must be relative", p)
+	case strings.ContainsRune(p, 0):
+		return "", fmt.Errorf("path %q contains a NUL byte", p)
 	}
-	for _, e := range strings.Split(p, string(os.PathSeparator)) {
+	elems := strings.Split(p, string(os.PathSeparator))
+	for _, e := range elems {
 		if e == ".." {
-			return fmt.Errorf("path %q must not contain '..'", p)
+			return "", fmt.Errorf("path %q must not contain '..'", p)
 		}
 		if len(e) > maxFileName {
-			return fmt.Errorf("path %q has an element longer than %d bytes", p, maxFileName)
+			return "", fmt.Errorf("path %q has an element longer than %d bytes", p, maxFileName)
 		}
 	}
-	return nil
+	if strings.HasPrefix(elems[0], "..") {
+		return "", fmt.Errorf("path %q must not start with '..'", p)
+	}
+	clean := filepath.Clean(p)
+	if clean == "." {
+		return "", fmt.Errorf("path %q names the volume directory itself, not a file in it", p)
+	}
+	if first, _, _ := strings.Cut(clean, string(os.PathSeparator)); isReserved(first) {
+		return "", fmt.Errorf("path %q cleans to %q, whose first element is a name the volume's writer keeps for itself (%s, %s and ..<timestamp> directories)",
+			p, clean, dataDirName, newDataDirName)
+	}
+	return clean, nil
+}
+
+// isReserved: a top-level name the writer uses for itself.
+func isReserved(name string) bool {
+	return name == dataDirName || name == newDataDirName || isTimestampDir(name)
+}
+
+// tsPattern matches the names of the timestamped directories: "..", the UTC time as
+// 2006_01_02_15_04_05, ".", and a random suffix (upstream's, and ours).
+var tsPattern = regexp.MustCompile(`^\.\.[0-9]{4}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}\.[^/]+$`)
+
+func isTimestampDir(name string) bool { return tsPattern.MatchString(name) }
+
+// cleanPayload validates and cleans every path. Two paths that clean to the same one, or a
+// file that is also a directory of another path, are refused before anything is written
+// (upstream keeps one of the duplicates at random, and fails on the conflict halfway).
+func cleanPayload(payload map[string]FileProjection) (map[string]FileProjection, error) {
+	clean := make(map[string]FileProjection, len(payload))
+	from := make(map[string]string, len(payload))
+	for p, f := range payload {
+		c, err := CleanPath(p)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := from[c]; dup {
+			a, b := min(p, other), max(p, other)
+			return nil, fmt.Errorf("paths %q and %q both name %q", a, b, c)
+		}
+		from[c] = p
+		clean[c] = f
+	}
+	for c, p := range from {
+		for d := filepath.Dir(c); d != "."; d = filepath.Dir(d) {
+			if other, ok := from[d]; ok {
+				return nil, fmt.Errorf("path %q is a file, but path %q needs it to be a directory", other, p)
+			}
+		}
+	}
+	return clean, nil
 }
 
 // Write makes dir hold exactly payload (paths relative to dir). When nothing changed it
 // only makes sure the user-visible links exist. setPerms, if not nil, is called on the new
 // timestamped directory (its name relative to dir) before it is published, e.g. to apply
-// fsGroup. A failed Write leaves the previous set in place.
+// fsGroup. A failed Write leaves the previous set in place. Timestamped directories that
+// ..data does not point to (left by a crash) are removed on every Write. Writes to one dir
+// are serialized by a lock on it.
 func Write(dir string, payload map[string]FileProjection, setPerms func(tsDir string) error) error {
-	clean := make(map[string]FileProjection, len(payload))
-	for p, f := range payload {
-		if err := ValidatePath(p); err != nil {
-			return err
-		}
-		clean[filepath.Clean(p)] = f
+	clean, err := cleanPayload(payload)
+	if err != nil {
+		return err
 	}
+	unlock, err := lock(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	oldTS, err := os.Readlink(filepath.Join(dir, dataDirName))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", dataDirName, err)
 	}
 	if oldTS != "" && !isTimestampDir(oldTS) {
-		return fmt.Errorf("%s points to %q, not a timestamped directory", dataDirName, oldTS)
+		// Not ours to read: a link left by an older writer that let a payload replace it
+		// (e.g. "..data -> ..data/..data"). Publishing a new set replaces it.
+		oldTS = ""
+	}
+	if err := sweep(dir, oldTS); err != nil {
+		return err
 	}
 
 	var oldTop map[string]bool
@@ -97,12 +175,12 @@ func Write(dir string, payload map[string]FileProjection, setPerms func(tsDir st
 	}
 	tsName := filepath.Base(tsDir)
 	if err := writeFiles(tsDir, clean); err != nil {
-		os.RemoveAll(tsDir)
+		_ = removeall.All(tsDir)
 		return err
 	}
 	if setPerms != nil {
 		if err := setPerms(tsName); err != nil {
-			os.RemoveAll(tsDir)
+			_ = removeall.All(tsDir)
 			return fmt.Errorf("set permissions: %w", err)
 		}
 	}
@@ -113,18 +191,59 @@ func Write(dir string, payload map[string]FileProjection, setPerms func(tsDir st
 		err = os.Symlink(tsName, tmpLink)
 	}
 	if err != nil {
-		os.RemoveAll(tsDir)
+		_ = removeall.All(tsDir)
 		return err
 	}
 	if err := os.Rename(tmpLink, filepath.Join(dir, dataDirName)); err != nil {
-		os.Remove(tmpLink)
-		os.RemoveAll(tsDir)
+		_ = os.Remove(tmpLink)
+		_ = removeall.All(tsDir)
+		return err
+	}
+	if err := syncVisibleLinks(dir, clean, oldTop); err != nil {
 		return err
 	}
 	if oldTS != "" {
-		defer os.RemoveAll(filepath.Join(dir, oldTS))
+		// The new set is published; if this fails, the next Write's sweep retries it.
+		_ = removeall.All(filepath.Join(dir, oldTS))
 	}
-	return syncVisibleLinks(dir, clean, oldTop)
+	return nil
+}
+
+// sweep removes the timestamped directories other than current: a crash between creating
+// one and publishing it, or before removing the one it replaced, leaves them behind.
+func sweep(dir, current string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsDir() && e.Name() != current && isTimestampDir(e.Name()) {
+			if err := removeall.All(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("remove orphaned data directory: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// lock takes an exclusive lock on dir for one Write: the sweep must not take another
+// writer's directory that is not published yet.
+func lock(dir string) (func(), error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	for {
+		err = unix.Flock(fd, unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, &os.PathError{Op: "lock", Path: dir, Err: err}
+	}
+	return func() { _ = unix.Close(fd) }, nil
 }
 
 // mkdirTimestamped creates <dir>/..<UTC time>.<random>, mode 0755 (the umask cannot
@@ -152,10 +271,6 @@ var umask = func() os.FileMode {
 	unix.Umask(m)
 	return os.FileMode(m)
 }()
-
-func isTimestampDir(name string) bool {
-	return strings.HasPrefix(name, "..") && name != dataDirName && name != newDataDirName && !strings.Contains(name, "/")
-}
 
 // changed compares bytes, modes and the file set: unlike upstream, a mode-only change is
 // written too. It also returns the old set's top-level names, to prune their links.
@@ -236,7 +351,7 @@ func syncVisibleLinks(dir string, payload map[string]FileProjection, oldTop map[
 	for p := range payload {
 		want[strings.SplitN(p, string(os.PathSeparator), 2)[0]] = true
 	}
-	for name := range want {
+	for name := range want { // never a reserved name: CleanPath refuses those
 		link := filepath.Join(dir, name)
 		target := filepath.Join(dataDirName, name)
 		if cur, err := os.Readlink(link); err == nil && cur == target {
@@ -264,7 +379,7 @@ func syncVisibleLinks(dir string, payload map[string]FileProjection, oldTop map[
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, "..") || want[name] || e.Type()&fs.ModeSymlink == 0 {
+		if isReserved(name) || want[name] || e.Type()&fs.ModeSymlink == 0 {
 			continue
 		}
 		if cur, err := os.Readlink(filepath.Join(dir, name)); err == nil && strings.HasPrefix(cur, dataDirName+"/") {

@@ -3,6 +3,7 @@ package atomicwriter
 import (
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,4 +131,157 @@ func mustRead(t *testing.T, p, want string) {
 	if err != nil || string(got) != want {
 		t.Errorf("%s = %q, %v; want %q", p, got, err, want)
 	}
+}
+
+// Hostile and odd paths: the kubelet's checks on the path as given, then ours on the
+// cleaned path.
+func TestCleanPath(t *testing.T) {
+	refused := []string{
+		"", "/etc/passwd", "..", "../x", "a/../../x", "a/../b", "a/..", // upstream: absolute, ".." element
+		"..data", "..a", "..data/x", // upstream: first element starts with ".."
+		"./..data", "./..data/x", ".//..data", "./..data_tmp", "./..2026_01_02_15_04_05.abc", "./..2026_01_02_15_04_05.abc/f", // ours: cleaned to a writer's name
+		".", "./", "./.", // ours: the volume directory itself
+		"a\x00b",
+		strings.Repeat("x", 256), strings.Repeat("a/", 2049),
+	}
+	for _, p := range refused {
+		if c, err := CleanPath(p); err == nil {
+			t.Errorf("%q accepted as %q", p, c)
+		} else if p == "./..data" && !strings.Contains(err.Error(), `"./..data"`) {
+			t.Errorf("error does not name the path: %v", err)
+		}
+	}
+	accepted := map[string]string{
+		"a": "a", "a/b": "a/b", "a..b": "a..b", "x/.y": "x/.y", ".a": ".a",
+		"./..foo": "..foo", "./..datax": "..datax", "./..2026": "..2026", // upstream publishes these as "..foo" etc.
+		"x/..data": "x/..data", "a/./b": "a/b", "a//b": "a/b", "a/": "a", "./a": "a",
+		strings.Repeat("x", 255): strings.Repeat("x", 255),
+	}
+	for p, want := range accepted {
+		if c, err := CleanPath(p); err != nil || c != want {
+			t.Errorf("%q: %q, %v; want %q", p, c, err, want)
+		}
+	}
+}
+
+// A payload path that cleans to the writer's own name is refused, nothing changes, the
+// volume keeps working (on main, "./..data" made ..data a link to itself and every later
+// Write failed).
+func TestWriteRefusesReservedNames(t *testing.T) {
+	for _, bad := range []string{"./..data", "./..data/x", "./..data_tmp", "./..2026_01_02_15_04_05.abc", "./"} {
+		t.Run(bad, func(t *testing.T) {
+			dir := t.TempDir()
+			good := map[string]FileProjection{"k": {Data: []byte("1"), Mode: 0o644}}
+			if err := Write(dir, good, nil); err != nil {
+				t.Fatal(err)
+			}
+			before := listDir(t, dir)
+			err := Write(dir, map[string]FileProjection{"k": {Data: []byte("2"), Mode: 0o644}, bad: {Data: []byte("x"), Mode: 0o644}}, nil)
+			if err == nil || !strings.Contains(err.Error(), bad) {
+				t.Fatalf("Write: %v", err)
+			}
+			if after := listDir(t, dir); strings.Join(after, ",") != strings.Join(before, ",") {
+				t.Errorf("refused Write changed the dir: %v -> %v", before, after)
+			}
+			mustRead(t, filepath.Join(dir, "k"), "1")
+			if err := Write(dir, map[string]FileProjection{"k": {Data: []byte("3"), Mode: 0o644}}, nil); err != nil {
+				t.Fatalf("later Write: %v", err)
+			}
+			mustRead(t, filepath.Join(dir, "k"), "3")
+		})
+	}
+}
+
+// "./..foo" is published as "..foo", as upstream, and its link goes with it.
+func TestWriteDotDotName(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, map[string]FileProjection{"./..foo": {Data: []byte("1"), Mode: 0o644}, "a": {Data: []byte("2"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, filepath.Join(dir, "..foo"), "1")
+	if target, _ := os.Readlink(filepath.Join(dir, "..foo")); target != "..data/..foo" {
+		t.Errorf("..foo links to %q", target)
+	}
+	if err := Write(dir, map[string]FileProjection{"a": {Data: []byte("2"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "..foo")); !os.IsNotExist(err) {
+		t.Errorf("stale ..foo link kept: %v", err)
+	}
+}
+
+func TestWriteRefusesCollisions(t *testing.T) {
+	for _, payload := range []map[string]FileProjection{
+		{"a": {Data: []byte("1")}, "./a": {Data: []byte("2")}},
+		{"a/b": {Data: []byte("1")}, "a//b": {Data: []byte("2")}},
+		{"a": {Data: []byte("1")}, "a/b/c": {Data: []byte("2")}},
+	} {
+		dir := t.TempDir()
+		if err := Write(dir, payload, nil); err == nil {
+			t.Errorf("%v accepted", payload)
+		} else if entries := listDir(t, dir); len(entries) != 0 {
+			t.Errorf("refused Write left %v", entries)
+		}
+	}
+}
+
+// Timestamped directories that ..data does not point to are removed on every Write, an
+// unchanged one included; anything else is left alone.
+func TestWriteSweepsOrphans(t *testing.T) {
+	dir := t.TempDir()
+	payload := map[string]FileProjection{"k": {Data: []byte("1"), Mode: 0o644}}
+	if err := Write(dir, payload, nil); err != nil {
+		t.Fatal(err)
+	}
+	current, _ := os.Readlink(filepath.Join(dir, "..data"))
+	orphans := []string{"..2020_01_01_00_00_00.123", "..2020_01_01_00_00_01.x7/sub"}
+	for _, o := range orphans {
+		if err := os.MkdirAll(filepath.Join(dir, o), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, o, "f"), nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not a timestamped directory: kept.
+	for _, keep := range []string{"..foo", "..2020_01_01"} {
+		if err := os.Mkdir(filepath.Join(dir, keep), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Write(dir, payload, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(listDir(t, dir), ",")
+	want := []string{current, "..2020_01_01", "..data", "..foo", "k"}
+	sort.Strings(want)
+	if got != strings.Join(want, ",") {
+		t.Errorf("entries %s, want %v", got, want)
+	}
+}
+
+// A volume damaged by the old writer (..data a link into itself) is repaired by the next
+// valid Write.
+func TestWriteRepairsLoopedDataLink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("..data/..data", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, map[string]FileProjection{"k": {Data: []byte("1"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, filepath.Join(dir, "k"), "1")
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

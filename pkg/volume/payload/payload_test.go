@@ -25,7 +25,7 @@ func TestFromKeys(t *testing.T) {
 	if got, err := FromKeys(data, []v1.KeyToPath{{Key: "missing", Path: "m"}}, nil, true); err != nil || len(got) != 0 {
 		t.Errorf("optional missing key: %v %v", got, err)
 	}
-	for _, bad := range []string{"/abs", "../up", "a/../../b"} {
+	for _, bad := range []string{"/abs", "../up", "a/../../b", "./..data", "./..data_tmp", "."} {
 		if _, err := FromKeys(data, []v1.KeyToPath{{Key: "a", Path: bad}}, nil, false); err == nil {
 			t.Errorf("path %q accepted", bad)
 		}

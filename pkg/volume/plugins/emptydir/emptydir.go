@@ -19,6 +19,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
 
 // PluginName is the upstream plugin name, which also names the on-disk directory.
@@ -153,7 +154,7 @@ func (m *mounter) SetUpAt(_ context.Context, dir string, args volume.MounterArgs
 func (u *unmounter) TearDown(ctx context.Context) error { return u.TearDownAt(ctx, u.path) }
 
 func (u *unmounter) TearDownAt(_ context.Context, dir string) error {
-	if err := os.RemoveAll(u.readyDir); err != nil {
+	if err := removeall.All(u.readyDir); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -168,7 +169,9 @@ func (u *unmounter) TearDownAt(_ context.Context, dir string) error {
 			return err
 		}
 	}
-	return os.RemoveAll(dir)
+	// Not os.RemoveAll: a mount left inside the volume (one this check cannot see, or one
+	// made since) keeps its data; the error names it.
+	return removeall.All(dir)
 }
 
 // isTmpfsMount: dir is a mount point and a tmpfs (the root dir itself may live on one).
