@@ -83,4 +83,3 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 	return nil
 }
 func (rawCodec) Name() string { return "proto" }
-
