@@ -10,9 +10,14 @@ import (
 )
 
 // leakWindow is how many characters of an encoded secret make a leak: long enough that
-// random text never matches, short enough to catch a secret split across the lines of a
-// hex dump (client-go dumps binary bodies 16 bytes a line).
+// random text never matches (12 bytes of base64 text), short enough to catch a secret split
+// across the lines of a hex dump (client-go dumps binary bodies 16 bytes a line).
 const leakWindow = 16
+
+// spacedWindow is the window of the spaced hex forms: the 8 bytes of half a hex dump line
+// ("xx xx xx xx xx xx xx xx"). 16 characters (5 bytes) of them matched unrelated base64
+// text in a hex dump.
+const spacedWindow = 23
 
 // FindLeaks searches files for the secrets (name: value) in every form a log could hold
 // them: raw, hex (lower and upper case, plain and spaced as hex dumps write it) and
@@ -22,11 +27,15 @@ const leakWindow = 16
 // Values should be random and at least 32 characters, so that every window is unique.
 func FindLeaks(files []string, secrets map[string]string) ([]string, error) {
 	type origin struct{ secret, form string }
-	windows := map[string]origin{}
+	windows := map[int]map[string]origin{leakWindow: {}, spacedWindow: {}}
 	for name, value := range secrets {
 		for form, enc := range leakForms(value) {
-			for i := 0; i+leakWindow <= len(enc); i++ {
-				windows[enc[i:i+leakWindow]] = origin{name, form}
+			w := leakWindow
+			if strings.HasPrefix(form, "spaced") {
+				w = spacedWindow
+			}
+			for i := 0; i+w <= len(enc); i++ {
+				windows[w][enc[i:i+w]] = origin{name, form}
 			}
 		}
 	}
@@ -37,10 +46,12 @@ func FindLeaks(files []string, secrets map[string]string) ([]string, error) {
 			return out, err
 		}
 		seen := map[origin]bool{}
-		for i := 0; i+leakWindow <= len(data); i++ {
-			if o, ok := windows[string(data[i:i+leakWindow])]; ok && !seen[o] {
-				seen[o] = true
-				out = append(out, fmt.Sprintf("%s: secret %s as %s at byte %d", f, o.secret, o.form, i))
+		for w, set := range windows {
+			for i := 0; i+w <= len(data); i++ {
+				if o, ok := set[string(data[i:i+w])]; ok && !seen[o] {
+					seen[o] = true
+					out = append(out, fmt.Sprintf("%s: secret %s as %s at byte %d", f, o.secret, o.form, i))
+				}
 			}
 		}
 	}
