@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -77,6 +78,9 @@ func NewRootCommand() *cobra.Command {
 
 // Execute runs the command line and returns the process exit code.
 func Execute(args []string, stdout, stderr io.Writer) int {
+	// Every command, at every -v: no secret, token or Secret body in a log line (see
+	// redact.LogFilter for what client-go logs from -v=8 on and why a filter stops it).
+	klog.SetLogFilter(redact.LogFilter{})
 	root := NewRootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -5,11 +5,12 @@ import (
 	"path"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/redact"
 )
 
 // Metrics is the csi_sidecar_operations_seconds histogram, named and labelled as the
@@ -49,20 +50,21 @@ func (c *Conn) metricsInterceptor(ctx context.Context, method string, req, reply
 }
 
 // logInterceptor logs each call at V(5) with secrets replaced by "***stripped***", as the
-// upstream sidecars do; responses never carry secrets but can be large, hence V(5) too.
+// upstream sidecars do, and the service-account tokens of volume_context too (redact.CSI);
+// responses can be large, hence V(5) too.
 func logInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	logger := klog.FromContext(ctx).V(5)
 	if !logger.Enabled() {
 		return invoker(ctx, method, req, reply, cc, opts...) // the common case costs nothing
 	}
 	logger = logger.WithValues("method", path.Base(method))
-	logger.Info("GRPC call", "request", protosanitizer.StripSecrets(req))
+	logger.Info("GRPC call", "request", redact.CSI(req))
 	start := time.Now()
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err != nil {
 		logger.Info("GRPC error", "err", err, "duration", time.Since(start))
 	} else {
-		logger.Info("GRPC response", "response", protosanitizer.StripSecrets(reply), "duration", time.Since(start))
+		logger.Info("GRPC response", "response", redact.CSI(reply), "duration", time.Since(start))
 	}
 	return err
 }

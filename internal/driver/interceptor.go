@@ -5,11 +5,12 @@ import (
 	"path"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/redact"
 )
 
 // Interfaces the CSI request messages share, to find what a call is about.
@@ -51,8 +52,9 @@ func describe(method string, req any) CallRecord {
 }
 
 // intercept wraps every RPC: a per-call logger with stable keys, the sanitized request at
-// high verbosity (secrets are stripped by protosanitizer, as the kubernetes-csi sidecars
-// do), fault injection, metrics and the call log.
+// high verbosity (secrets are stripped as the kubernetes-csi sidecars do, and so are the
+// service-account tokens a CO may put in volume_context: redact.CSI), fault injection,
+// metrics and the call log (which records no request field that can hold a secret).
 func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := path.Base(info.FullMethod)
 	rec := describe(method, req)
@@ -65,7 +67,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		logger = logger.WithValues("name", rec.Name)
 	}
 	ctx = klog.NewContext(ctx, logger)
-	logger.V(4).Info("Request", "request", protosanitizer.StripSecrets(req))
+	logger.V(4).Info("Request", "request", redact.CSI(req))
 
 	d.metrics.inflight.Inc()
 	resp, err := func() (any, error) {
@@ -85,7 +87,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	switch code {
 	case codes.OK:
 		logger.V(3).Info("Call succeeded", "duration", rec.End.Sub(rec.Start))
-		logger.V(5).Info("Response", "response", protosanitizer.StripSecrets(resp))
+		logger.V(5).Info("Response", "response", redact.CSI(resp))
 	case codes.Internal, codes.Unknown, codes.DataLoss:
 		logger.Error(err, "Call failed", "code", code)
 	default:

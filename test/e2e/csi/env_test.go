@@ -45,6 +45,10 @@ type env struct {
 	driver  *framework.Process
 	agent   *framework.Process
 	metrics string // the agent's /metrics URL
+	// procs are all the kubevol processes of the test, for their logs.
+	procs []*framework.Process
+	// proxy is between the agent and the driver's node service (envOptions.nodeProxy).
+	proxy *nodeProxy
 }
 
 type envOptions struct {
@@ -57,6 +61,14 @@ type envOptions struct {
 	// republish sets the CSIDriver's requiresRepublish, and the agent's --sync-frequency to
 	// a second.
 	republish bool
+	// verbosity is every process's -v (default: the agent's 4, klog's 0 for the others).
+	verbosity string
+	// csiDriver adjusts the CSIDriver's spec.
+	csiDriver func(*storagev1.CSIDriverSpec)
+	// nodeProxy registers the driver with the agent through a nodeProxy.
+	nodeProxy bool
+	// agentArgs are more flags of the node agent.
+	agentArgs []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -81,13 +93,17 @@ func newEnv(t *testing.T, o envOptions) *env {
 		_ = os.RemoveAll(e.dir)
 	})
 
-	e.apply(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: e.name}, Spec: storagev1.CSIDriverSpec{
+	spec := storagev1.CSIDriverSpec{
 		AttachRequired:       &o.attachRequired,
 		PodInfoOnMount:       ptr(true),
 		FSGroupPolicy:        ptr(storagev1.FileFSGroupPolicy),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
 		RequiresRepublish:    &o.republish,
-	}})
+	}
+	if o.csiDriver != nil {
+		o.csiDriver(&spec)
+	}
+	e.apply(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: e.name}, Spec: spec})
 	bind := storagev1.VolumeBindingWaitForFirstConsumer
 	del := corev1.PersistentVolumeReclaimDelete
 	params := o.scParams
@@ -107,13 +123,26 @@ func newEnv(t *testing.T, o envOptions) *env {
 	for _, f := range o.faults {
 		args = append(args, "--fault", f)
 	}
-	e.driver = framework.StartKubevol(t, args...)
-	framework.StartKubevol(t, "provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	if o.nodeProxy {
+		proxySock := filepath.Join(e.dir, "proxy.sock")
+		e.proxy = startNodeProxy(t, proxySock, sock)
+		args = append(args, "--kubelet-registration-path", proxySock)
+	}
+	start := func(args ...string) *framework.Process {
+		if o.verbosity != "" {
+			args = append(args, "-v", o.verbosity)
+		}
+		p := framework.StartKubevol(t, args...)
+		e.procs = append(e.procs, p)
+		return p
+	}
+	e.driver = start(args...)
+	start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
-		framework.StartKubevol(t, "attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	if o.resizer {
-		framework.StartKubevol(t, "resizer", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("resizer", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	ports, err := localcluster.FreePorts(1)
 	if err != nil {
@@ -121,11 +150,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
-	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "-v", "4"}
+	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
+	if o.verbosity == "" {
+		agentArgs = append(agentArgs, "-v", "4")
+	}
 	if o.republish {
 		agentArgs = append(agentArgs, "--sync-frequency", "1s")
 	}
-	e.agent = framework.StartKubevol(t, agentArgs...)
+	e.agent = start(append(agentArgs, o.agentArgs...)...)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_ = e.cs.CoreV1().Nodes().Delete(ctx, e.node, metav1.DeleteOptions{})

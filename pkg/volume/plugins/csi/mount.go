@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,14 +13,13 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 
 	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -32,7 +32,7 @@ const (
 	ephemeralKey      = "csi.storage.k8s.io/ephemeral"
 	// tokensKey carries CSIDriver.tokenRequests' tokens: a JSON map of audience to
 	// {"token", "expirationTimestamp"}.
-	tokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+	tokensKey = redact.TokensKey
 )
 
 // mounter publishes a volume for one pod: the kubelet's csiMountMgr.
@@ -104,8 +104,7 @@ type publish struct {
 	req        *csipb.NodePublishVolumeRequest
 	data       volData
 	mountGroup string
-	// ctx is the call's context: without a logger when the request carries tokens.
-	ctx context.Context
+	ctx        context.Context
 }
 
 // newPublish gathers what NodePublishVolume needs for a filesystem or a block volume: the
@@ -146,19 +145,30 @@ func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod,
 		vctx[serviceAccountKey] = pod.Spec.ServiceAccountName
 		vctx[ephemeralKey] = strconv.FormatBool(src.ephemeral)
 	}
+	var tokenAttrs map[string]string
 	if drv != nil && len(drv.Spec.TokenRequests) > 0 {
 		tokens, err := p.podTokens(ctx, pod, drv.Spec.TokenRequests)
 		if err != nil {
 			return nil, err
 		}
-		vctx[tokensKey] = tokens
-		// The volume context is not a secret field to protosanitizer, so the client's
-		// request log would print the tokens: this call is not logged.
-		ctx = klog.NewContext(ctx, logr.Discard())
+		tokenAttrs = map[string]string{tokensKey: tokens}
 	}
 	secrets, err := p.secretsIn(pod.Namespace, src.publishSecret)
 	if err != nil {
 		return nil, err
+	}
+	// The kubelet (1.35+, CSIServiceAccountTokenSecrets) hands the tokens over in secrets,
+	// which no log prints, when the driver opts in; else in the volume context, as before.
+	// A secret's key cannot contain "/", so the tokens key never collides with one.
+	if tokenAttrs != nil {
+		if drv.Spec.ServiceAccountTokenInSecrets != nil && *drv.Spec.ServiceAccountTokenInSecrets {
+			if secrets == nil {
+				secrets = map[string]string{}
+			}
+			maps.Copy(secrets, tokenAttrs)
+		} else {
+			maps.Copy(vctx, tokenAttrs)
+		}
 	}
 	group, err := p.mountGroup(ctx, src, caps, args)
 	if err != nil {

@@ -290,25 +290,42 @@ func TestMountDeviceSkipsWhatIsStaged(t *testing.T) {
 }
 
 // CSIDriver.tokenRequests: a token of the pod's service account, bound to the pod, per
-// audience, in the volume context.
+// audience, in the volume context; with serviceAccountTokenInSecrets, in the secrets only,
+// beside the node-publish secret's data.
 func TestServiceAccountTokens(t *testing.T) {
-	no := false
-	f := newFixture(t, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "d.example.com"}, Spec: storagev1.CSIDriverSpec{
-		AttachRequired: &no, TokenRequests: []storagev1.TokenRequest{{Audience: "vault"}},
-	}}, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pub"}})
-	m, err := f.plugin.NewMounter(pvSpec(), testPod())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
-		t.Fatal(err)
-	}
-	pub := f.node.taken()[0].(*csipb.NodePublishVolumeRequest)
-	var tokens map[string]struct{ Token string }
-	if err := json.Unmarshal([]byte(pub.VolumeContext[tokensKey]), &tokens); err != nil {
-		t.Fatalf("%s = %q: %v", tokensKey, pub.VolumeContext[tokensKey], err)
-	}
-	if got := tokens["vault"].Token; got != "token-of-ns/sa-for-p" {
-		t.Errorf("token for audience vault = %q", got)
+	for name, inSecrets := range map[string]*bool{"unset": nil, "false": ptrTo(false), "true": ptrTo(true)} {
+		t.Run(name, func(t *testing.T) {
+			no := false
+			f := newFixture(t, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "d.example.com"}, Spec: storagev1.CSIDriverSpec{
+				AttachRequired: &no, TokenRequests: []storagev1.TokenRequest{{Audience: "vault"}}, ServiceAccountTokenInSecrets: inSecrets,
+			}}, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pub"}, Data: map[string][]byte{"key": []byte("s3cret")}})
+			m, err := f.plugin.NewMounter(pvSpec(), testPod())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+				t.Fatal(err)
+			}
+			pub := f.node.taken()[0].(*csipb.NodePublishVolumeRequest)
+			where, other := pub.VolumeContext, pub.Secrets
+			if inSecrets != nil && *inSecrets {
+				where, other = pub.Secrets, pub.VolumeContext
+			}
+			if _, ok := other[tokensKey]; ok {
+				t.Errorf("tokens are in both the volume context and the secrets")
+			}
+			var tokens map[string]struct{ Token string }
+			if err := json.Unmarshal([]byte(where[tokensKey]), &tokens); err != nil {
+				t.Fatalf("%s = %q: %v", tokensKey, where[tokensKey], err)
+			}
+			if got := tokens["vault"].Token; got != "token-of-ns/sa-for-p" {
+				t.Errorf("token for audience vault = %q", got)
+			}
+			if pub.Secrets["key"] != "s3cret" || pub.VolumeContext["k"] != "v" {
+				t.Errorf("secrets %v, volume context %v: the node-publish secret or the attributes are lost", pub.Secrets, pub.VolumeContext)
+			}
+		})
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }
