@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/registration"
+	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -73,10 +74,12 @@ func (o *driverOptions) validate() error {
 		return usageErrorf("--endpoint: %v", err)
 	}
 	q, err := resource.ParseQuantity(o.capacity)
-	if err != nil || q.Sign() <= 0 {
+	if err != nil {
 		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi", o.capacity)
 	}
-	o.cfg.Capacity = q.Value()
+	if o.cfg.Capacity, err = sizes.Bytes("--capacity", q); err != nil {
+		return usageErrorf("%v: want a positive quantity such as 100Gi", err)
+	}
 	o.cfg.Mode = driver.Mode(o.mode)
 	if o.httpEndpoint != "" {
 		if _, _, err := net.SplitHostPort(o.httpEndpoint); err != nil {
