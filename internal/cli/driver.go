@@ -14,7 +14,6 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/registration"
-	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -74,12 +73,10 @@ func (o *driverOptions) validate() error {
 		return usageErrorf("--endpoint: %v", err)
 	}
 	q, err := resource.ParseQuantity(o.capacity)
-	if err != nil {
+	if err != nil || q.Sign() <= 0 {
 		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi", o.capacity)
 	}
-	if o.cfg.Capacity, err = sizes.Bytes("--capacity", q); err != nil {
-		return usageErrorf("%v: want a positive quantity such as 100Gi", err)
-	}
+	o.cfg.Capacity = q.Value()
 	o.cfg.Mode = driver.Mode(o.mode)
 	if o.httpEndpoint != "" {
 		if _, _, err := net.SplitHostPort(o.httpEndpoint); err != nil {
