@@ -9,8 +9,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/emptydir"
 )
@@ -48,7 +50,7 @@ func (a *Agent) runEmptyDirLimits(ctx context.Context, interval time.Duration) {
 				key := string(uid) + "/" + dv.Spec.Name()
 				seen[key] = true
 				used := diskUsage(paths.PodVolumeDir(uid, emptydir.PluginName, dv.Spec.Name()))
-				over := used > ed.SizeLimit.Value()
+				over := overLimit(used, *ed.SizeLimit)
 				if over && !exceeded[key] {
 					msg := fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q.", dv.OuterNames[0], ed.SizeLimit.String())
 					a.recorder.Event(pod, v1.EventTypeWarning, ReasonSizeLimitExceeded, msg)
@@ -63,6 +65,17 @@ func (a *Agent) runEmptyDirLimits(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// overLimit is the kubelet's used > sizeLimit. Value() would turn a limit beyond int64 into
+// 0 or a negative number, so that every emptyDir would be reported over it; no usage can
+// exceed such a limit.
+func overLimit(used int64, limit resource.Quantity) bool {
+	if _, err := sizes.Bytes("sizeLimit", limit); err != nil {
+		return false // not positive (no limit) or beyond any usage
+	}
+	// Exact, for a fractional limit too; cheap now that the limit is known to be small.
+	return resource.NewQuantity(used, resource.BinarySI).Cmp(limit) > 0
 }
 
 func emptyDirWithLimit(spec *volume.Spec) *v1.EmptyDirVolumeSource {

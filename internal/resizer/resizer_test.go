@@ -583,3 +583,38 @@ func TestNodeInfeasibleWaitsForANewRequest(t *testing.T) {
 		}
 	}
 }
+
+// A request CSI cannot carry is infeasible without a call: Value() would send it wrapped,
+// zeroed or saturated. A driver that expands only on the node does not get the PV grown to
+// it either. Lowering the request recovers.
+func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
+	for _, expands := range []bool{true, false} {
+		for _, request := range []string{"8Ei", "1e30", "9223372036854775808", "123456789012345678901234567890"} {
+			t.Run(request+"/controller="+strconv.FormatBool(expands), func(t *testing.T) {
+				pvc, pv := volume("huge", driverName, "1Gi", request, nil)
+				drv := newFakeDriver()
+				if !expands {
+					drv = newFakeDriver(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
+				}
+				e := start(t, drv, pvc, pv)
+				e.waitEvent("huge", reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")
+				got := e.waitClaim("huge", "infeasible", func(c *corev1.PersistentVolumeClaim) bool {
+					return resizeStatus(c) == corev1.PersistentVolumeClaimControllerResizeInfeasible
+				})
+				if c := condition(got, corev1.PersistentVolumeClaimControllerResizeError); c == nil || !strings.Contains(c.Message, "largest size") {
+					t.Errorf("ControllerResizeError condition = %+v", c)
+				}
+				if n := len(drv.requests()); n != 0 {
+					t.Errorf("%d ControllerExpandVolume calls for %s", n, request)
+				}
+				if s := e.pvSize("pv-huge"); s != gi(1) {
+					t.Errorf("PV capacity changed to %d", s)
+				}
+				e.setRequest("huge", "2Gi")
+				e.waitClaim("huge", "expanded after the request was lowered", func(c *corev1.PersistentVolumeClaim) bool {
+					return e.pvSize("pv-huge") == gi(2) && resizeStatus(c) != corev1.PersistentVolumeClaimControllerResizeInfeasible
+				})
+			})
+		}
+	}
+}

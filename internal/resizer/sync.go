@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/sizes"
 )
 
 // syncClaim brings one claim's volume to the size the claim asks for, as far as the
@@ -150,6 +151,12 @@ func classify(err error, called bool) failure {
 // expand runs one controller expansion of pv to size and records the result.
 func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, size resource.Quantity) error {
 	logger := klog.FromContext(ctx)
+	bytes, err := sizes.Bytes("requested size", size)
+	if err != nil {
+		// Upstream would send Value(), wrapped, zeroed or saturated, and the driver would
+		// refuse it as OutOfRange at best: the same infeasible outcome, without the call.
+		return c.expandFailed(ctx, key, pvc, fmt.Errorf("cannot expand volume %s: %w", pv.Name, err), infeasible)
+	}
 	if c.pods != nil {
 		if pod := c.userOf(key); pod != "" {
 			// Upstream's --handle-volume-inuse-error: a driver without ONLINE expansion would
@@ -163,7 +170,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 	}
 	// The claim says what is being done before the driver is asked, so that a crash in
 	// between leaves allocatedResources naming the size that may be in flight.
-	pvc, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+	pvc, err = c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
 		s.AllocatedResources = setQuantity(s.AllocatedResources, size)
 		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimControllerResizeInProgress)
 		// A ControllerResizeError stays visible while the expansion is retried.
@@ -175,7 +182,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 	}
 	c.recorder.Eventf(pvc, corev1.EventTypeNormal, reasonResizing, "External resizer is expanding volume %s to %s", pv.Name, size.String())
 
-	newSize, nodeExpand, called, err := c.controllerExpand(ctx, pv, size)
+	newSize, nodeExpand, called, err := c.controllerExpand(ctx, pv, size, bytes)
 	if err != nil {
 		return c.expandFailed(ctx, key, pvc, err, classify(err, called))
 	}
@@ -212,13 +219,13 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 // controllerExpand asks the driver to expand pv to size. It returns the new size (size when
 // the driver reports none), whether the node must expand too, and whether the driver was
 // called at all.
-func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) (resource.Quantity, bool, bool, error) {
+func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity, bytes int64) (resource.Quantity, bool, bool, error) {
 	if !c.expands {
 		// Upstream's trivial resizer: a driver that expands only on the node gets the PV
 		// grown and a pending node expansion, without a call.
 		return size, true, false, nil
 	}
-	req, err := c.expandRequest(ctx, pv, size)
+	req, err := c.expandRequest(ctx, pv, bytes)
 	if err != nil {
 		return size, false, false, err
 	}
@@ -234,7 +241,7 @@ func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.Persistent
 	return size, rsp.GetNodeExpansionRequired(), true, nil
 }
 
-func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) (*csipb.ControllerExpandVolumeRequest, error) {
+func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, bytes int64) (*csipb.ControllerExpandVolumeRequest, error) {
 	src := pv.Spec.CSI
 	mode, err := accessmodes.ToCSIAccessMode(pv.Spec.AccessModes, c.multiWriter)
 	if err != nil {
@@ -252,7 +259,7 @@ func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVol
 	}
 	return &csipb.ControllerExpandVolumeRequest{
 		VolumeId:         src.VolumeHandle,
-		CapacityRange:    &csipb.CapacityRange{RequiredBytes: size.Value()},
+		CapacityRange:    &csipb.CapacityRange{RequiredBytes: bytes},
 		Secrets:          secrets,
 		VolumeCapability: capability,
 	}, nil

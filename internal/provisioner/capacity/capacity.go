@@ -266,10 +266,10 @@ func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStor
 	if err != nil {
 		return fmt.Errorf("GetCapacity for class %s segment %v: %w", w.class.Name, w.segment, err)
 	}
-	capQ := resource.NewQuantity(rsp.GetAvailableCapacity(), resource.BinarySI)
+	capQ := resource.NewQuantity(nonNegative(ctx, "available_capacity", rsp.GetAvailableCapacity(), w), resource.BinarySI)
 	var maxQ *resource.Quantity
 	if m := rsp.GetMaximumVolumeSize(); m != nil {
-		maxQ = resource.NewQuantity(m.GetValue(), resource.BinarySI)
+		maxQ = resource.NewQuantity(nonNegative(ctx, "maximum_volume_size", m.GetValue(), w), resource.BinarySI)
 	}
 	api := c.cfg.Client.StorageV1().CSIStorageCapacities(c.cfg.Options.Namespace)
 	if cur == nil {
@@ -296,6 +296,17 @@ func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStor
 	}
 	_, err = api.Update(ctx, upd, metav1.UpdateOptions{})
 	return err
+}
+
+// nonNegative is b, or 0 with an error log when a driver reports a negative size (an
+// overflowed pool): the API server would refuse it, and no capacity is the safe reading.
+// Upstream publishes the value as it is.
+func nonNegative(ctx context.Context, field string, b int64, w want) int64 {
+	if b >= 0 {
+		return b
+	}
+	klog.FromContext(ctx).Error(nil, "GetCapacity reported a negative size; publishing 0", "field", field, "bytes", b, "storageClass", w.class.Name, "segment", w.segment)
+	return 0
 }
 
 func (c *Controller) ownerOK(o *storagev1.CSIStorageCapacity) bool {

@@ -103,6 +103,11 @@ func TestCapacityObjectsFollowClassesAndSegments(t *testing.T) {
 	poll("updated capacity", func(os []storagev1.CSIStorageCapacity) bool {
 		return len(os) == 2 && os[0].Capacity.Value() == 2<<30 && os[1].Capacity.Value() == 2<<30
 	})
+	// A driver whose pool overflowed: nothing negative is published, and no capacity is.
+	drv.SetCapacity(-9223372036854771712)
+	poll("a negative capacity published as 0", func(os []storagev1.CSIStorageCapacity) bool {
+		return len(os) == 2 && os[0].Capacity.Sign() == 0 && os[1].Capacity.Sign() == 0
+	})
 	if err := cs.StorageV1().StorageClasses().Delete(ctx, "late", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

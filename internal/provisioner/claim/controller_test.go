@@ -2,10 +2,13 @@ package claim
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -166,5 +169,76 @@ func TestSweepsOrphanedIntentOnStart(t *testing.T) {
 	f.waitFor("an empty journal", func() bool { return f.journal.Len() == 0 })
 	if n := f.drv.Calls("CreateVolume"); n != 2 {
 		t.Errorf("CreateVolume calls = %d, want 2 (the provision and the lookup by name)", n)
+	}
+}
+
+// A claim whose size CSI cannot carry gets a ProvisioningFailed event that names the limit,
+// and the driver is never asked; a fractional size is rounded up, as Quantity.Value does.
+func TestClaimSizeBeyondCSI(t *testing.T) {
+	f := newFixture(t)
+	var asked []int64
+	var mu sync.Mutex
+	f.drv.Hook("CreateVolume", func(req any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, req.(*csipb.CreateVolumeRequest).GetCapacityRange().GetRequiredBytes())
+		return nil
+	})
+	hostile := []string{"8Ei", "1e30", "9223372036854775808", "123456789012345678901234567890", "1e10000000"}
+	for i, size := range hostile {
+		f.sizedClaim(fmt.Sprintf("huge%d", i), resource.MustParse(size))
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(hostile) {
+		select {
+		case e := <-f.recorder.Events:
+			if strings.HasPrefix(e, "Warning ProvisioningFailed") {
+				if !strings.Contains(e, "the largest size a CSI volume can have (9223372036854775807 bytes)") {
+					t.Fatalf("event does not name the limit: %s", e)
+				}
+				seen[e] = true
+			}
+		case <-f.ctx.Done():
+			t.Fatalf("timed out; ProvisioningFailed events so far: %v", seen)
+		}
+	}
+	go func() { // the refused claims keep retrying; a full recorder would block the workers
+		for {
+			select {
+			case <-f.recorder.Events:
+			case <-f.ctx.Done():
+				return
+			}
+		}
+	}()
+	f.sizedClaim("fraction", resource.MustParse("1.5"))
+	f.waitFor("the fractional claim's PV", func() bool {
+		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-uid-fraction", metav1.GetOptions{})
+		return err == nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 1 || asked[0] != 2 {
+		t.Fatalf("CreateVolume asked for %v bytes; want only the fractional claim's, rounded up to 2", asked)
+	}
+	pvs, _ := f.cs.CoreV1().PersistentVolumes().List(f.ctx, metav1.ListOptions{})
+	if len(pvs.Items) != 1 {
+		t.Fatalf("%d PVs, want only the fractional claim's", len(pvs.Items))
+	}
+}
+
+func (f *fixture) sizedClaim(name string, size resource.Quantity) {
+	class := "sc"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
+			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class,
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	if _, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sizes"
 )
 
 const (
@@ -93,7 +94,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 	case pvspec.ClaimClass(src) == "" || pvspec.ClaimClass(claim) == "":
 		return nil, fmt.Errorf("clone source claim %s and the clone must both have a StorageClass", name)
 	}
-	if srcSize, ok := src.Spec.Resources.Requests[corev1.ResourceStorage]; ok && requested < srcSize.Value() {
+	if srcSize, ok := src.Spec.Resources.Requests[corev1.ResourceStorage]; ok && smallerThan(requested, srcSize) {
 		return nil, fmt.Errorf("the clone requests %s but its source %s is %s: request at least the source's size",
 			resource.NewQuantity(requested, resource.BinarySI), name, srcSize.String())
 	}
@@ -205,4 +206,14 @@ func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.Persisten
 func (c *Controller) snapshotAPIInstalled() bool {
 	_, err := c.cfg.Client.Discovery().ServerResourcesForGroupVersion(snapshotsGVR.GroupVersion().String())
 	return err == nil
+}
+
+// smallerThan reports whether b bytes are less than q, for any q: a source beyond int64 is
+// larger than every request (Value() would wrap it, or make it 0).
+func smallerThan(b int64, q resource.Quantity) bool {
+	qb, err := sizes.Bytes("", q)
+	if err != nil {
+		return q.Sign() > 0
+	}
+	return b < qb
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
 	"github.com/kubevol/kubevol/internal/provisioner/topology"
+	"github.com/kubevol/kubevol/internal/sizes"
 )
 
 // prepared is a CreateVolume request and what the PV needs besides the response.
@@ -32,6 +33,12 @@ type prepared struct {
 type stopError struct{ msg string }
 
 func (e *stopError) Error() string { return e.msg }
+
+// infeasibleError is a claim that no retry can provision until it changes.
+type infeasibleError struct{ err error }
+
+func (e *infeasibleError) Error() string { return e.err.Error() }
+func (e *infeasibleError) Unwrap() error { return e.err }
 
 // rescheduleError asks for a new node: the selected one cannot host the volume.
 type rescheduleError struct{ err error }
@@ -51,6 +58,12 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 	if !ok {
 		return nil, errors.New("claim has no spec.resources.requests.storage: say how large the volume must be")
 	}
+	// Upstream sends Value(), which wraps, zeroes or saturates a size beyond int64; here such
+	// a claim never reaches the driver.
+	requested, err := sizes.Bytes("requested storage", size)
+	if err != nil {
+		return nil, &infeasibleError{err}
+	}
 	var meta *params.Metadata
 	if c.cfg.ExtraCreateMetadata {
 		meta = &params.Metadata{PVCName: claim.Name, PVCNamespace: claim.Namespace, PVName: pvName}
@@ -64,16 +77,16 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 		return nil, fmt.Errorf("unsupported access mode: %w; use ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod", err)
 	}
 	out := &prepared{
-		requestedBytes: size.Value(),
+		requestedBytes: requested,
 		fsType:         p.FSType,
 		req: &csipb.CreateVolumeRequest{
 			Name:               pvName,
 			Parameters:         p.Parameters,
 			VolumeCapabilities: vcaps,
-			CapacityRange:      &csipb.CapacityRange{RequiredBytes: size.Value()},
+			CapacityRange:      &csipb.CapacityRange{RequiredBytes: requested},
 		},
 	}
-	if out.req.VolumeContentSource, err = c.contentSource(ctx, claim, class, size.Value()); err != nil {
+	if out.req.VolumeContentSource, err = c.contentSource(ctx, claim, class, requested); err != nil {
 		return nil, err
 	}
 	if c.topology {

@@ -107,6 +107,13 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 			return result{}
 		}
 		c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
+		var inf *infeasibleError
+		if errors.As(err, &inf) {
+			// As upstream's infeasible errors: a slow retry, as the claim's size cannot change.
+			err = fmt.Errorf("cannot provision volume with StorageClass %q: %w; retries will be delayed by %s", class.Name, err, c.cfg.RetryIntervalMax)
+			c.failed(ctx, claim, err)
+			return result{after: c.cfg.RetryIntervalMax}
+		}
 		var rs *rescheduleError
 		if errors.As(err, &rs) && selectedNode != "" {
 			c.failed(ctx, claim, err)

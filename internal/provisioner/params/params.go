@@ -7,6 +7,7 @@ package params
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
@@ -43,34 +44,34 @@ func Interpret(params map[string]string, defaultFSType string, meta *Metadata) (
 		allowed[k.NameKey], allowed[k.NamespaceKey] = true, true
 	}
 	out := Result{Parameters: make(map[string]string, len(params)+3)}
-	var legacyFS string
+	var unknown, fsKeys []string
 	for k, v := range params {
+		// As upstream, every key that names the fsType counts, whatever its value: the
+		// decision cannot depend on the order of a map.
+		if k == FSTypeKey || strings.EqualFold(k, legacyFSTypeKey) {
+			fsKeys = append(fsKeys, k)
+			out.FSType = v
+		}
 		if strings.HasPrefix(k, secrets.Prefix) {
 			if !allowed[k] {
-				return Result{}, fmt.Errorf("found unknown parameter key %q with reserved namespace %s: remove it from the StorageClass, or fix its spelling", k, secrets.Prefix)
+				unknown = append(unknown, k)
 			}
 			continue
 		}
 		// The deprecated keys stay in the parameters, as upstream keeps them: drivers of that
 		// era read them there.
-		if strings.EqualFold(k, legacyFSTypeKey) {
-			if legacyFS != "" {
-				return Result{}, fmt.Errorf("StorageClass sets the fsType twice with different letter cases of %q", legacyFSTypeKey)
-			}
-			legacyFS = v
-		}
 		out.Parameters[k] = v
 	}
-	fs, hasFS := params[FSTypeKey]
-	switch {
-	case hasFS && legacyFS != "":
-		return Result{}, fmt.Errorf("StorageClass sets both %s and the deprecated %s: keep only %s", FSTypeKey, legacyFSTypeKey, FSTypeKey)
-	case hasFS:
-		out.FSType = fs
-	case legacyFS != "":
-		out.FSType = legacyFS
-	default:
-		out.FSType = defaultFSType
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return Result{}, fmt.Errorf("found unknown parameter key %q with reserved namespace %s: remove it from the StorageClass, or fix its spelling", unknown[0], secrets.Prefix)
+	}
+	if len(fsKeys) > 1 {
+		slices.Sort(fsKeys)
+		return Result{}, fmt.Errorf("StorageClass sets the fsType more than once (%s): keep only %s", strings.Join(fsKeys, ", "), FSTypeKey)
+	}
+	if out.FSType == "" {
+		out.FSType = defaultFSType // an empty value too, as upstream
 	}
 	if meta != nil {
 		maps.Copy(out.Parameters, map[string]string{PVCNameKey: meta.PVCName, PVCNamespaceKey: meta.PVCNamespace, PVNameKey: meta.PVName})

@@ -117,8 +117,10 @@ type Input struct {
 func Build(in Input) *corev1.PersistentVolume {
 	c := in.Claim
 	size := in.Volume.GetCapacityBytes()
-	if size == 0 {
-		size = in.RequestedBytes // a driver may leave it unset
+	if size <= 0 {
+		// A driver may leave it unset; a negative one (an overflow) is never recorded, and
+		// the caller has refused a volume smaller than the request anyway.
+		size = in.RequestedBytes
 	}
 	attrs := make(map[string]string, len(in.Volume.GetVolumeContext())+1)
 	for k, v := range in.Volume.GetVolumeContext() {

@@ -109,3 +109,17 @@ func TestVolumeCapabilities(t *testing.T) {
 		t.Fatal("unknown access mode accepted")
 	}
 }
+
+// The PV's capacity is the driver's, or the request when the driver reports none; a
+// negative one (an overflowed driver) is never recorded.
+func TestBuildCapacity(t *testing.T) {
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "u1"}}
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: "d"}
+	for _, tc := range []struct{ reported, want int64 }{{2 << 20, 2 << 20}, {0, 1 << 20}, {-9223372036854771712, 1 << 20}} {
+		pv := Build(Input{Name: "pvc-u1", Driver: "d", Claim: claim, Class: sc, RequestedBytes: 1 << 20,
+			Volume: &csipb.Volume{VolumeId: "h", CapacityBytes: tc.reported}})
+		if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Value() != tc.want {
+			t.Errorf("driver reports %d: PV capacity %s, want %d", tc.reported, got.String(), tc.want)
+		}
+	}
+}

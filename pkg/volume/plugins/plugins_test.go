@@ -2,6 +2,7 @@ package plugins_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -28,11 +29,14 @@ type env struct {
 	cms     map[string]*v1.ConfigMap
 	secrets map[string]*v1.Secret
 	tokens  int
+	// allocatable is the node's, 1Gi of memory unless a test changes it.
+	allocatable v1.ResourceList
 }
 
 func newEnv(t *testing.T, realMounts bool) *env {
 	t.Helper()
-	e := &env{root: t.TempDir(), cms: map[string]*v1.ConfigMap{}, secrets: map[string]*v1.Secret{}}
+	e := &env{root: t.TempDir(), cms: map[string]*v1.ConfigMap{}, secrets: map[string]*v1.Secret{},
+		allocatable: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}}
 	e.mounter = mount.NewFakeMounter(nil)
 	if realMounts {
 		if os.Geteuid() != 0 {
@@ -62,7 +66,7 @@ func newEnv(t *testing.T, realMounts bool) *env {
 			out.Status.ExpirationTimestamp = metav1.NewTime(time.Now().Add(time.Duration(*req.Spec.ExpirationSeconds) * time.Second))
 			return out, nil
 		},
-		NodeAllocatableFunc: func() v1.ResourceList { return v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")} },
+		NodeAllocatableFunc: func() v1.ResourceList { return e.allocatable },
 	})
 	if err := e.pm.Register(plugins.All()...); err != nil {
 		t.Fatal(err)
@@ -245,6 +249,41 @@ func TestEmptyDirMemorySize(t *testing.T) {
 	}
 }
 
+// A sizeLimit beyond int64, with nothing smaller to bound it, gets the kernel's default
+// size: never size=0 (no limit at all, what Value() made of 1e30) nor a negative size. A
+// fraction of a byte rounds up, as the kubelet's Value().
+func TestEmptyDirHostileSizeLimit(t *testing.T) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Fatal(err)
+	}
+	ram := uint64(si.Totalram) * uint64(si.Unit)
+	for i, limit := range []string{"1e30", "9223372036854775808", "8Ei", "123456789012345678901234567890", "1.5"} {
+		t.Run(limit, func(t *testing.T) {
+			e := newEnv(t, true)
+			e.allocatable = nil
+			vol := v1.Volume{Name: fmt.Sprintf("mem%d", i), VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse(limit))}}}
+			pod := testPod(vol)
+			t.Cleanup(func() { e.tearDown(t, pod, vol) })
+			m, err := e.setUp(t, pod, vol, volume.MounterArgs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(m.Path(), &st); err != nil || st.Type != 0x01021994 {
+				t.Fatalf("not a tmpfs (type %x, %v)", st.Type, err)
+			}
+			size := st.Blocks * uint64(st.Bsize)
+			switch {
+			case limit == "1.5" && size != uint64(os.Getpagesize()):
+				t.Errorf("tmpfs size %d, want one page", size)
+			case limit != "1.5" && (size == 0 || size > ram):
+				t.Errorf("tmpfs size %d (0 is unlimited), want the kernel's default of half the RAM (%d)", size, ram/2)
+			}
+		})
+	}
+}
+
 func TestMemorySize(t *testing.T) {
 	pod := testPod()
 	alloc := v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}
@@ -253,6 +292,12 @@ func TestMemorySize(t *testing.T) {
 	}
 	if q := emptydir.MemorySize(pod, ptr(resource.MustParse("10Mi")), alloc); q.Cmp(resource.MustParse("10Mi")) != 0 {
 		t.Errorf("sizeLimit: %v", q)
+	}
+	// A sizeLimit beyond int64 limits nothing, and is not compared (1e10000000 would take seconds).
+	for _, huge := range []string{"1e30", "8Ei", "1e10000000"} {
+		if q := emptydir.MemorySize(pod, ptr(resource.MustParse(huge)), alloc); q.Cmp(resource.MustParse("1Gi")) != 0 {
+			t.Errorf("sizeLimit %s: %v", huge, q)
+		}
 	}
 }
 

@@ -4,9 +4,12 @@ import (
 	"context"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -26,6 +29,11 @@ func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types
 	if !caps[csipb.NodeServiceCapability_RPC_EXPAND_VOLUME] {
 		return nil
 	}
+	bytes, err := sizes.Bytes("PV capacity", newSize)
+	if err != nil {
+		// OutOfRange, as a driver would answer: the expansion is infeasible, not retried.
+		return status.Error(codes.OutOfRange, err.Error())
+	}
 	secrets, err := p.secrets(src.expandSecret)
 	if err != nil {
 		return err
@@ -37,7 +45,7 @@ func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types
 	}
 	_, err = node.NodeExpandVolume(ctx, &csipb.NodeExpandVolumeRequest{
 		VolumeId: src.handle, VolumePath: path, StagingTargetPath: staging,
-		CapacityRange:    &csipb.CapacityRange{RequiredBytes: newSize.Value()},
+		CapacityRange:    &csipb.CapacityRange{RequiredBytes: bytes},
 		VolumeCapability: src.capability(""), Secrets: secrets,
 	})
 	return err

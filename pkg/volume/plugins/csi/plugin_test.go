@@ -60,6 +60,11 @@ func (f *fakeNode) NodeUnpublishVolume(_ context.Context, req *csipb.NodeUnpubli
 	return &csipb.NodeUnpublishVolumeResponse{}, os.Remove(req.TargetPath)
 }
 
+func (f *fakeNode) NodeExpandVolume(_ context.Context, req *csipb.NodeExpandVolumeRequest) (*csipb.NodeExpandVolumeResponse, error) {
+	f.record(req)
+	return &csipb.NodeExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+}
+
 func (f *fakeNode) taken() []any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -68,11 +73,12 @@ func (f *fakeNode) taken() []any {
 	return out
 }
 
-// fakeDrivers serves fakeNode as driver "d.example.com" with STAGE_UNSTAGE_VOLUME.
+// fakeDrivers serves fakeNode as driver "d.example.com" with STAGE_UNSTAGE_VOLUME and
+// EXPAND_VOLUME.
 type fakeDrivers struct{ client csipb.NodeClient }
 
 func (d *fakeDrivers) Node(context.Context, string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error) {
-	return d.client, map[csipb.NodeServiceCapability_RPC_Type]bool{csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME: true}, nil
+	return d.client, map[csipb.NodeServiceCapability_RPC_Type]bool{csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME: true, csipb.NodeServiceCapability_RPC_EXPAND_VOLUME: true}, nil
 }
 
 type fixture struct {

@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
@@ -88,11 +90,36 @@ func MemorySize(pod *v1.Pod, sizeLimit *resource.Quantity, allocatable v1.Resour
 			size = &q
 		}
 	}
-	if sizeLimit != nil && !sizeLimit.IsZero() && (size == nil || sizeLimit.Cmp(*size) < 0) {
+	// A sizeLimit CSI-style bytes cannot hold (1e30, 8Ei) limits nothing: checked first, as
+	// comparing a quantity such as 1e10000000 costs seconds.
+	if _, err := sizes.Bytes("sizeLimit", ptrOrZero(sizeLimit)); err == nil && (size == nil || sizeLimit.Cmp(*size) < 0) {
 		q := sizeLimit.DeepCopy()
 		size = &q
 	}
 	return size
+}
+
+func ptrOrZero(q *resource.Quantity) resource.Quantity {
+	if q == nil {
+		return resource.Quantity{}
+	}
+	return *q
+}
+
+// tmpfsOptions are the size= option for a tmpfs of size q, if any. As the kubelet, only a
+// positive size in int64 is passed; the kubelet's Value() wraps a larger one or makes it 0,
+// which for tmpfs means no limit at all, so such a size falls back to the kernel's default
+// (half the RAM) here, and so does 8Ei, the value Kubernetes stores for anything larger.
+// A fraction of a byte rounds up, as Value() does.
+func tmpfsOptions(q *resource.Quantity) ([]string, error) {
+	if q == nil {
+		return nil, nil
+	}
+	b, err := sizes.Bytes("emptyDir memory size", *q)
+	if err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("size=%d", b)}, nil
 }
 
 type unmounter struct {
@@ -117,7 +144,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 
 // SetUpAt is idempotent through the ready marker, as upstream: a volume that is ready and,
 // for Memory, still a tmpfs is left alone, so a remount or a restart keeps its data.
-func (m *mounter) SetUpAt(_ context.Context, dir string, args volume.MounterArgs) error {
+func (m *mounter) SetUpAt(ctx context.Context, dir string, args volume.MounterArgs) error {
 	ready := isReady(m.readyDir)
 	if ready {
 		if m.medium != v1.StorageMediumMemory {
@@ -132,9 +159,9 @@ func (m *mounter) SetUpAt(_ context.Context, dir string, args volume.MounterArgs
 		return err
 	}
 	if m.medium == v1.StorageMediumMemory && !m.isTmpfsMount(dir) {
-		var opts []string
-		if m.size != nil {
-			opts = append(opts, fmt.Sprintf("size=%d", m.size.Value()))
+		opts, err := tmpfsOptions(m.size)
+		if err != nil {
+			klog.FromContext(ctx).Info("The emptyDir's tmpfs gets the kernel's default size", "dir", dir, "reason", err.Error())
 		}
 		opts = append(opts, "mode=0777")
 		if err := m.mounter.MountSensitiveWithoutSystemd("tmpfs", dir, "tmpfs", opts, nil); err != nil {
