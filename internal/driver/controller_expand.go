@@ -47,7 +47,7 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	c.reserved[v.Type] -= size - v.CapacityBytes
 	if err := c.backends[v.Type].ExpandVolume(id, size); err != nil {
-		return nil, status.Errorf(codes.Internal, "expand volume data: %v", err)
+		return nil, status.Errorf(storageCode(err), "expand volume data: %v", err)
 	}
 	v.CapacityBytes = size
 	if err := v.commit(); err != nil {

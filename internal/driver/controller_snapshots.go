@@ -77,7 +77,7 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		c.unreserve(v.Type, need)
 		_ = b.DeleteSnapshot(sn.ID)
-		return nil, status.Errorf(codes.Internal, "copy volume %s: %v", srcID, err)
+		return nil, status.Errorf(storageCode(err), "copy volume %s: %v", srcID, err)
 	}
 	sn.UsedBytes = used
 	c.mu.Lock()

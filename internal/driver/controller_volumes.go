@@ -98,7 +98,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err := b.CreateVolume(v.ID, size, fromPath); err != nil {
 		c.unreserve(v.Type, size)
 		_ = b.DeleteVolume(v.ID)
-		return nil, status.Errorf(codes.Internal, "create volume data: %v", err)
+		return nil, status.Errorf(storageCode(err), "create volume data: %v", err)
 	}
 	c.mu.Lock()
 	c.reserved[v.Type] -= size

@@ -86,7 +86,7 @@ func (n *node) update(change func(st *state.Node)) error {
 	n.mu.Lock()
 	change(n.st)
 	if err := n.commits.Commit(); err != nil {
-		return status.Errorf(codes.Internal, "persist node state: %v", err)
+		return status.Errorf(storageCode(err), "persist node state: %v", err)
 	}
 	return nil
 }
