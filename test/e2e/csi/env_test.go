@@ -43,6 +43,7 @@ type env struct {
 	callLog string
 	attach  bool
 	driver  *framework.Process
+	prov    *framework.Process
 	agent   *framework.Process
 	metrics string // the agent's /metrics URL
 }
@@ -108,7 +109,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		args = append(args, "--fault", f)
 	}
 	e.driver = framework.StartKubevol(t, args...)
-	framework.StartKubevol(t, "provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	e.prov = framework.StartKubevol(t, "provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
 		framework.StartKubevol(t, "attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
