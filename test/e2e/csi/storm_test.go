@@ -51,11 +51,11 @@ func stormFaults() []string {
 	}
 }
 
-// TestStorm provisions 200 claims for 100 pods through a faulty driver, then deletes them
-// while a second wave is provisioned and mounted, and restarts etcd and kube-apiserver in
-// the middle of it. Every component must converge by itself: all claims Bound, all pods
-// VolumesReady, one driver volume per PV (a lost CreateVolume reply makes no duplicate),
-// and after the deletion no volume, PV, mount or loop device is left.
+// TestStorm provisions 200 claims for 100 pods through a faulty driver and restarts etcd
+// and kube-apiserver while they are being provisioned and mounted. Every component must
+// converge by itself: all claims Bound, all pods VolumesReady, one driver volume per PV (a
+// lost CreateVolume reply makes no duplicate), the components still running; and after the
+// deletion, through the same faults, no volume, PV, mount or loop device is left.
 //
 // It restarts the package's control plane, so it does not run in parallel: Go runs it
 // while the parallel tests of the package wait.
@@ -70,40 +70,22 @@ func TestStorm(t *testing.T) {
 	ctrl := csipb.NewControllerClient(conn)
 	e.waitRegistered()
 
-	// Phase 1: the fault storm.
 	start := time.Now()
-	wave1 := e.createWave(ctx, "w1", 100)
-	e.waitWave(ctx, wave1)
-	t.Logf("phase 1: %d claims Bound and %d pods VolumesReady in %s", 2*len(wave1), len(wave1), time.Since(start).Round(time.Second))
-	e.checkNoDuplicates(ctx, ctrl, 2*len(wave1))
-
-	// Phase 2: delete wave 1 while wave 2 is provisioned and mounted, and restart etcd
-	// and kube-apiserver once wave 2 is under way.
-	start = time.Now()
-	e.deleteWave(ctx, wave1)
-	wave2 := e.createWave(ctx, "w2", 20)
-	e.pollFor(ctx, "wave 2 under way", func(ctx context.Context) (bool, error) {
-		pvcs, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range pvcs.Items {
-			if strings.HasPrefix(c.Name, "w2-") && c.Annotations["volume.kubernetes.io/selected-node"] != "" {
-				return true, nil
-			}
-		}
-		return false, nil
+	pods := e.createWave(ctx, "p", 100)
+	// The restart comes once mounting has begun, with provisioning still under way.
+	e.pollFor(ctx, "the first pods VolumesReady", func(ctx context.Context) (bool, error) {
+		_, ready, err := e.count(ctx, pods)
+		return err == nil && ready >= 10, nil
 	})
-	t.Logf("phase 2: restarting etcd and kube-apiserver: %s", e.progress(ctx, wave1, wave2))
+	t.Logf("restarting etcd and kube-apiserver %s after the start: %s", time.Since(start).Round(time.Second), e.progress(ctx, pods))
 	restart := time.Now()
 	if err := framework.Cluster().Restart(ctx, localcluster.Etcd, localcluster.APIServer); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
-	t.Logf("phase 2: etcd and kube-apiserver back in %s", time.Since(restart).Round(100*time.Millisecond))
-	e.waitWave(ctx, wave2)
-	e.waitWaveGone(ctx, wave1)
-	t.Logf("phase 2: converged %s after the restart, %s after its start", time.Since(restart).Round(time.Second), time.Since(start).Round(time.Second))
-	e.checkNoDuplicates(ctx, ctrl, 2*len(wave2))
+	t.Logf("etcd and kube-apiserver back in %s", time.Since(restart).Round(100*time.Millisecond))
+	e.waitWave(ctx, pods)
+	t.Logf("converged %s after the restart, %s after the start", time.Since(restart).Round(time.Second), time.Since(start).Round(time.Second))
+	e.checkNoDuplicates(ctx, ctrl, 2*len(pods))
 	for _, p := range []struct {
 		name string
 		p    *framework.Process
@@ -120,9 +102,9 @@ func TestStorm(t *testing.T) {
 
 	// Teardown through the same faults: nothing may be left.
 	start = time.Now()
-	e.deleteWave(ctx, wave2)
-	e.waitWaveGone(ctx, wave2)
-	t.Logf("teardown: %d pods and %d claims gone in %s", len(wave2), 2*len(wave2), time.Since(start).Round(time.Second))
+	e.deleteWave(ctx, pods)
+	e.waitWaveGone(ctx, pods)
+	t.Logf("teardown: %d pods and %d claims gone in %s", len(pods), 2*len(pods), time.Since(start).Round(time.Second))
 	e.checkNoDuplicates(ctx, ctrl, 0)
 	m := mountsUnder(e.dir)
 	if len(m) > 0 {
@@ -285,12 +267,10 @@ func (e *env) count(ctx context.Context, pods []string) (bound, ready int, err e
 }
 
 // progress describes where the storm is, for the log.
-func (e *env) progress(ctx context.Context, wave1, wave2 []string) string {
-	_, ready1, _ := e.count(ctx, wave1)
-	bound2, ready2, _ := e.count(ctx, wave2)
+func (e *env) progress(ctx context.Context, pods []string) string {
+	bound, ready, _ := e.count(ctx, pods)
 	pvs, _ := e.pvs(ctx)
-	return fmt.Sprintf("wave 1: %d pods still VolumesReady, %d PVs of the class exist; wave 2: %d/%d claims Bound, %d/%d pods VolumesReady",
-		ready1, pvs, bound2, 2*len(wave2), ready2, len(wave2))
+	return fmt.Sprintf("%d/%d claims Bound, %d PVs, %d/%d pods VolumesReady", bound, 2*len(pods), pvs, ready, len(pods))
 }
 
 // deleteWave deletes the pods of a wave and their claims without waiting.
