@@ -40,8 +40,9 @@ loop devices (type=block) under --state-dir. --mode splits the services as a clu
 them: a controller process and a node process of one node share --state-dir.
 
 Fault injection (off by default): --fault or $` + driver.FaultsEnv + `, rules separated by ";",
-each METHOD:key=value,... with error=CODE, rate=0..1, count=N, delay=DURATION, hang.
-Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s`,
+each METHOD:key=value,... with error=CODE, rate=0..1, count=N, delay=DURATION, hang, lose
+(the call takes effect, then its reply is lost: held until the client's deadline, or error=CODE).
+Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;DeleteVolume:lose,rate=0.2`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
 				return err

@@ -98,7 +98,7 @@ func (c *controller) load() error {
 // of what it changed until then, so no other call on them acts on a change not yet on disk.
 func (c *controller) commitUnlock() error {
 	if err := c.commits.Commit(); err != nil {
-		return status.Errorf(codes.Internal, "persist state: %v", err)
+		return status.Errorf(dataErrorCode(err), "persist state: %v", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 )
 
 // FaultsEnv holds fault rules in the same syntax as the --fault flag, for tests that start
@@ -22,22 +23,31 @@ const FaultsEnv = "KUBEVOL_DRIVER_FAULTS"
 type FaultRule struct {
 	// Method is a CSI method name such as "CreateVolume", or "*" for all.
 	Method string
-	// Code, if not OK, is returned instead of running the call, with probability Rate.
+	// Code, if not OK, is returned instead of running the call (with Lose: after it ran).
 	Code codes.Code
+	// Rate is the probability that Code, Hang or Lose fires for a matching call.
 	Rate float64
 	// Count, if positive, limits the rule to the first Count matching calls.
 	Count int
-	// Delay is added before the call runs.
+	// Delay is added before every matching call runs, whatever Rate says.
 	Delay time.Duration
 	// Hang blocks the call until its client gives up (or the driver stops).
 	Hang bool
+	// Lose runs the call, so that it takes effect, and then loses its reply: the reply is
+	// held until the client gives up, so that the client sees its own DEADLINE_EXCEEDED as
+	// when a reply is lost on the wire; with Code, the client gets Code at once instead, as
+	// when the connection breaks after the call ran (UNAVAILABLE).
+	Lose bool
 }
 
 // ParseFaults parses rules separated by ";". A rule is METHOD:key=value,... with keys
-// error=CODE (a gRPC code name such as UNAVAILABLE, or its number), rate=0..1 (default 1),
-// count=N, delay=DURATION and hang. Example:
+// error=CODE (a gRPC code name such as UNAVAILABLE, or its number), rate=0..1 (default 1;
+// the probability of error, hang and lose), count=N, delay=DURATION (every matching call),
+// hang, and lose (the call runs and takes effect, then its reply is lost: held until the
+// client's deadline, or replaced at once by error=CODE if given). Example:
 //
 //	CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5;NodeStageVolume:delay=2s;DeleteVolume:hang
+//	CreateVolume:lose,rate=0.2;NodePublishVolume:lose,error=UNAVAILABLE,rate=0.1
 func ParseFaults(spec string) ([]FaultRule, error) {
 	var rules []FaultRule
 	for _, raw := range strings.Split(spec, ";") {
@@ -72,23 +82,35 @@ func ParseFaults(spec string) ([]FaultRule, error) {
 					err = fmt.Errorf("negative delay")
 				}
 			case "hang":
-				r.Hang = v == "" || v == "true"
-				if v != "" && v != "true" && v != "false" {
-					err = fmt.Errorf("hang takes no value or true/false")
-				}
+				r.Hang, err = parseFlag(k, v)
+			case "lose":
+				r.Lose, err = parseFlag(k, v)
 			default:
-				err = fmt.Errorf("unknown key %q (want error, rate, count, delay or hang)", k)
+				err = fmt.Errorf("unknown key %q (want error, rate, count, delay, hang or lose)", k)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("fault %q: %v", raw, err)
 			}
 		}
-		if r.Code == codes.OK && r.Delay == 0 && !r.Hang {
-			return nil, fmt.Errorf("fault %q: sets neither error, delay nor hang", raw)
+		if r.Code == codes.OK && r.Delay == 0 && !r.Hang && !r.Lose {
+			return nil, fmt.Errorf("fault %q: sets neither error, delay, hang nor lose", raw)
+		}
+		if r.Hang && r.Lose {
+			return nil, fmt.Errorf("fault %q: hang keeps the call from running, lose needs it to run", raw)
 		}
 		rules = append(rules, r)
 	}
 	return rules, nil
+}
+
+func parseFlag(key, v string) (bool, error) {
+	switch v {
+	case "", "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s takes no value or true/false", key)
 }
 
 func parseCode(s string) (codes.Code, error) {
@@ -111,7 +133,10 @@ func parseCode(s string) (codes.Code, error) {
 func (r FaultRule) String() string {
 	var parts []string
 	if r.Code != codes.OK {
-		parts = append(parts, "error="+r.Code.String(), "rate="+strconv.FormatFloat(r.Rate, 'g', -1, 64))
+		parts = append(parts, "error="+r.Code.String())
+	}
+	if r.Code != codes.OK || ((r.Hang || r.Lose) && r.Rate != 1) {
+		parts = append(parts, "rate="+strconv.FormatFloat(r.Rate, 'g', -1, 64))
 	}
 	if r.Count > 0 {
 		parts = append(parts, "count="+strconv.Itoa(r.Count))
@@ -121,6 +146,9 @@ func (r FaultRule) String() string {
 	}
 	if r.Hang {
 		parts = append(parts, "hang")
+	}
+	if r.Lose {
+		parts = append(parts, "lose")
 	}
 	return r.Method + ":" + strings.Join(parts, ",")
 }
@@ -137,11 +165,40 @@ func newFaults(rules []FaultRule) *faults {
 	return &faults{rules: rules, seen: make([]int, len(rules)), rand: rand.Float64}
 }
 
-// apply runs the rules for method and returns the injected error, if any. stop ends a hang
-// when the driver shuts down.
-func (f *faults) apply(ctx context.Context, method string, stop <-chan struct{}) error {
+// run applies the rules for method around call, which runs the handler: the injected
+// error, delay or hang come before it, a lost reply after it. stop ends a hang or a held
+// reply when the driver shuts down.
+func (f *faults) run(ctx context.Context, method string, stop <-chan struct{}, call func() (any, error)) (any, error) {
 	if f == nil || len(f.rules) == 0 {
-		return nil
+		return call()
+	}
+	lose, err := f.apply(ctx, method, stop)
+	if err != nil {
+		klog.FromContext(ctx).Info("Injected fault", "code", status.Code(err))
+		return nil, err
+	}
+	resp, err := call()
+	if lose == nil {
+		return resp, err
+	}
+	// The call took effect (or failed) for good; only its client is left not knowing.
+	klog.FromContext(ctx).Info("Injected fault: reply lost", "code", status.Code(err), "clientCode", lose.Code)
+	if lose.Code != codes.OK {
+		return nil, status.Errorf(lose.Code, "injected fault: the reply of %s was lost", method)
+	}
+	select {
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-stop:
+		return nil, status.Error(codes.Unavailable, "driver is shutting down")
+	}
+}
+
+// apply runs the rules for method that act before the call and returns the injected error,
+// if any, and the first rule that loses the call's reply, if one fired.
+func (f *faults) apply(ctx context.Context, method string, stop <-chan struct{}) (lose *FaultRule, err error) {
+	if f == nil || len(f.rules) == 0 {
+		return nil, nil
 	}
 	for i, r := range f.rules {
 		if r.Method != "*" && r.Method != method {
@@ -150,7 +207,7 @@ func (f *faults) apply(ctx context.Context, method string, stop <-chan struct{})
 		f.mu.Lock()
 		f.seen[i]++
 		active := r.Count == 0 || f.seen[i] <= r.Count
-		fire := active && r.Code != codes.OK && f.rand() < r.Rate
+		fire := active && (r.Code != codes.OK || r.Hang || r.Lose) && f.rand() < r.Rate
 		f.mu.Unlock()
 		if !active {
 			continue
@@ -159,20 +216,27 @@ func (f *faults) apply(ctx context.Context, method string, stop <-chan struct{})
 			select {
 			case <-time.After(r.Delay):
 			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
+				return nil, status.FromContextError(ctx.Err()).Err()
 			}
 		}
-		if r.Hang {
+		if !fire {
+			continue
+		}
+		switch {
+		case r.Lose:
+			if lose == nil {
+				lose = &f.rules[i]
+			}
+		case r.Hang:
 			select {
 			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
+				return nil, status.FromContextError(ctx.Err()).Err()
 			case <-stop:
-				return status.Error(codes.Unavailable, "driver is shutting down")
+				return nil, status.Error(codes.Unavailable, "driver is shutting down")
 			}
-		}
-		if fire {
-			return status.Errorf(r.Code, "injected fault for %s", method)
+		default:
+			return nil, status.Errorf(r.Code, "injected fault for %s", method)
 		}
 	}
-	return nil
+	return lose, nil
 }

@@ -70,13 +70,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	logger.V(4).Info("Request", "request", redact.CSI(req))
 
 	d.metrics.inflight.Inc()
-	resp, err := func() (any, error) {
-		if err := d.faults.apply(ctx, method, d.stopping); err != nil {
-			logger.Info("Injected fault", "code", status.Code(err))
-			return nil, err
-		}
-		return handler(ctx, req)
-	}()
+	resp, err := d.faults.run(ctx, method, d.stopping, func() (any, error) { return handler(ctx, req) })
 	d.metrics.inflight.Dec()
 
 	rec.End = time.Now()

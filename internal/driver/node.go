@@ -103,8 +103,14 @@ func (n *node) load() error {
 func (n *node) update(change func(st *state.Node)) error {
 	n.mu.Lock()
 	change(n.st)
+	return n.commitUnlock()
+}
+
+// commitUnlock persists the changes made under n.mu, releases it, and returns once they
+// are durable (see controller.commitUnlock).
+func (n *node) commitUnlock() error {
 	if err := n.commits.Commit(); err != nil {
-		return status.Errorf(codes.Internal, "persist node state: %v", err)
+		return status.Errorf(dataErrorCode(err), "persist node state: %v", err)
 	}
 	return nil
 }

@@ -148,10 +148,7 @@ func (n *node) admitEphemeral(v *state.Volume) error {
 	}
 	n.st.Ephemeral[v.ID] = v
 	n.pool.mu.Unlock()
-	if err := n.commits.Commit(); err != nil {
-		return status.Errorf(codes.Internal, "persist node state: %v", err)
-	}
-	return nil
+	return n.commitUnlock()
 }
 
 // destroyEphemeral deletes an ephemeral volume: its loop device, its bytes, its record.

@@ -103,7 +103,8 @@ func TestPaginate(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	rules, err := ParseFaults("CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5; NodeStageVolume:delay=2s;*:hang;DeleteVolume:error=14,count=3")
+	rules, err := ParseFaults("CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5; NodeStageVolume:delay=2s;*:hang;DeleteVolume:error=14,count=3;" +
+		"CreateVolume:lose,rate=0.2;NodeStageVolume:lose,error=UNAVAILABLE,rate=0.1;DeleteVolume:hang,rate=0.05,delay=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +113,9 @@ func TestParseFaults(t *testing.T) {
 		{Method: "NodeStageVolume", Rate: 1, Delay: 2 * time.Second},
 		{Method: "*", Rate: 1, Hang: true},
 		{Method: "DeleteVolume", Code: codes.Unavailable, Rate: 1, Count: 3},
+		{Method: "CreateVolume", Rate: 0.2, Lose: true},
+		{Method: "NodeStageVolume", Code: codes.Unavailable, Rate: 0.1, Lose: true},
+		{Method: "DeleteVolume", Rate: 0.05, Delay: time.Second, Hang: true},
 	}
 	if !slices.Equal(rules, want) {
 		t.Errorf("got %+v\nwant %+v", rules, want)
@@ -122,7 +126,8 @@ func TestParseFaults(t *testing.T) {
 			t.Errorf("String() does not round-trip: %q -> %+v %v", r.String(), again, err)
 		}
 	}
-	for _, bad := range []string{"CreateVolume", "CreateVolume:rate=0.5", "X:error=NOPE", "X:rate=2,error=INTERNAL", "X:delay=-1s", "X:color=red"} {
+	for _, bad := range []string{"CreateVolume", "CreateVolume:rate=0.5", "X:error=NOPE", "X:rate=2,error=INTERNAL", "X:delay=-1s", "X:color=red",
+		"X:lose=maybe", "X:lose,hang", "X:lose=false"} {
 		if _, err := ParseFaults(bad); err == nil {
 			t.Errorf("ParseFaults(%q) accepted", bad)
 		}
@@ -133,18 +138,18 @@ func TestFaultsApply(t *testing.T) {
 	f := newFaults([]FaultRule{{Method: "CreateVolume", Code: codes.Internal, Rate: 1, Count: 2}})
 	ctx := context.Background()
 	for i, want := range []codes.Code{codes.Internal, codes.Internal, codes.OK} {
-		if got := status.Code(f.apply(ctx, "CreateVolume", nil)); got != want {
-			t.Errorf("call %d: %v, want %v", i, got, want)
+		if _, err := f.apply(ctx, "CreateVolume", nil); status.Code(err) != want {
+			t.Errorf("call %d: %v, want %v", i, err, want)
 		}
 	}
-	if err := f.apply(ctx, "DeleteVolume", nil); err != nil {
+	if _, err := f.apply(ctx, "DeleteVolume", nil); err != nil {
 		t.Errorf("unmatched method failed: %v", err)
 	}
-	hang := newFaults([]FaultRule{{Method: "*", Hang: true}})
+	hang := newFaults([]FaultRule{{Method: "*", Rate: 1, Hang: true}})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if got := status.Code(hang.apply(cctx, "Probe", nil)); got != codes.Canceled {
-		t.Errorf("hang with a cancelled client: %v", got)
+	if _, err := hang.apply(cctx, "Probe", nil); status.Code(err) != codes.Canceled {
+		t.Errorf("hang with a cancelled client: %v", err)
 	}
 }
 

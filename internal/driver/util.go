@@ -68,8 +68,9 @@ func errorCode(err error) codes.Code {
 	return dataErrorCode(err)
 }
 
-// dataErrorCode is the CSI code for a failure to write volume data: a full disk or quota
-// is RESOURCE_EXHAUSTED, which a CO retries as it frees space; anything else is INTERNAL.
+// dataErrorCode is the CSI code for a failure to write volume data or the records: a full
+// disk or quota under the state directory is RESOURCE_EXHAUSTED, which a CO retries as it
+// frees space; anything else is INTERNAL.
 func dataErrorCode(err error) codes.Code {
 	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 		return codes.ResourceExhausted

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,33 +140,92 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 }
 
-func (c *Cluster) startAll(ctx context.Context) error {
-	start := time.Now()
-	steps := []struct {
-		name  string
-		args  []string
-		ready func(context.Context) error
-	}{
+type step struct {
+	name  string
+	args  []string
+	ready func(context.Context) error
+}
+
+// steps are the components in start order.
+func (c *Cluster) steps() []step {
+	return []step{
 		{Etcd, c.etcdArgs(), c.etcdReady},
 		{APIServer, c.apiserverArgs(), c.httpsReady(c.ports.APIServer, "/readyz", true)},
 		{ControllerManager, c.controllerManagerArgs(), c.httpsReady(c.ports.ControllerManager, "/healthz", false)},
 		{Scheduler, c.schedulerArgs(), c.httpsReady(c.ports.Scheduler, "/healthz", false)},
 	}
+}
+
+func (c *Cluster) startAll(ctx context.Context) error {
+	start := time.Now()
 	if err := c.writeKubeconfigs(); err != nil {
 		return err
 	}
-	for _, s := range steps {
-		p, err := proc.Start(s.name, c.opts.Binary, append([]string{s.name}, s.args...), c.LogPath(s.name))
+	for _, s := range c.steps() {
+		p, err := c.startStep(ctx, s)
+		c.mu.Lock()
+		if p != nil {
+			c.procs = append(c.procs, p)
+		}
+		c.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		c.mu.Lock()
-		c.procs = append(c.procs, p)
-		c.mu.Unlock()
-		if err := proc.WaitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
-			return fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
-		}
 		fmt.Fprintf(c.opts.Progress, "%s ready (%s)\n", s.name, time.Since(start).Round(100*time.Millisecond))
+	}
+	return nil
+}
+
+// startStep starts one component and waits until it is ready. The process is returned
+// also when it never became ready, so that the caller stops it.
+func (c *Cluster) startStep(ctx context.Context, s step) (*proc.Process, error) {
+	p, err := proc.Start(s.name, c.opts.Binary, append([]string{s.name}, s.args...), c.LogPath(s.name))
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.WaitReady(ctx, p, c.opts.ReadyTimeout, s.ready); err != nil {
+		return p, fmt.Errorf("%s: %w; last log lines (%s):\n%s", s.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
+	}
+	return p, nil
+}
+
+// Restart stops the named components, the last started first, as a supervisor restarting
+// them would (SIGTERM, then SIGKILL after a grace period), then starts them again in start
+// order on the same ports and state, and waits until each is ready. The other components
+// keep running and see their peers go away and come back. Tests use it to check that
+// clients recover by themselves.
+func (c *Cluster) Restart(ctx context.Context, names ...string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var stop []*proc.Process
+	for _, p := range c.procs {
+		if want[p.Name] {
+			stop = append(stop, p)
+			delete(want, p.Name)
+		}
+	}
+	if len(want) > 0 {
+		return fmt.Errorf("localcluster: restart: no running component %v", names)
+	}
+	if err := proc.StopAll(20*time.Second, stop...); err != nil {
+		return err
+	}
+	for _, s := range c.steps() {
+		i := slices.IndexFunc(c.procs, func(p *proc.Process) bool { return p.Name == s.name })
+		if i < 0 || !slices.Contains(stop, c.procs[i]) {
+			continue
+		}
+		p, err := c.startStep(ctx, s)
+		if p != nil {
+			c.procs[i] = p
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

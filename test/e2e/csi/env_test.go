@@ -43,6 +43,7 @@ type env struct {
 	callLog string
 	attach  bool
 	driver  *framework.Process
+	prov    *framework.Process
 	agent   *framework.Process
 	metrics string // the agent's /metrics URL
 	// procs are all the kubevol processes of the test, for their logs.
@@ -137,7 +138,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		return p
 	}
 	e.driver = start(args...)
-	start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
 		start("attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
