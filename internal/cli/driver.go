@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/registration"
+	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/internal/version"
 )
 
@@ -76,10 +76,12 @@ func (o *driverOptions) validate() error {
 		return usageErrorf("--endpoint: %v", err)
 	}
 	q, err := resource.ParseQuantity(o.capacity)
-	if err != nil || q.Sign() <= 0 || q.CmpInt64(math.MaxInt64) > 0 {
+	if err == nil {
+		o.cfg.Capacity, err = sizes.Bytes("--capacity", q)
+	}
+	if err != nil {
 		return usageErrorf("--capacity %q: want a positive quantity such as 100Gi, below 8Ei", o.capacity)
 	}
-	o.cfg.Capacity = q.Value()
 	o.cfg.Mode = driver.Mode(o.mode)
 	if o.httpEndpoint != "" {
 		if _, _, err := net.SplitHostPort(o.httpEndpoint); err != nil {

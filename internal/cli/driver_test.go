@@ -44,3 +44,16 @@ func TestDriverRefusesStateWithoutRecords(t *testing.T) {
 		t.Fatalf("--recover=delete: exit code %d, stderr:\n%s", code, stderr.String())
 	}
 }
+
+// TestDriverCapacityFlag: a pool size that int64 cannot hold (8Ei is stored as exactly its
+// largest value, 1e30 reads as 0 through Quantity.Value, 9223372036854775808 as negative)
+// is a bad flag, not a pool of a wrapped size.
+func TestDriverCapacityFlag(t *testing.T) {
+	for _, c := range []string{"8Ei", "1e30", "9223372036854775808", "0", "-1Gi"} {
+		var stdout, stderr bytes.Buffer
+		code := Execute([]string{"driver", "--endpoint", "unix:///nonexistent/csi.sock", "--node-id", "n1", "--state-dir", t.TempDir(), "--capacity", c}, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--capacity") {
+			t.Errorf("--capacity %s: exit code %d, stderr %q", c, code, stderr.String())
+		}
+	}
+}

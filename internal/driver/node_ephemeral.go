@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver/backend"
 	"github.com/kubevol/kubevol/internal/driver/state"
+	"github.com/kubevol/kubevol/internal/sizes"
 )
 
 // publishEphemeral serves a CSI inline ephemeral volume (Kubernetes "CSI ephemeral
@@ -37,15 +39,18 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 	}
 	size := DefaultVolumeSize
 	if s, ok := attrs[ContextSize]; ok {
-		// Compared before Value(), which wraps or saturates beyond int64 ("1e30" is 0).
 		q, err := resource.ParseQuantity(s)
-		if err != nil || q.Sign() <= 0 {
+		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q: want a positive quantity such as 1Gi", ContextSize, s)
 		}
-		if q.CmpInt64(maxSize) > 0 {
-			return nil, status.Errorf(codes.OutOfRange, "volume attribute %s=%q exceeds the largest volume, %d bytes", ContextSize, s, maxSize)
+		// Not Value(), which wraps or saturates beyond int64 ("1e30" is 0).
+		if size, err = sizes.Bytes("volume attribute "+ContextSize, q); err != nil {
+			code := codes.OutOfRange
+			if re := (*sizes.RangeError)(nil); errors.As(err, &re) && re.Problem == sizes.NotPositive {
+				code = codes.InvalidArgument
+			}
+			return nil, status.Error(code, err.Error())
 		}
-		size = q.Value()
 	}
 	size, err = volumeSize(&csi.CapacityRange{RequiredBytes: size}, minSize(params.typ, params.fsType))
 	if err != nil {

@@ -136,7 +136,6 @@ func (s *Controller) SortedSnapshotIDs() []string {
 	return ids
 }
 
-
 // Normalize fills the maps a decoded document may lack.
 func (s *Controller) Normalize() {
 	if s.Volumes == nil {
