@@ -114,21 +114,18 @@ func (s *Controller) SnapshotByName(name string) *Snapshot {
 // IDs no caller knows yet) in a stable order, which makes list pagination tokens
 // meaningful.
 func (s *Controller) SortedVolumeIDs() []string {
-	var ids []string
-	for id, v := range s.Volumes {
-		if !v.Creating {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
+	return createdIDs(s.Volumes, func(v *Volume) bool { return v.Creating })
 }
 
 // SortedSnapshotIDs lists the IDs of the snapshots created, in a stable order.
 func (s *Controller) SortedSnapshotIDs() []string {
+	return createdIDs(s.Snapshots, func(sn *Snapshot) bool { return sn.Creating })
+}
+
+func createdIDs[T any](records map[string]T, creating func(T) bool) []string {
 	var ids []string
-	for id, sn := range s.Snapshots {
-		if !sn.Creating {
+	for id, r := range records {
+		if !creating(r) {
 			ids = append(ids, id)
 		}
 	}

@@ -79,21 +79,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 func (f *fixture) claim(name string) *corev1.PersistentVolumeClaim {
-	class := "sc"
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
-			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &class,
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
-	out, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return out
+	return f.sizedClaim(name, resource.MustParse("1Gi"))
 }
 
 func (f *fixture) waitFor(what string, cond func() bool) {
@@ -227,7 +213,7 @@ func TestClaimSizeBeyondCSI(t *testing.T) {
 	}
 }
 
-func (f *fixture) sizedClaim(name string, size resource.Quantity) {
+func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.PersistentVolumeClaim {
 	class := "sc"
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
@@ -238,7 +224,9 @@ func (f *fixture) sizedClaim(name string, size resource.Quantity) {
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
-	if _, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, pvc, metav1.CreateOptions{}); err != nil {
+	out, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
 		f.t.Fatal(err)
 	}
+	return out
 }

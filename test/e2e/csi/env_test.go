@@ -269,6 +269,19 @@ func (e *env) pod(name string, vols ...corev1.Volume) *corev1.Pod {
 // (volumeDevices).
 func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod {
 	e.t.Helper()
+	pod := e.podObject(name, mounts, devices)
+	var created *corev1.Pod
+	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
+	e.poll("pod "+name+" created", func(ctx context.Context) (bool, error) {
+		var err error
+		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	return created
+}
+
+// podObject is a pod on the env's node whose one container mounts mounts and maps devices.
+func (e *env) podObject(name string, mounts, devices []corev1.Volume) *corev1.Pod {
 	c := corev1.Container{Name: "app", Image: "busybox"}
 	for _, v := range mounts {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
@@ -284,14 +297,7 @@ func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod 
 			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
 		},
 	}
-	var created *corev1.Pod
-	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
-	e.poll("pod "+name+" created", func(ctx context.Context) (bool, error) {
-		var err error
-		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
-	})
-	return created
+	return pod
 }
 
 func claimVolume(name, claim string) corev1.Volume {

@@ -192,18 +192,7 @@ func (e *env) createPodWithClaims(ctx context.Context, name string) error {
 		}
 		vols = append(vols, claimVolume(c, pvc.Name))
 	}
-	c := corev1.Container{Name: "app", Image: "busybox"}
-	for _, v := range vols {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: e.node},
-			Containers:   []corev1.Container{c},
-			Volumes:      vols,
-		},
-	}
+	pod := e.podObject(name, vols, nil)
 	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
 	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})

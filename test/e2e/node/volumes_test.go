@@ -184,17 +184,7 @@ func waitServiceAccount(t *testing.T, a *agent) {
 
 func waitFile(t *testing.T, path, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if data, err := os.ReadFile(path); err == nil && string(data) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			data, err := os.ReadFile(path)
-			t.Fatalf("%s = %q (%v), want %q", path, data, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFileWithin(t, path, want, 10*time.Second)
 }
 
 func scrape(t *testing.T, addr, path string) string {
