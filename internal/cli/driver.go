@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/driver"
@@ -75,7 +74,7 @@ func (o *driverOptions) validate() error {
 	if _, err := driver.ParseEndpoint(o.endpoint); err != nil {
 		return usageErrorf("--endpoint: %v", err)
 	}
-	q, err := resource.ParseQuantity(o.capacity)
+	q, err := sizes.Parse(o.capacity)
 	if err == nil {
 		o.cfg.Capacity, err = sizes.Bytes("--capacity", q)
 	}

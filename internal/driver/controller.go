@@ -118,24 +118,37 @@ func (c *controller) readDurable(read func() error) error {
 	return nil
 }
 
-// lockedVolume is a volume held by lockVolume: its in-flight lock and the state lock.
+// lockedVolume is a volume held by lockVolume: its in-flight lock and the state lock, and
+// the pool's lock for a change that takes space.
 type lockedVolume struct {
 	*state.Volume
-	c       *controller
-	release func()
-	held    bool
+	c          *controller
+	release    func()
+	held, pool bool
 }
 
 // lockVolume takes the in-flight lock of volume id, then the state lock, and finds the
 // volume: NOT_FOUND if it is unknown. Changes to it are made under the state lock and
 // persisted with commit; unlock releases what commit has not.
-func (c *controller) lockVolume(id string) (*lockedVolume, error) {
+func (c *controller) lockVolume(id string) (*lockedVolume, error) { return c.lockVolumeWith(id, false) }
+
+// lockVolumeForSpace is lockVolume for a change that takes space from the pool: the pool's
+// lock is taken between the two, as by every call that takes space, and released before
+// the commit waits for the disk.
+func (c *controller) lockVolumeForSpace(id string) (*lockedVolume, error) {
+	return c.lockVolumeWith(id, true)
+}
+
+func (c *controller) lockVolumeWith(id string, pool bool) (*lockedVolume, error) {
 	release, err := c.locks.acquire(volumeKey(id))
 	if err != nil {
 		return nil, err
 	}
+	if pool {
+		c.pool.mu.Lock()
+	}
 	c.mu.Lock()
-	l := &lockedVolume{Volume: c.st.Volumes[id], c: c, release: release, held: true}
+	l := &lockedVolume{Volume: c.st.Volumes[id], c: c, release: release, held: true, pool: pool}
 	if l.Volume == nil || l.Volume.Creating {
 		l.unlock()
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", id)
@@ -143,9 +156,10 @@ func (c *controller) lockVolume(id string) (*lockedVolume, error) {
 	return l, nil
 }
 
-// commit persists the changes and releases the state lock; see commitUnlock.
+// commit persists the changes and releases the state and pool locks; see commitUnlock.
 func (l *lockedVolume) commit() error {
 	l.held = false
+	l.unlockPool()
 	return l.c.commitUnlock()
 }
 
@@ -154,7 +168,15 @@ func (l *lockedVolume) unlock() {
 		l.held = false
 		l.c.mu.Unlock()
 	}
+	l.unlockPool()
 	l.release()
+}
+
+func (l *lockedVolume) unlockPool() {
+	if l.pool {
+		l.pool = false
+		l.c.pool.mu.Unlock()
+	}
 }
 
 // volume returns a copy of a volume record, or nil. A volume still being created is not
@@ -170,7 +192,8 @@ func (c *controller) volume(id string) *state.Volume {
 
 // controllerHolds is what the controller's records of type typ hold in the pool: volumes
 // their capacity (being created or not), "dir" snapshots what their copy occupies. A
-// "block" snapshot is a full copy whose bytes the host filesystem already counts.
+// complete "block" snapshot is a copy whose bytes the host filesystem already counts; one
+// being copied holds what the copy will take.
 func controllerHolds(st *state.Controller, l backend.Layout, typ string) []hold {
 	var out []hold
 	b, _ := backend.New(typ, l)
@@ -179,11 +202,13 @@ func controllerHolds(st *state.Controller, l backend.Layout, typ string) []hold 
 			out = append(out, hold{bytes: v.CapacityBytes, image: b.VolumePath(v.ID)})
 		}
 	}
-	if typ == state.TypeDir {
-		for _, sn := range st.Snapshots {
-			if sn.Type == typ {
-				out = append(out, hold{bytes: sn.UsedBytes})
-			}
+	for _, sn := range st.Snapshots {
+		switch {
+		case sn.Type != typ:
+		case typ == state.TypeDir:
+			out = append(out, hold{bytes: sn.UsedBytes})
+		case sn.Creating:
+			out = append(out, hold{bytes: sn.UsedBytes, image: b.SnapshotPath(sn.ID)})
 		}
 	}
 	return out
@@ -233,6 +258,12 @@ func (c *controller) inUse(ctx context.Context, v *state.Volume) (string, error)
 		}
 		return "", nil
 	}
+	return mountedFrom(path, "")
+}
+
+// mountedFrom explains which mounts on this machine use the data at path (bind mounts of a
+// "dir" volume) or the loop device dev that backs it, or "" when none does.
+func mountedFrom(path, dev string) (string, error) {
 	mt, err := readMountTable()
 	if err != nil {
 		return "", err
@@ -240,7 +271,27 @@ func (c *controller) inUse(ctx context.Context, v *state.Volume) (string, error)
 	if binds := mt.bindsOf(path); len(binds) > 0 {
 		return fmt.Sprintf("it is mounted at %v", binds), nil
 	}
+	if dev == "" {
+		return "", nil
+	}
+	if mps := append(mt.mountsOfDevice(dev), mt.bindsOf(dev)...); len(mps) > 0 {
+		return fmt.Sprintf("its loop device %s is mounted at %v", dev, mps), nil
+	}
 	return "", nil
+}
+
+// removeUnused removes a volume that a record says was abandoned (an interrupted create
+// or delete) unless something on this machine uses its data: a record restored from a
+// backup may call creating a volume that has since been created and mounted.
+func (c *controller) removeUnused(ctx context.Context, v *state.Volume) error {
+	why, err := c.inUse(ctx, v)
+	if err != nil {
+		return status.Errorf(codes.Internal, "check whether volume %s is in use: %v", v.ID, err)
+	}
+	if why != "" {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is recorded as abandoned but %s: kept; check the record (docs/driver.md)", v.ID, why)
+	}
+	return c.finishDelete(v.ID, v.Type)
 }
 
 func newID(prefix string) string {
@@ -283,16 +334,12 @@ func (c *controller) reconcile(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	for _, v := range creating {
-		c.log.Info("Rolling back an interrupted CreateVolume", "volumeID", v.ID, "name", v.Name)
-		if err := c.finishDelete(v.ID, v.Type); err != nil {
-			return err
-		}
-	}
-	for _, v := range deleting {
-		// A DeleteVolume was interrupted: it had passed its checks, so finish it.
-		c.log.Info("Finishing an interrupted DeleteVolume", "volumeID", v.ID)
-		if err := c.finishDelete(v.ID, v.Type); err != nil {
+	for _, v := range append(creating, deleting...) {
+		// A creation rolled back, or a DeleteVolume, which had passed its checks, finished.
+		c.log.Info("Finishing an interrupted operation", "volumeID", v.ID, "name", v.Name, "creating", v.Creating, "deleting", v.Deleting)
+		if err := c.removeUnused(ctx, v); status.Code(err) == codes.FailedPrecondition {
+			c.log.Error(err, "Keeping a volume its record calls abandoned", "volumeID", v.ID)
+		} else if err != nil {
 			return err
 		}
 	}

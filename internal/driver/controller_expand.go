@@ -21,10 +21,7 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if req.GetCapacityRange() == nil {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
 	}
-	// pool.mu before the volume's locks, as every call that takes space from the pool.
-	c.pool.mu.Lock()
-	defer c.pool.mu.Unlock()
-	v, err := c.lockVolume(id)
+	v, err := c.lockVolumeForSpace(id)
 	if err != nil {
 		return nil, err
 	}

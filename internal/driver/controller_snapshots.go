@@ -123,7 +123,8 @@ func (c *controller) rollbackAbandonedSnapshot(name string) error {
 	return nil
 }
 
-// rollbackSnapshot removes a snapshot's copy, then its record.
+// removeSnapshot removes a snapshot's copy, then its record: DeleteSnapshot, and the
+// rollback of a CreateSnapshot that its intent names.
 func (c *controller) removeSnapshot(id, typ string) error {
 	if err := c.backends[typ].DeleteSnapshot(id); err != nil {
 		return err

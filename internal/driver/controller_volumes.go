@@ -49,7 +49,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer release()
-	if err := c.rollbackAbandoned(req.GetName()); err != nil {
+	if err := c.rollbackAbandoned(ctx, req.GetName()); err != nil {
 		return nil, err
 	}
 
@@ -130,17 +130,14 @@ func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volum
 
 // rollbackAbandoned rolls back an earlier CreateVolume of name that failed and could not
 // roll itself back (its record still says creating), before the name is used again.
-func (c *controller) rollbackAbandoned(name string) error {
+func (c *controller) rollbackAbandoned(ctx context.Context, name string) error {
 	c.mu.Lock()
-	v := c.st.VolumeByName(name)
+	v := c.st.VolumeByName(name).Clone()
 	c.mu.Unlock()
 	if v == nil || !v.Creating {
 		return nil
 	}
-	if err := c.finishDelete(v.ID, v.Type); err != nil {
-		return status.Errorf(codes.Internal, "roll back the failed creation of volume %s: %v", v.ID, err)
-	}
-	return nil
+	return c.removeUnused(ctx, v)
 }
 
 // contentSource decodes a VolumeContentSource into the recorded form and the lock key of

@@ -44,9 +44,6 @@ type custody struct {
 	log klog.Logger
 	// id is the identity the records must carry: the marker's.
 	id *state.Identity
-	// fresh is set when this start created the marker: records of a kubevol that predates
-	// markers carry no identity, and are adopted then.
-	fresh bool
 }
 
 // claimStateDir reads the state directory's marker, or creates it on a first start. A
@@ -61,11 +58,14 @@ func claimStateDir(cfg *Config, log klog.Logger) (*custody, error) {
 	case err != nil && cfg.Recover == RecoverNone:
 		return nil, cu.refuse("marker", f.Path(), fmt.Sprintf("it cannot be read (%v)", err))
 	case err != nil:
-		log.Info("Replacing an unreadable state directory marker", "path", f.Path(), "err", err.Error(), "recover", cfg.Recover)
-		cu.id = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir)
-		return cu, f.Save(cu.id)
+		// Set aside, then created afresh as on a first start, so that the two processes
+		// of a split node, both told to recover, end up with the same new marker.
+		if err := setAside(log, f.Path()); err != nil {
+			return nil, err
+		}
+		return claimStateDir(cfg, log)
 	case !found:
-		cu.id, cu.fresh = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir), true
+		cu.id = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir)
 		won, err := f.Create(cu.id)
 		if err != nil {
 			return nil, err
@@ -82,14 +82,12 @@ func claimStateDir(cfg *Config, log klog.Logger) (*custody, error) {
 		cu.id = &m
 		return cu, nil
 	}
-	switch cfg.Recover {
-	case RecoverAdopt:
-		cu.id = &want
-	case RecoverQuarantine:
-		cu.id = state.NewIdentity(cfg.DriverName, cfg.NodeID, cfg.StateDir)
-	default:
+	if cfg.Recover == RecoverNone {
 		return nil, cu.refuse("marker", f.Path(), "it was written for "+why)
 	}
+	// The ID is kept, so that both processes of a split node agree on it; the records,
+	// written for the old owner, are then adopted or set aside by open.
+	cu.id = &want
 	log.Info("Rewriting the state directory marker", "path", f.Path(), "was", why, "recover", cfg.Recover)
 	return cu, f.Save(cu.id)
 }
@@ -125,11 +123,11 @@ func (cu *custody) open(r record) error {
 		problem = fmt.Sprintf("it cannot be read (%v)", err)
 	case !found:
 		problem = "it is missing"
-	case r.doc().Owner() == nil && cu.fresh:
+	case r.doc().Owner() == nil:
+		// Written by a kubevol before markers (an upgrade, or a backup restored from
+		// then): nothing in it can be checked, and refusing would block every upgrade.
 		cu.log.Info("Adopting records written before state directories were marked", "path", r.file.Path())
 		return cu.save(r)
-	case r.doc().Owner() == nil:
-		problem = "it carries no identity while the marker does"
 	default:
 		if why := cu.id.Mismatch(r.doc().Owner()); why != "" {
 			problem = "it was written for " + why
@@ -146,18 +144,28 @@ func (cu *custody) open(r record) error {
 		return cu.save(r)
 	case cu.cfg.Recover == RecoverQuarantine:
 		cu.log.Info("Setting the records aside; the data they named will be quarantined", "path", r.file.Path(), "was", problem)
+	case err != nil || !found:
+		return cu.refuseLost(r.file.Path(), problem+", and data is present in "+fmt.Sprint(r.data))
 	default:
-		return cu.refuse("record file", r.file.Path(), problem+", and data is present in "+fmt.Sprint(r.data))
+		return cu.refuse("record file", r.file.Path(), problem)
 	}
 	if found {
-		aside := fmt.Sprintf("%s.set-aside-%s", r.file.Path(), time.Now().UTC().Format("20060102T150405.000000000Z"))
-		if err := os.Rename(r.file.Path(), aside); err != nil {
+		if err := setAside(cu.log, r.file.Path()); err != nil {
 			return err
 		}
-		cu.log.Info("Kept the old record file", "path", aside)
 	}
 	r.reset()
 	return cu.save(r)
+}
+
+// setAside renames a file the driver will not use, so that nothing overwrites it.
+func setAside(log klog.Logger, path string) error {
+	aside := fmt.Sprintf("%s.set-aside-%s", path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(path, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	log.Info("Kept a file the driver will not use", "path", aside)
+	return nil
 }
 
 // save writes r with the marker's identity.
@@ -166,13 +174,23 @@ func (cu *custody) save(r record) error {
 	return r.file.Save(r.doc())
 }
 
-// refuse is the error of a start-up that will not act on the file at path.
+// refuse is the error of a start-up that will not act on the file at path because it was
+// written for another owner.
 func (cu *custody) refuse(what, path, problem string) error {
-	return fmt.Errorf("refusing to start: the state directory's %s %s cannot be trusted: %s. Nothing was changed. "+
-		"If --state-dir, --node-id or --drivername is wrong, fix it; if you have a backup of the file, restore it. "+
-		"Otherwise start once with --recover=adopt to trust the records found here as this driver's, "+
-		"or --recover=quarantine to set them aside and move every volume and snapshot into %s, where nothing is deleted "+
+	return fmt.Errorf("refusing to start: the state directory's %s %s cannot be trusted: %s. No data was touched. "+
+		"If --state-dir, --node-id or --drivername is wrong, fix it. "+
+		"If the directory was moved or the node renamed on purpose, start once with --recover=adopt to trust the records found here; "+
+		"otherwise --recover=quarantine sets them aside and moves every volume and snapshot into %s, where nothing is deleted "+
 		"(docs/driver.md, \"Recovering a state directory\")", what, path, problem, quarantineDir(cu.cfg.StateDir))
+}
+
+// refuseLost is the error of a start-up whose record is lost or damaged while data is
+// present: adopting is not possible, there is nothing to trust.
+func (cu *custody) refuseLost(path, problem string) error {
+	return fmt.Errorf("refusing to start: the record file %s cannot be used: %s. No data was touched. "+
+		"If --state-dir is wrong, fix it. If you have a backup of the file taken while the driver was stopped, restore it. "+
+		"Otherwise start once with --recover=quarantine to start with empty records and move every volume and snapshot into %s, "+
+		"where nothing is deleted (docs/driver.md, \"Recovering a state directory\")", path, problem, quarantineDir(cu.cfg.StateDir))
 }
 
 // anyData reports whether any of dirs holds a volume or snapshot, complete or partial.
@@ -222,9 +240,12 @@ func quarantineUsage(stateDir string) (bytes, entries int64, err error) {
 		return 0, 0, err
 	}
 	for _, a := range areas {
+		if !a.IsDir() {
+			continue
+		}
 		des, err := os.ReadDir(filepath.Join(dir, a.Name()))
 		if err != nil {
-			continue
+			return 0, 0, err
 		}
 		entries += int64(len(des))
 	}

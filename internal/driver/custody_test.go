@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/kubevol/kubevol/internal/driver"
@@ -83,9 +84,15 @@ func TestStartRefusesUntrustedRecords(t *testing.T) {
 			if err == nil {
 				t.Fatal("the driver started")
 			}
-			for _, want := range []string{filepath.Join(c.StateDir, tc.file), "--recover=adopt", "--recover=quarantine", "Nothing was changed"} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not say %q", err, want)
+			want := []string{filepath.Join(c.StateDir, tc.file), "--recover=quarantine", "No data was touched"}
+			if tc.file == "identity.json" { // written for another owner: adopting is a way out
+				want = append(want, "--recover=adopt")
+			} else if strings.Contains(err.Error(), "--recover=adopt") {
+				t.Errorf("error %q offers to adopt a record that is not there", err)
+			}
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
 				}
 			}
 			t.Logf("refused: %v", err)
@@ -173,17 +180,7 @@ func TestFirstStartAndOldRecords(t *testing.T) {
 	}
 	// The documents of an older kubevol: no identity, no marker.
 	for _, name := range []string{"controller.json", "node.json"} {
-		p := filepath.Join(cfg.StateDir, name)
-		b, _ := os.ReadFile(p)
-		var d map[string]any
-		if err := json.Unmarshal(b, &d); err != nil {
-			t.Fatal(err)
-		}
-		delete(d, "identity")
-		b, _ = json.Marshal(d)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		stripIdentity(t, filepath.Join(cfg.StateDir, name))
 	}
 	if err := os.Remove(marker); err != nil {
 		t.Fatal(err)
@@ -193,6 +190,13 @@ func TestFirstStartAndOldRecords(t *testing.T) {
 		t.Fatalf("volume of the old records: %v", err)
 	}
 	mustSurvive(t, file)
+	if err := in.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The second process of a split node upgrades after the first made the marker: its
+	// record has no identity while the marker exists.
+	stripIdentity(t, filepath.Join(cfg.StateDir, "node.json"))
+	in = drivertest.Start(t, cfg)
 	if err := in.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,16 +224,30 @@ func TestInterruptedCreateRollsBackOnlyItsIntent(t *testing.T) {
 	if _, err := record.Load(st); err != nil {
 		t.Fatal(err)
 	}
-	st.Volumes["v-creating"] = &state.Volume{ID: "v-creating", Name: "half", Type: "dir", CapacityBytes: 1 << 20, Node: "node-1", CreatedAt: time.Now(), Creating: true}
+	// A record restored from a backup may call creating a volume that was created since and
+	// is mounted: it must be kept.
+	for _, v := range []string{"v-creating", "v-creating-mounted"} {
+		st.Volumes[v] = &state.Volume{ID: v, Name: v, Type: "dir", CapacityBytes: 1 << 20, Node: "node-1", CreatedAt: time.Now(), Creating: true}
+	}
 	if err := record.Save(st); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"v-creating", "v-unrecorded"} {
+	for _, v := range []string{"v-creating", "v-unrecorded", "v-creating-mounted"} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, "volumes", v), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	target := filepath.Join(filepath.Dir(cfg.StateDir), "pod-target")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(filepath.Join(cfg.StateDir, "volumes", "v-creating-mounted"), target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
 	in := drivertest.Start(t, cfg)
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "volumes", "v-creating-mounted")); err != nil {
+		t.Errorf("a mounted volume its record calls creating was removed: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "volumes", "v-creating")); !os.IsNotExist(err) {
 		t.Errorf("the interrupted creation was not rolled back: %v", err)
 	}
@@ -240,6 +258,24 @@ func TestInterruptedCreateRollsBackOnlyItsIntent(t *testing.T) {
 	_, err := in.Controller.ControllerGetVolume(ctxT(t), &csi.ControllerGetVolumeRequest{VolumeId: "v-creating"})
 	wantCode(t, err, codes.NotFound, "the rolled back volume")
 	if _, err := in.Controller.ControllerGetVolume(ctxT(t), &csi.ControllerGetVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stripIdentity makes the record at p look like one written before markers existed.
+func stripIdentity(t *testing.T, p string) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	delete(d, "identity")
+	b, _ = json.Marshal(d)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

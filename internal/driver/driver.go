@@ -61,6 +61,10 @@ func New(cfg Config) (*Driver, error) {
 	if d.calls, err = openCallLog(cfg.CallLog); err != nil {
 		return nil, err
 	}
+	if cfg.Recover != RecoverNone {
+		log.Info("--recover is set: it only acts on a state directory the driver would refuse; remove it once the driver has started",
+			"recover", cfg.Recover)
+	}
 	cu, err := claimStateDir(&d.cfg, log)
 	if err != nil {
 		return nil, d.closeWith(err)

@@ -15,7 +15,7 @@ import (
 
 // The driver's request validation is fuzzed on what a CO or a hostile manifest controls:
 // StorageClass parameters, capacity ranges, names, IDs and inline volume attributes.
-// Longer runs: go test -run '^$' -fuzz FuzzCreateVolumeRequest -fuzztime 5m ./internal/driver
+// Longer runs: go test -run '^$' -fuzz '^FuzzCreateVolumeRequest$' -fuzztime 5m ./internal/driver
 
 // FuzzCreateVolumeRequest checks the invariants of CreateVolume's validation: no panic, a
 // size that is accepted is positive, block aligned, within the range and at most maxSize,
@@ -27,6 +27,10 @@ func FuzzCreateVolumeRequest(f *testing.F) {
 	f.Add(int64(-1), int64(1), "block", "btrfs", "", "vol")
 	f.Add(int64(1000), int64(999), "nfs", "ext4", "a/../../b", "")
 	f.Fuzz(func(t *testing.T, req, lim int64, typ, fsType, name, source string) {
+		if err := required("name", name); err != nil {
+			wantRefusal(t, err, codes.InvalidArgument)
+			return
+		}
 		params, err := parseParams(map[string]string{ParamType: typ, ParamFsType: fsType})
 		if err != nil {
 			wantRefusal(t, err, codes.InvalidArgument)
@@ -49,6 +53,25 @@ func FuzzCreateVolumeRequest(f *testing.F) {
 		}
 		if _, _, err := contentSource(src); err != nil {
 			wantRefusal(t, err, codes.InvalidArgument)
+		}
+	})
+}
+
+// FuzzEphemeralSize: the size attribute of an inline volume, which a pod's manifest sets,
+// is refused with INVALID_ARGUMENT or OUT_OF_RANGE, or becomes a positive aligned size at
+// most maxSize.
+func FuzzEphemeralSize(f *testing.F) {
+	for _, s := range []string{"32Mi", "8Ei", "1e30", "9223372036854775808", "-1", "0", "1.5", "100m", "1x", "", "1e-30", "1e1000000000000", "1e-999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, attr string) {
+		size, err := ephemeralSize(map[string]string{ContextSize: attr}, volumeParams{typ: "dir"})
+		if err != nil {
+			wantRefusal(t, err, codes.InvalidArgument, codes.OutOfRange)
+			return
+		}
+		if size <= 0 || size > maxSize || size%sizeAlign != 0 {
+			t.Fatalf("size %q = %d bytes: not a positive aligned size", attr, size)
 		}
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kubevol/kubevol/internal/driver/backend"
 	"github.com/kubevol/kubevol/internal/driver/state"
@@ -37,22 +36,7 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 	if r := unsupportedReason(params.typ, vc); r != "" {
 		return nil, status.Error(codes.FailedPrecondition, r)
 	}
-	size := DefaultVolumeSize
-	if s, ok := attrs[ContextSize]; ok {
-		q, err := resource.ParseQuantity(s)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q: want a positive quantity such as 1Gi", ContextSize, s)
-		}
-		// Not Value(), which wraps or saturates beyond int64 ("1e30" is 0).
-		if size, err = sizes.Bytes("volume attribute "+ContextSize, q); err != nil {
-			code := codes.OutOfRange
-			if re := (*sizes.RangeError)(nil); errors.As(err, &re) && re.Problem == sizes.NotPositive {
-				code = codes.InvalidArgument
-			}
-			return nil, status.Error(code, err.Error())
-		}
-	}
-	size, err = volumeSize(&csi.CapacityRange{RequiredBytes: size}, minSize(params.typ, params.fsType))
+	size, err := ephemeralSize(attrs, params)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +92,27 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 	return n.publishWith(ctx, want, func() error { return n.mountPublish(want) }, create)
 }
 
+// ephemeralSize is the size of an inline volume from its size attribute, or the default
+// without one: a pod's manifest chooses it, so it is checked before any arithmetic on it.
+func ephemeralSize(attrs map[string]string, params volumeParams) (int64, error) {
+	size := DefaultVolumeSize
+	if attr, ok := attrs[ContextSize]; ok {
+		q, err := sizes.Parse(attr)
+		if err != nil {
+			return 0, status.Errorf(codes.InvalidArgument, "volume attribute %s=%q: want a positive quantity such as 1Gi", ContextSize, attr)
+		}
+		// Not Value(), which wraps or saturates beyond int64 ("1e30" is 0).
+		if size, err = sizes.Bytes("volume attribute "+ContextSize, q); err != nil {
+			code := codes.OutOfRange
+			if re := (*sizes.RangeError)(nil); errors.As(err, &re) && re.Problem == sizes.NotPositive {
+				code = codes.InvalidArgument
+			}
+			return 0, status.Error(code, err.Error())
+		}
+	}
+	return volumeSize(&csi.CapacityRange{RequiredBytes: size}, minSize(params.typ, params.fsType))
+}
+
 // ephemeralHolds is what the node's inline ephemeral volumes of type typ hold in the pool,
 // except the one named skip (a retried publish re-admits its own volume).
 func ephemeralHolds(st *state.Node, l backend.Layout, typ, skip string) []hold {
@@ -154,6 +159,21 @@ func (n *node) admitEphemeral(v *state.Volume) error {
 	n.st.Ephemeral[v.ID] = v
 	n.pool.mu.Unlock()
 	return n.commitUnlock()
+}
+
+// ephemeralMounted explains which mounts use ephemeral volume id, or "".
+func (n *node) ephemeralMounted(ctx context.Context, id string) (string, error) {
+	ref, err := n.resolve(id)
+	if err != nil {
+		return "", err
+	}
+	dev := ""
+	if ref.typ == state.TypeBlock {
+		if dev, err = n.loops.Find(ctx, ref.path); err != nil {
+			return "", err
+		}
+	}
+	return mountedFrom(ref.path, dev)
 }
 
 // destroyEphemeral deletes an ephemeral volume: its loop device, its bytes, its record.

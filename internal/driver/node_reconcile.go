@@ -124,6 +124,11 @@ func (n *node) removeOrphanEphemeral(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	for _, id := range orphans {
+		// A record restored from a backup may lack the publish of a volume still mounted.
+		if why, err := n.ephemeralMounted(ctx, id); err != nil || why != "" {
+			n.log.Error(err, "Keeping an ephemeral volume no publish record names, because it is mounted", "volumeID", id, "reason", why)
+			continue
+		}
 		n.log.Info("Deleting an ephemeral volume no pod uses", "volumeID", id)
 		if err := n.destroyEphemeral(ctx, id); err != nil {
 			return err

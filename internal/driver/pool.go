@@ -55,9 +55,11 @@ func (p *pool) free(typ string, all []hold) (int64, error) {
 	}
 	free := satMul(int64(fs.Bavail), fs.Bsize)
 	for _, h := range all {
+		// An image being created (still under its partial name) or copied has nothing
+		// allocated under its final name yet: it holds all of its bytes.
 		alloc, err := backend.AllocatedBytes(h.image)
 		if err != nil {
-			continue // a missing image is reported by health, not here
+			alloc = 0
 		}
 		free -= max(0, h.bytes-alloc)
 	}

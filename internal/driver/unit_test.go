@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
 )
 
 func TestVolumeSize(t *testing.T) {
@@ -200,5 +203,26 @@ func TestParseEndpoint(t *testing.T) {
 		if _, err := ParseEndpoint(bad); err == nil {
 			t.Errorf("ParseEndpoint(%q) accepted", bad)
 		}
+	}
+}
+
+// A block image still being created or copied has nothing allocated under its final name:
+// it must hold all its bytes, or two concurrent creates could both take the last space.
+func TestPoolCountsImagesBeingCreated(t *testing.T) {
+	p := &pool{fsPath: t.TempDir(), capacity: 100 << 20}
+	empty, err := p.free(state.TypeBlock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := p.free(state.TypeBlock, []hold{{bytes: 64 << 20, image: filepath.Join(p.fsPath, "v-new.img")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host filesystem changes under other tests; a 64 MiB hold cannot be hidden by it.
+	if empty-held < 32<<20 {
+		t.Errorf("an image not yet created held %d bytes, want about %d", empty-held, 64<<20)
+	}
+	if free, _ := p.free(state.TypeDir, []hold{{bytes: math.MaxInt64}, {bytes: math.MaxInt64}}); free != 0 {
+		t.Errorf("dir holds summing past int64 left %d bytes free", free)
 	}
 }

@@ -34,7 +34,8 @@ import (
 // Besides: CSI messages (proto) are formatted by CSI, Secret and TokenRequest objects are
 // reduced to their names, byte slices and maps under a key that names a secret or token are
 // replaced, and anything shaped like a JWT (a service-account token) is cut out of every
-// message and string value.
+// message and value. klog does not filter the error of an error line (errorS passes only
+// the message and the values to FilterS), so an error is covered only as a value.
 type LogFilter struct{}
 
 var _ klog.LogFilter = LogFilter{}

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"regexp"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -100,4 +102,19 @@ func Bytes(what string, q resource.Quantity) (int64, error) {
 		return fail(Capped)
 	}
 	return n.Int64(), nil
+}
+
+// exponent is the decimal exponent at the end of a quantity's text.
+var exponent = regexp.MustCompile(`[eE][+-]?([0-9]+)\s*$`)
+
+// Parse is resource.ParseQuantity for text that a manifest controls and no API server has
+// validated (an inline volume's attributes, a flag): an exponent of more than four digits
+// is refused before the parser sees it, because the parser wraps one beyond int32 into a
+// scale it then spends minutes rounding (1e1000000000000), and takes seconds on 1e-999999.
+// No size needs such an exponent.
+func Parse(s string) (resource.Quantity, error) {
+	if m := exponent.FindStringSubmatch(s); m != nil && len(strings.TrimLeft(m[1], "0")) > 4 {
+		return resource.Quantity{}, fmt.Errorf("quantity %.40q: exponent too large", s)
+	}
+	return resource.ParseQuantity(s)
 }

@@ -72,3 +72,17 @@ func TestBytesMessage(t *testing.T) {
 		t.Errorf("a long quantity is repeated in full: %.300v", err)
 	}
 }
+
+// Parse refuses, at once, the exponents the quantity parser would spend minutes on.
+func TestParseRefusesHugeExponents(t *testing.T) {
+	for _, s := range []string{"1e1000000000000", "1e-999999", "5E12345"} {
+		if _, err := Parse(s); err == nil {
+			t.Errorf("Parse(%q) accepted", s)
+		}
+	}
+	for _, s := range []string{"1e30", "1Gi", "1e-30", "8Ei"} {
+		if _, err := Parse(s); err != nil {
+			t.Errorf("Parse(%q): %v", s, err)
+		}
+	}
+}

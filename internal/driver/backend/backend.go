@@ -71,7 +71,8 @@ func ValidID(id string) bool {
 	return !strings.ContainsAny(id, "/\\\x00")
 }
 
-// tempSuffix marks a copy in progress. A restart deletes anything carrying it.
+// tempSuffix marks a copy in progress. A restart removes one that an intent names and
+// quarantines any other.
 const tempSuffix = ".partial"
 
 // imageSuffix names the image file of a block volume or snapshot.

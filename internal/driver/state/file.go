@@ -26,14 +26,15 @@ func NewFile(path string) *File { return &File{path: path} }
 func (f *File) Path() string { return f.path }
 
 // Load decodes the document into v. A missing document leaves v untouched and reports
-// found=false: a first start is not an error.
+// found=false: a first start is not an error. A document that exists but cannot be read
+// or decoded reports found=true with the error, so that no caller takes it for missing.
 func (f *File) Load(v any) (found bool, err error) {
 	data, err := os.ReadFile(f.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, err
+		return true, err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return true, fmt.Errorf("decode %s: %w", f.path, err)
