@@ -5,10 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 // LoopDevice is one attached loop device as losetup reports it.
@@ -79,7 +83,25 @@ func (l *Loops) Detach(ctx context.Context, dev string) error {
 		}
 		return fmt.Errorf("losetup -d %s: %v: %s", dev, err, strings.TrimSpace(msg))
 	}
+	waitDetached(ctx, dev, 5*time.Second)
 	return nil
+}
+
+// waitDetached waits, at most limit, until dev no longer has a backing file. losetup -d on
+// a device that something still holds open (udev probing it after a resize, a filesystem
+// being released) only marks it for autoclear, and the kernel detaches it when the last user
+// closes it, usually within milliseconds. Without the wait a DeleteVolume right after
+// NodeUnstageVolume finds the image still attached and is refused. A device still held
+// after limit is left to autoclear.
+func waitDetached(ctx context.Context, dev string, limit time.Duration) {
+	backing := filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file")
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if _, err := os.Stat(backing); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Refresh makes dev pick up a new length of its image, after an expansion.
