@@ -40,7 +40,7 @@ condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
 	f.IntVar(&o.sidecar.WorkerThreads, "workers", 10, "Number of claims expanded at once.")
 	_ = f.MarkHidden("worker-threads")
 	f.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: how often every claim is checked again.")
-	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "Do not expand a volume that a pod uses when the driver lacks ONLINE expansion; expand it once no pod uses it.")
+	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "After the driver answers FAILED_PRECONDITION, do not ask it again while a pod uses the volume; expand it once no pod uses it.")
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
 	return cmd
 }

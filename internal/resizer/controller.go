@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -35,7 +33,7 @@ type Config struct {
 	// ignored. Workers is upstream --workers.
 	sidecar.ControllerConfig
 	// HandleVolumeInUseError (upstream --handle-volume-inuse-error) holds back the expansion
-	// of a volume that a pod uses when the driver cannot expand online.
+	// of a volume that a pod uses once the driver refused it with FAILED_PRECONDITION.
 	HandleVolumeInUseError bool
 }
 
@@ -53,18 +51,43 @@ type Controller struct {
 
 	// expands is false when the driver lacks EXPAND_VOLUME: then, like upstream's trivial
 	// resizer, the PV grows without a call and the node does the expansion.
-	expands bool
-	// online is the VolumeExpansion ONLINE plugin capability: the driver can expand a
-	// volume that is published to a pod.
-	online      bool
+	expands     bool
 	multiWriter bool
 
 	// finalErrors holds the claims whose last ControllerExpandVolume failed with a final
 	// error, so nothing can still be in progress in the driver: only then may the user's
 	// smaller request replace allocatedResources (RecoverVolumeExpansionFailure). After a
 	// restart it is empty, and the resizer finishes allocatedResources first, the safe side.
-	mu          sync.Mutex
-	finalErrors map[string]bool
+	finalErrors keySet
+	// inUseErrors holds the claims whose last ControllerExpandVolume was refused with
+	// FAILED_PRECONDITION: while a pod uses one, the driver is not asked again (upstream's
+	// in-use error). After a restart it is empty, and the driver is asked once more.
+	inUseErrors keySet
+}
+
+// keySet is a set of claim keys that the workers share.
+type keySet struct {
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+func (s *keySet) set(key string, in bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !in {
+		delete(s.keys, key)
+		return
+	}
+	if s.keys == nil {
+		s.keys = map[string]bool{}
+	}
+	s.keys[key] = true
+}
+
+func (s *keySet) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[key]
 }
 
 // New builds a Controller. It asks the driver for its capabilities once.
@@ -73,10 +96,6 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	caps, err := cfg.CSI.Capabilities(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("resizer: driver capabilities: %w", err)
-	}
-	online, err := expandsOnline(ctx, cfg.CSI)
 	if err != nil {
 		return nil, fmt.Errorf("resizer: driver capabilities: %w", err)
 	}
@@ -95,9 +114,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:    recorder,
 		events:      broadcaster,
 		expands:     caps.Controller[expandCapability],
-		online:      online,
 		multiWriter: caps.Controller[multiWriterCap],
-		finalErrors: map[string]bool{},
 	}
 	_, err = claimInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueClaim,
@@ -113,30 +130,14 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.HandleVolumeInUseError && !online {
-		// Pods are watched only when their presence can hold an expansion back.
+	if cfg.HandleVolumeInUseError {
+		// Upstream watches pods for every driver: whether a driver expands in use is only
+		// known from its answer, as the VolumeExpansion plugin capability is optional.
 		if err := c.watchPods(factory); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
-}
-
-// expandsOnline asks the driver for the VolumeExpansion plugin capability, which
-// csi.Capabilities does not keep.
-func expandsOnline(ctx context.Context, conn *csi.Conn) (bool, error) {
-	cctx, cancel := conn.WithTimeout(ctx)
-	defer cancel()
-	rsp, err := conn.Identity.GetPluginCapabilities(cctx, &csipb.GetPluginCapabilitiesRequest{})
-	if err != nil {
-		return false, fmt.Errorf("GetPluginCapabilities: %w", err)
-	}
-	for _, pc := range rsp.GetCapabilities() {
-		if pc.GetVolumeExpansion().GetType() == csipb.PluginCapability_VolumeExpansion_ONLINE {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Run starts the informers and workers and blocks until ctx ends.
@@ -145,7 +146,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.queue.ShutDown()
 	defer c.events.Shutdown()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting resizer", "driver", c.cfg.DriverName, "controllerExpand", c.expands, "online", c.online,
+	logger.Info("Starting resizer", "driver", c.cfg.DriverName, "controllerExpand", c.expands,
 		"watchPods", c.pods != nil, "workers", c.cfg.Workers)
 
 	c.factory.Start(ctx.Done())
@@ -224,7 +225,8 @@ func (c *Controller) claimDeleted(obj any) {
 		return
 	}
 	c.queue.Forget(key)
-	c.setFinalError(key, false)
+	c.finalErrors.set(key, false)
+	c.inUseErrors.set(key, false)
 }
 
 func (c *Controller) pvAdded(obj any) {
@@ -233,20 +235,4 @@ func (c *Controller) pvAdded(obj any) {
 		return
 	}
 	c.queue.Add(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)
-}
-
-func (c *Controller) setFinalError(key string, final bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if final {
-		c.finalErrors[key] = true
-	} else {
-		delete(c.finalErrors, key)
-	}
-}
-
-func (c *Controller) hadFinalError(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.finalErrors[key]
 }

@@ -460,20 +460,35 @@ func TestInUseWaitsForPod(t *testing.T) {
 			Status: corev1.PodStatus{Phase: phase},
 		}
 	}
-	t.Run("offline driver", func(t *testing.T) {
+	// Upstream calls the driver first, whatever its VolumeExpansion plugin capability,
+	// which is optional: many drivers advertise neither ONLINE nor OFFLINE and expand in use.
+	t.Run("driver without a VolumeExpansion capability", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
 		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodRunning))
+		e.waitClaim("used", "expanded while a pod uses it", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	})
+	t.Run("driver refuses in use", func(t *testing.T) {
+		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
+		drv := newFakeDriver()
+		drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+			return nil, status.Error(codes.FailedPrecondition, "volume is published")
+		})
+		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
 		e.waitEvent("used", reasonFailed, "in use by pod default/app")
-		if n := len(e.drv.requests()); n != 0 {
-			t.Fatalf("%d ControllerExpandVolume calls while a pod uses the volume of an offline-only driver", n)
+		if n := len(e.drv.requests()); n != 1 {
+			t.Fatalf("%d ControllerExpandVolume calls before the resizer held back, want the one that was refused", n)
 		}
-		if s := resizeStatus(e.claim("used")); s != "" {
-			t.Errorf("allocatedResourceStatuses = %q while waiting for the pod, want none", s)
+		if condition(e.claim("used"), corev1.PersistentVolumeClaimControllerResizeError) == nil {
+			t.Error("no ControllerResizeError condition after FAILED_PRECONDITION")
 		}
+		drv.setRespond(nil)
 		if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitClaim("used", "expanded once the pod was gone", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		if n := len(e.drv.requests()); n != 2 {
+			t.Errorf("%d ControllerExpandVolume calls, want 2: refused, then done once no pod used the volume", n)
+		}
 	})
 	t.Run("finished pod", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)

@@ -30,7 +30,7 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 	}
 	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.setFinalError(key, false)
+		c.finalErrors.set(key, false)
 		return nil
 	}
 	if err != nil {
@@ -103,7 +103,7 @@ func (c *Controller) target(key string, pvc *corev1.PersistentVolumeClaim, pv *c
 		// lowered by the user since, is the new target.
 		return request, true
 	case corev1.PersistentVolumeClaimControllerResizeInProgress:
-		if c.hadFinalError(key) {
+		if c.finalErrors.has(key) {
 			return request, true
 		}
 		// The last call may still be running in the driver (timeout, crash): it is
@@ -157,16 +157,18 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		// refuse it as OutOfRange at best: the same infeasible outcome, without the call.
 		return c.expandFailed(ctx, key, pvc, fmt.Errorf("cannot expand volume %s: %w", pv.Name, err), infeasible)
 	}
-	if c.pods != nil {
+	if c.inUseErrors.has(key) {
 		if pod := c.userOf(key); pod != "" {
-			// Upstream's --handle-volume-inuse-error: a driver without ONLINE expansion would
-			// refuse, or worse; the pod's end enqueues the claim again, so no retry is needed.
+			// Upstream's --handle-volume-inuse-error: the driver refused this volume while it
+			// was in use, so it is not asked again until no pod uses it; the pod's end
+			// enqueues the claim, so no retry is needed.
 			logger.V(2).Info("Expansion waits until no pod uses the volume", "pod", pod)
 			c.recorder.Eventf(pvc, corev1.EventTypeWarning, reasonFailed,
-				"Unable to expand %s: CSI driver %s only supports offline expansion and the volume is in use by pod %s; expansion starts once no pod uses it",
+				"Unable to expand %s: CSI driver %s answered FAILED_PRECONDITION while the volume is in use by pod %s (it may expand only offline); expansion is retried once no pod uses it",
 				klog.KObj(pvc), c.cfg.DriverName, pod)
 			return nil
 		}
+		c.inUseErrors.set(key, false)
 	}
 	// The claim says what is being done before the driver is asked, so that a crash in
 	// between leaves allocatedResources naming the size that may be in flight.
@@ -184,9 +186,11 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 
 	newSize, nodeExpand, called, err := c.controllerExpand(ctx, pv, size, bytes)
 	if err != nil {
+		// Upstream remembers FAILED_PRECONDITION as an in-use error only with the flag on.
+		c.inUseErrors.set(key, c.pods != nil && called && status.Code(err) == codes.FailedPrecondition)
 		return c.expandFailed(ctx, key, pvc, err, classify(err, called))
 	}
-	c.setFinalError(key, false)
+	c.finalErrors.set(key, false)
 	if err := c.growPV(ctx, pv, newSize); err != nil {
 		return err
 	}
@@ -272,7 +276,7 @@ func (c *Controller) expandFailed(ctx context.Context, key string, pvc *corev1.P
 	logger := klog.FromContext(ctx)
 	logger.Error(cause, "Volume expansion failed", "final", kind != uncertain, "infeasible", kind == infeasible)
 	c.recorder.Event(pvc, corev1.EventTypeWarning, reasonFailed, cause.Error())
-	c.setFinalError(key, kind != uncertain)
+	c.finalErrors.set(key, kind != uncertain)
 	if kind == uncertain {
 		// ControllerResizeInProgress stays: the same size must be retried until the driver
 		// answers for good.

@@ -34,7 +34,7 @@ type env struct {
 	http    string // the resizer's --http-endpoint
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, driverArgs ...string) *env {
 	t.Helper()
 	id := strings.ToLower(rand.String(6))
 	e := &env{
@@ -45,7 +45,7 @@ func newEnv(t *testing.T) *env {
 	dir := drivertest.TempDir(t)
 	e.callLog = filepath.Join(dir, "calls.jsonl")
 	framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
-	socket := framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, "--call-log", e.callLog).Endpoint
+	socket := framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, append([]string{"--call-log", e.callLog}, driverArgs...)...).Endpoint
 	kubeconfig := framework.Cluster().KubeconfigPath()
 	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")

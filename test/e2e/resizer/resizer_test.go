@@ -1,14 +1,20 @@
 package resizer
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // A dir volume needs nothing from the node: the claim reaches its new size from the
@@ -115,4 +121,46 @@ func grep(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A driver that refuses to expand a volume in use answers FAILED_PRECONDITION; as upstream's
+// --handle-volume-inuse-error, the resizer then holds back while a pod uses the claim (even
+// one not yet scheduled), says so, and expands once the pod is gone.
+func TestExpandRefusedWhileInUse(t *testing.T) {
+	e := newEnv(t, "--fault", "ControllerExpandVolume:error=FAILED_PRECONDITION,count=1")
+	class := e.class(map[string]string{"type": "dir"})
+	_, pv := e.boundClaim("busy", class, "64Mi")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "user", Namespace: e.ns},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubevol.io/none": "none"}, // never runs: it only uses the claim
+			Containers:   []corev1.Container{{Name: "app", Image: "busybox"}},
+			Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "busy"}}}},
+		},
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil // the ServiceAccount admission plugin waits for the default account
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.resize("busy", "128Mi")
+	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, "busy", func(ev corev1.Event) bool {
+		return ev.Reason == "VolumeResizeFailed" && strings.Contains(ev.Message, "in use by pod "+e.ns+"/user")
+	})
+	if err != nil {
+		t.Fatalf("no event saying the claim waits for its pod; events:\n%s", strings.Join(e.events("busy"), "\n"))
+	}
+	if got := e.calls("ControllerExpandVolume", pv.Spec.CSI.VolumeHandle); !slices.Equal(got, []string{"ControllerExpandVolume:FailedPrecondition"}) {
+		t.Fatalf("driver calls while the pod uses the claim: %v, want the one refused", got)
+	}
+	if err := e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, "user", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	want := resource.MustParse("128Mi")
+	e.waitClaim("busy", "reached 128Mi once the pod was gone", func(c *corev1.PersistentVolumeClaim) bool {
+		q := storage(c.Status.Capacity)
+		return q.Cmp(want) == 0
+	})
 }
