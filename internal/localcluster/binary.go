@@ -18,7 +18,9 @@ import (
 
 const (
 	modulePath = "github.com/kubevol/kubevol"
-	clusterPkg = "./cmd/kubevol-cluster"
+	// clusterModule is the control plane's own module, relative to the source tree: it
+	// links k8s.io/kubernetes, whose replace lines must stay out of the main module.
+	clusterModule = "cmd/kubevol-cluster"
 	// BinaryEnv names an explicit kubevol-cluster binary, which is then used as is.
 	BinaryEnv = "KUBEVOL_CLUSTER_BINARY"
 	// CacheDirEnv overrides where built binaries are kept (default: the user cache dir).
@@ -34,8 +36,8 @@ const versionLDFlags = "-X k8s.io/component-base/version.gitVersion=" + Upstream
 	" -X k8s.io/component-base/version.gitTreeState=clean"
 
 // EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
-// It builds one through the Go build cache when none exists for the current go.mod, go.sum
-// and cmd/kubevol-cluster sources, and only then. Concurrent callers (parallel test packages,
+// It builds one through the Go build cache when none exists for the go.mod, go.sum and
+// sources of the cmd/kubevol-cluster module, and only then. Concurrent callers (parallel test packages,
 // `kubevol up`) wait for a single build. Progress goes to progress.
 func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if p := os.Getenv(BinaryEnv); p != "" {
@@ -112,15 +114,9 @@ func FindModuleRoot() (string, error) {
 
 // sourceKey fingerprints everything that decides the binary's content.
 func sourceKey(root string) (string, error) {
-	files := []string{"go.mod", "go.sum"}
-	srcs, err := filepath.Glob(filepath.Join(root, clusterPkg, "*.go"))
+	files, err := sourceFiles(root)
 	if err != nil {
 		return "", err
-	}
-	sort.Strings(srcs)
-	for _, s := range srcs {
-		rel, _ := filepath.Rel(root, s)
-		files = append(files, rel)
 	}
 	h := sha256.New()
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
@@ -138,6 +134,22 @@ func sourceKey(root string) (string, error) {
 		h.Write(data)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// sourceFiles lists, relative to root, the files the binary is built from: the control
+// plane module's go.mod, go.sum and sources.
+func sourceFiles(root string) ([]string, error) {
+	files := []string{filepath.Join(clusterModule, "go.mod"), filepath.Join(clusterModule, "go.sum")}
+	srcs, err := filepath.Glob(filepath.Join(root, clusterModule, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(srcs)
+	for _, s := range srcs {
+		rel, _ := filepath.Rel(root, s)
+		files = append(files, rel)
+	}
+	return files, nil
 }
 
 func cacheDir() (string, error) {
@@ -160,8 +172,8 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
 	total := countPackages(ctx, root)
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", versionLDFlags, "-o", tmp, clusterPkg)
-	cmd.Dir = root
+	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", versionLDFlags, "-o", tmp, ".")
+	cmd.Dir = filepath.Join(root, clusterModule)
 	// The environment is left as is: the same settings as `go test` share the build cache.
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -192,15 +204,15 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	}
 	if err := cmd.Wait(); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("go build %s: %w\n%s", clusterPkg, err, strings.Join(tail, "\n"))
+		return fmt.Errorf("go build %s: %w\n%s", clusterModule, err, strings.Join(tail, "\n"))
 	}
 	fmt.Fprintf(progress, "built kubevol-cluster in %s\n", time.Since(start).Round(time.Second))
 	return os.Rename(tmp, out)
 }
 
 func countPackages(ctx context.Context, root string) int {
-	cmd := exec.CommandContext(ctx, "go", "list", "-deps", clusterPkg)
-	cmd.Dir = root
+	cmd := exec.CommandContext(ctx, "go", "list", "-deps", ".")
+	cmd.Dir = filepath.Join(root, clusterModule)
 	out, err := cmd.Output()
 	if err != nil {
 		return 0
