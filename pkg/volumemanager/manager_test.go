@@ -55,6 +55,8 @@ type harness struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	extra   []volume.Plugin
+	// inUseChanged, if set, is the manager's VolumesInUseChanged.
+	inUseChanged func()
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -92,6 +94,7 @@ func (h *harness) start() {
 	m, err := New(Config{
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
+		VolumesInUseChanged: h.inUseChanged,
 	})
 	if err != nil {
 		h.t.Fatal(err)

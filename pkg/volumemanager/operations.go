@@ -278,6 +278,10 @@ func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) tim
 			} else {
 				m.asw.SetDeviceState(av.Name, DeviceNotMounted, "")
 				m.asw.Remove(av.Name)
+				if av.Attachable {
+					// The node status drops it now, so that the volume can be detached.
+					m.volumesInUseChanged()
+				}
 			}
 			m.deviceQueue.Add(av.Name)
 		},

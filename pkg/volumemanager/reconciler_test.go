@@ -164,6 +164,53 @@ func TestUnmountBeforeMountAndDeviceTeardown(t *testing.T) {
 	h.eventually("volume forgotten", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol1") })
 }
 
+// attachablePlugin is sharedPlugin with a controller-side attach, as CSI with attachRequired.
+type attachablePlugin struct{ *sharedPlugin }
+
+func (p attachablePlugin) CanAttach(*volume.Spec) (bool, error) { return true, nil }
+func (p attachablePlugin) NewAttacher() (volume.Attacher, error) {
+	return sharedAttacher{sharedDevice{p.sharedPlugin}}, nil
+}
+
+type sharedAttacher struct{ sharedDevice }
+
+func (sharedAttacher) WaitForAttach(context.Context, *volume.Spec, string, *v1.Pod) (string, error) {
+	return "/dev/test", nil
+}
+
+// node.status.volumesInUse must drop an attachable volume as soon as its device is unmounted
+// (upstream: the kubelet's status update follows the actual state), or the attach/detach
+// controller waits for the next periodic node status to detach it.
+func TestVolumesInUseDropsUnmountedDevice(t *testing.T) {
+	sp := &sharedPlugin{}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{attachablePlugin{sp}}
+	var mu sync.Mutex
+	var reported []v1.UniqueVolumeName
+	// The node agent's part: report what the manager says is in use, then tell it.
+	h.inUseChanged = func() {
+		go func() {
+			inUse := h.m.VolumesInUse()
+			mu.Lock()
+			reported = inUse
+			mu.Unlock()
+			h.m.MarkVolumesReportedInUse(inUse)
+		}()
+	}
+	h.start()
+	h.create(pod("app", "uid-app", sharedVolume("data")))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-app"] == 1 }) })
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
+	h.eventually("volumesInUse emptied after the unstage", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) == 0
+	})
+}
+
 func countOf(list []string, s string) int {
 	n := 0
 	for _, e := range list {
