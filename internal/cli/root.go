@@ -38,9 +38,6 @@ func usageErrorf(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
 }
 
-// errNotImplemented is returned by subcommands whose issue has not landed yet.
-var errNotImplemented = &UsageError{Err: errors.New("not implemented yet")}
-
 // NewRootCommand returns the `kubevol` command with every subcommand attached.
 func NewRootCommand() *cobra.Command {
 	root := &cobra.Command{
@@ -99,7 +96,7 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue *UsageError
 	if errors.As(err, &ue) || isCobraUsageError(err) {
-		if cmd != nil && !errors.Is(err, errNotImplemented) {
+		if cmd != nil {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return exitUsage

@@ -154,7 +154,7 @@ func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
 		return nil, err
 	}
 	// Events get their own client and budget so an event storm never delays a PV create
-	// (upstream shares one client, §6.2).
+	// (upstream shares one client between the two).
 	if cs.events, err = kubernetes.NewForConfig(withLimits(qps, burst)); err != nil {
 		return nil, err
 	}

@@ -80,7 +80,8 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) result {
 	}
 
 	pvName := pvspec.VolumeName(c.cfg.VolumeNamePrefix, claim.UID, c.cfg.VolumeNameUUIDLength)
-	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only (§6.4 item 4).
+	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only, so with
+	// another --volume-name-prefix its early exit for an existing PV never fires.
 	if _, err := c.volumes.Get(pvName); err == nil {
 		c.cfg.Journal.Remove(uid)
 		c.forgetSaved(uid)

@@ -254,23 +254,13 @@ func mkdirTimestamped(dir string) (string, error) {
 		p := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36))
 		err := os.Mkdir(p, 0o755)
 		if err == nil {
-			if umask&0o755 != 0 {
-				err = os.Chmod(p, 0o755)
-			}
-			return p, err
+			return p, os.Chmod(p, 0o755) // Mkdir's mode is filtered by the umask
 		}
 		if !errors.Is(err, fs.ErrExist) || i > 10 {
 			return "", err
 		}
 	}
 }
-
-// umask is the process umask, read once: a file's mode is chmodded only when it narrowed it.
-var umask = func() os.FileMode {
-	m := unix.Umask(0)
-	unix.Umask(m)
-	return os.FileMode(m)
-}()
 
 // changed compares bytes, modes and the file set: unlike upstream, a mode-only change is
 // written too. It also returns the old set's top-level names, to prune their links.
@@ -328,11 +318,10 @@ func writeFiles(tsDir string, payload map[string]FileProjection) error {
 		if err := os.WriteFile(full, f.Data, mode); err != nil {
 			return err
 		}
-		// WriteFile's mode is filtered by the umask.
-		if mode&umask != 0 {
-			if err := os.Chmod(full, mode); err != nil {
-				return err
-			}
+		// WriteFile's mode is filtered by the umask; reading the umask would mean setting
+		// it, a process-wide change, so the mode is set again unconditionally.
+		if err := os.Chmod(full, mode); err != nil {
+			return err
 		}
 		if f.FsUser != nil {
 			if err := os.Lchown(full, int(*f.FsUser), -1); err != nil {
