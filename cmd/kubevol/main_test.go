@@ -43,5 +43,9 @@ func TestBinaryStaysSmallAndFreeOfTheControlPlane(t *testing.T) {
 				t.Errorf("kubevol links %s; control-plane code belongs in cmd/kubevol-cluster", pkg)
 			}
 		}
+		// Test helpers stay out of the product (their flags and init would come along).
+		if pkg == "testing" || strings.HasSuffix(pkg, "/csitest") || strings.HasSuffix(pkg, "/drivertest") {
+			t.Errorf("kubevol links the test helper %s", pkg)
+		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csi/memdriver"
 )
 
 const topologyKey = "topology.kubevol.io/node"
@@ -71,7 +71,7 @@ func startSystem(ctx context.Context, cs kubernetes.Interface, cfg Config, ns st
 	}
 	switch cfg.Driver {
 	case DriverMemory:
-		d := &csitest.Driver{Name: s.driver, Topology: true, Capacity: 1 << 50}
+		d := &memdriver.Driver{Name: s.driver, Topology: true, Capacity: 1 << 50}
 		if s.stopMem, err = d.Serve(filepath.Join(s.dir, "csi.sock")); err != nil {
 			return nil, err
 		}

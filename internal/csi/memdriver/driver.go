@@ -1,17 +1,16 @@
-// Package csitest is an in-memory CSI controller for unit tests and benchmarks: it creates and deletes
-// volumes idempotently by name, as a real driver must, and lets a test inject errors and
-// delays per call.
-package csitest
+// Package memdriver is an in-memory CSI controller for unit tests and benchmarks: it creates
+// and deletes volumes idempotently by name, as a real driver must, and lets a caller inject
+// errors and delays per call. It does not import testing, so `kubevol bench provision` can
+// link it; internal/csi/csitest adds the test helpers.
+package memdriver
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -49,30 +48,14 @@ type Server interface {
 	csipb.ControllerServer
 }
 
-// Start serves the driver on a socket in a temporary directory until the test ends.
-func Start(t testing.TB, d *Driver) *Driver {
-	return StartAs(t, d, d)
-}
-
-// StartAs is Start with s, which embeds d, answering the calls in d's place; d.Address is
-// where s is served.
-func StartAs(t testing.TB, d *Driver, s Server) *Driver {
-	t.Helper()
-	stop, err := d.serve(filepath.Join(t.TempDir(), "csi.sock"), s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return d
-}
-
 // Serve serves the driver on the unix socket path until stop is called. Besides tests, the
 // provisioning benchmark uses it as a driver whose CreateVolume costs nothing.
 func (d *Driver) Serve(sock string) (stop func(), err error) {
-	return d.serve(sock, d)
+	return d.ServeAs(sock, d)
 }
 
-func (d *Driver) serve(sock string, s Server) (stop func(), err error) {
+// ServeAs is Serve with s, which embeds d, answering the calls in d's place.
+func (d *Driver) ServeAs(sock string, s Server) (stop func(), err error) {
 	if d.Name == "" {
 		d.Name = "fake.csi.kubevol.io"
 	}
