@@ -223,24 +223,21 @@ func (c *controller) holds(typ string) []hold {
 
 // freeBytesLocked is what a new volume or snapshot of type typ may still use.
 func (c *controller) freeBytesLocked(typ string) (int64, error) {
+	return c.pool.free(typ, c.holdsWithPeerLocked(typ))
+}
+
+// fitsLocked is pool.fits for the controller; the caller holds pool.mu and c.mu.
+func (c *controller) fitsLocked(typ string, size int64) error {
+	return c.pool.fits(typ, size, c.holdsWithPeerLocked(typ))
+}
+
+// holdsWithPeerLocked is every hold of type typ: the controller's and the node's.
+func (c *controller) holdsWithPeerLocked(typ string) []hold {
 	all := controllerHolds(c.st, c.layout, typ)
 	if c.peer != nil {
 		all = append(all, c.peer(typ)...)
 	}
-	return c.pool.free(typ, all)
-}
-
-// fitsLocked fails with RESOURCE_EXHAUSTED unless size more bytes of type typ fit in the
-// pool. The caller holds pool.mu and records the space before it releases it.
-func (c *controller) fitsLocked(typ string, size int64) error {
-	free, err := c.freeBytesLocked(typ)
-	if err != nil {
-		return status.Errorf(codes.Internal, "capacity: %v", err)
-	}
-	if size > free {
-		return status.Errorf(codes.ResourceExhausted, "not enough space in the %s pool: %d bytes requested, %d available", typ, size, free)
-	}
-	return nil
+	return all
 }
 
 // inUse explains why the bytes of a volume are still in use on this machine, or "".

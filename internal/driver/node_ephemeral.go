@@ -145,13 +145,7 @@ func (n *node) admitEphemeral(v *state.Volume) error {
 	}
 	n.mu.Lock()
 	all = append(all, ephemeralHolds(n.st, n.ephLayout, v.Type, v.ID)...)
-	free, err := n.pool.free(v.Type, all)
-	if err == nil && v.CapacityBytes > free {
-		err = status.Errorf(codes.ResourceExhausted, "not enough space in the %s pool for an ephemeral volume: %d bytes requested, %d available", v.Type, v.CapacityBytes, free)
-	} else if err != nil {
-		err = status.Errorf(codes.Internal, "capacity: %v", err)
-	}
-	if err != nil {
+	if err := n.pool.fits(v.Type, v.CapacityBytes, all); err != nil {
 		n.mu.Unlock()
 		n.pool.mu.Unlock()
 		return err

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kubevol/kubevol/internal/driver/backend"
 	"github.com/kubevol/kubevol/internal/driver/state"
@@ -64,6 +66,20 @@ func (p *pool) free(typ string, all []hold) (int64, error) {
 		free -= max(0, h.bytes-alloc)
 	}
 	return max(0, free), nil
+}
+
+// fits fails with RESOURCE_EXHAUSTED unless size more bytes of type typ fit beside all
+// (INTERNAL if the host filesystem cannot be read). The caller holds mu and records the
+// space before it releases it.
+func (p *pool) fits(typ string, size int64, all []hold) error {
+	free, err := p.free(typ, all)
+	if err != nil {
+		return status.Errorf(codes.Internal, "capacity: %v", err)
+	}
+	if size > free {
+		return status.Errorf(codes.ResourceExhausted, "not enough space in the %s pool: %d bytes requested, %d available", typ, size, free)
+	}
+	return nil
 }
 
 // satAdd adds two non-negative sizes, saturating at the largest int64 instead of wrapping
