@@ -89,10 +89,10 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.reset {
-		fmt.Fprintf(stderr, "wiping %s\n", o.dir)
 		if err := up.Reset(o.dir); err != nil {
 			return err
 		}
+		fmt.Fprintf(stderr, "wiped %s\n", o.dir)
 	}
 	start := time.Now()
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr})
