@@ -101,6 +101,13 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				if !refreshAt.IsZero() {
 					m.podQueue.AddAfter(uid, time.Until(refreshAt))
 				}
+			case errors.Is(err, errNotReportedInUse):
+				// MarkVolumesReportedInUse requeues the pod once the node status lists the
+				// volume; until then it is retried at the kubelet reconciler's period, not
+				// in a loop that spins while the status update is on its way.
+				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
+				m.podQueue.AddAfter(uid, notReportedRetry)
+				return
 			case volume.IsTransient(err):
 				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
 			default:
@@ -153,6 +160,14 @@ func (m *Manager) newUnmounter(pluginName, specName string, uid types.UID, block
 	return plugin.NewUnmounter(specName, uid)
 }
 
+// errNotReportedInUse is why an attachable volume waits before its mount: the attach/detach
+// controller must see it in node.status.volumesInUse first.
+var errNotReportedInUse = errors.New("is not yet reported in node.status.volumesInUse")
+
+// notReportedRetry is how soon a pod waiting for that report is synced again if the
+// report's own requeue does not come first (upstream's reconciler loop period).
+const notReportedRetry = 100 * time.Millisecond
+
 // ensureDevice records the volume as attached and, for device-mountable plugins, mounts
 // its device. Non-attachable volumes are "attached" with no device, as upstream.
 func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolume) (string, error) {
@@ -165,7 +180,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		// before we use it, or it could detach it under us (upstream #27836).
 		if !m.dsw.ReportedInUse(dv.Name) {
 			m.volumesInUseChanged()
-			return "", volume.NewTransientError(fmt.Errorf("volume %s is not yet reported in node.status.volumesInUse", dv.Name))
+			return "", volume.NewTransientError(fmt.Errorf("volume %s %w", dv.Name, errNotReportedInUse))
 		}
 		ap, err := m.plugins.FindAttachable(dv.Spec)
 		if err != nil || ap == nil {
