@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/registration"
 	"github.com/kubevol/kubevol/internal/sizes"
 	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/pkg/pluginregistration"
 )
 
 type driverOptions struct {
@@ -144,7 +144,7 @@ func (o *driverOptions) run(ctx context.Context) error {
 	if o.regDir != "" {
 		// Registration starts with serving: the node agent may call the driver at once.
 		regCtx, cancel := context.WithCancel(ctx)
-		reg := &registration.Registrar{Dir: o.regDir, Driver: o.cfg.DriverName, Endpoint: o.regPath}
+		reg := &pluginregistration.Registrar{Dir: o.regDir, Driver: o.cfg.DriverName, Endpoint: o.regPath}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

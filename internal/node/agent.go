@@ -1,8 +1,9 @@
-// Package node is kubevol's node agent: it registers its Node (heartbeat Lease, Ready
-// condition, capacity, controller-managed attach/detach), runs the volume manager for the
-// pods bound to the node, reports per-pod volume readiness (events and the
-// kubevol.io/VolumesReady condition), keeps node.status.volumesInUse current, and completes
-// the deletion of pods once their volumes are torn down, as the kubelet does.
+// Package node is kubevol's node agent. It registers its Node (heartbeat Lease, Ready
+// condition, capacity, controller-managed attach/detach), serves /metrics and /healthz,
+// reports disk-backed emptyDirs over their sizeLimit, and assembles the public pieces a
+// node needs: the volume manager (pkg/volumemanager) with the in-tree and CSI plugins, the
+// CSI driver registry fed by plugins_registry (pkg/csidrivers), node.status.volumesInUse
+// (pkg/volumesinuse), and the pods' condition and deletion (pkg/podstatus).
 //
 // It runs no containers. A pod's phase is left as the API server set it (Pending): the
 // agent never claims containers run. Readiness of a pod's volumes is the pod condition
@@ -15,7 +16,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +26,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -34,11 +33,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/registration"
+	"github.com/kubevol/kubevol/pkg/csidrivers"
+	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
+	"github.com/kubevol/kubevol/pkg/volumesinuse"
 )
 
 // Config configures an Agent. Client, NodeName and RootDir are required.
@@ -76,13 +77,12 @@ type Agent struct {
 	registry *prometheus.Registry
 	recorder record.EventRecorder
 	bcast    record.EventBroadcaster
-	pods     *podStatusWriter
-	drivers  *csiDrivers
+	pods     *podstatus.Writer
+	drivers  *csidrivers.Registry
+	inUse    *volumesinuse.Reporter
 	// informers holds the CSIDriver cache of the CSI plugin.
-	informers         informers.SharedInformerFactory
-	csiDriverInformer storageinformers.CSIDriverInformer
-	inUse             chan struct{}
-	healthy           atomic.Bool
+	informers informers.SharedInformerFactory
+	healthy   atomic.Bool
 
 	mu         sync.Mutex
 	capacity   v1.ResourceList
@@ -110,35 +110,37 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.SizeLimitInterval <= 0 {
 		cfg.SizeLimitInterval = 30 * time.Second
 	}
-	a := &Agent{cfg: cfg, registry: prometheus.NewRegistry(), inUse: make(chan struct{}, 1)}
+	inUse, err := volumesinuse.New(volumesinuse.Config{Client: cfg.Client, NodeName: cfg.NodeName, Interval: cfg.StatusInterval})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, registry: prometheus.NewRegistry(), inUse: inUse}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.bcast = record.NewBroadcaster()
 	a.recorder = a.bcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubevol-node", Host: cfg.NodeName})
 	a.capacity = machineCapacity(cfg.RootDir)
-	a.pods = newPodStatusWriter(cfg.Client, cfg.OnVolumesReady)
-	a.drivers = newCSIDrivers(cfg.Client, cfg.NodeName)
+	a.pods = podstatus.New(cfg.Client)
+	a.drivers = csidrivers.New(cfg.Client, cfg.NodeName)
 	a.informers = informers.NewSharedInformerFactory(cfg.Client, 0)
-	a.csiDriverInformer = a.informers.Storage().V1().CSIDrivers()
 	csiPlugin := csiplugin.New(csiplugin.Config{
-		Drivers: a.drivers, CSIDrivers: a.csiDriverInformer.Lister(), RepublishPeriod: cfg.SyncFrequency,
+		Drivers: a.drivers, CSIDrivers: a.informers.Storage().V1().CSIDrivers().Lister(), RepublishPeriod: cfg.SyncFrequency,
 	})
+	var observer volumemanager.Observer = a.pods
+	if cfg.OnVolumesReady != nil {
+		observer = readyHook{Writer: a.pods, onReady: cfg.OnVolumesReady}
+	}
 	m, err := volumemanager.New(volumemanager.Config{
-		Client:          cfg.Client,
-		NodeName:        cfg.NodeName,
-		Paths:           volume.Paths{Root: cfg.RootDir},
-		Plugins:         append(plugins.All(), csiPlugin),
-		Mounter:         cfg.Mounter,
-		Recorder:        a.recorder,
-		Registerer:      a.registry,
-		Observer:        a.pods,
-		NodeAllocatable: a.allocatable,
-		ResyncPeriod:    cfg.ResyncPeriod,
-		VolumesInUseChanged: func() {
-			select {
-			case a.inUse <- struct{}{}:
-			default:
-			}
-		},
+		Client:              cfg.Client,
+		NodeName:            cfg.NodeName,
+		Paths:               volume.Paths{Root: cfg.RootDir},
+		Plugins:             append(plugins.All(), csiPlugin),
+		Mounter:             cfg.Mounter,
+		Recorder:            a.recorder,
+		Registerer:          a.registry,
+		Observer:            observer,
+		NodeAllocatable:     a.allocatable,
+		ResyncPeriod:        cfg.ResyncPeriod,
+		VolumesInUseChanged: a.inUse.Notify,
 	})
 	if err != nil {
 		return nil, err
@@ -150,10 +152,6 @@ func New(cfg Config) (*Agent, error) {
 
 // Manager is the agent's volume manager.
 func (a *Agent) Manager() *volumemanager.Manager { return a.manager }
-
-// PluginRegistryDir is <root-dir>/plugins_registry, where CSI drivers' registrars
-// (node-driver-registrar, `kubevol driver --plugin-registration-dir`) put their sockets.
-func (a *Agent) PluginRegistryDir() string { return filepath.Join(a.cfg.RootDir, "plugins_registry") }
 
 // MetricsAddr is the address the metrics server listens on, once Run has started it.
 func (a *Agent) MetricsAddr() string {
@@ -207,19 +205,18 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	errCh := make(chan error, 1)
-	wg.Add(5)
-	defer a.drivers.closeAll()
+	wg.Add(6)
 	go func() {
 		defer wg.Done()
 		// The kubelet's plugin manager: drivers register through sockets in this directory.
-		w := &registration.Watcher{Dir: a.PluginRegistryDir(), Handler: a.drivers}
-		if err := w.Run(ctx); err != nil {
+		if err := a.drivers.Watch(ctx, volume.Paths{Root: a.cfg.RootDir}.PluginRegistryDir()); err != nil {
 			logger.Error(err, "Plugin registration watcher failed; no CSI driver can register")
 		}
 	}()
 	go func() { defer wg.Done(); a.runLease(ctx) }()
 	go func() { defer wg.Done(); a.runEmptyDirLimits(ctx, a.cfg.SizeLimitInterval) }()
-	go func() { defer wg.Done(); a.pods.run(ctx) }()
+	go func() { defer wg.Done(); a.pods.Run(ctx) }()
+	go func() { defer wg.Done(); a.inUse.Run(ctx, a.manager) }()
 	go func() {
 		defer wg.Done()
 		if err := a.manager.Run(ctx); err != nil {
@@ -242,6 +239,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	logger.Info("Node agent stopped")
 	return nil
+}
+
+// readyHook tells OnVolumesReady (the benchmarks) when a pod's volumes are ready.
+type readyHook struct {
+	*podstatus.Writer
+	onReady func(*v1.Pod, time.Time)
+}
+
+func (h readyHook) VolumesReady(pod *v1.Pod) {
+	h.onReady(pod, time.Now())
+	h.Writer.VolumesReady(pod)
 }
 
 func (a *Agent) serve(ctx context.Context) error {

@@ -86,22 +86,22 @@ func (a *Agent) registerNode(ctx context.Context) error {
 	nodes := a.cfg.Client.CoreV1().Nodes()
 	return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second},
 		func(ctx context.Context) (bool, error) {
-			node, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+			_, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
-				node, err = nodes.Create(ctx, a.newNode(), metav1.CreateOptions{})
+				_, err = nodes.Create(ctx, a.newNode(), metav1.CreateOptions{})
 			case err == nil:
 				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 					"labels":      a.labels(),
 					"annotations": map[string]string{controllerManagedAttachAnnotation: "true"},
 				}})
-				node, err = nodes.Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+				_, err = nodes.Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 			}
 			if err != nil {
 				klog.FromContext(ctx).Error(err, "Node registration failed, retrying")
 				return false, nil
 			}
-			return true, a.updateNodeStatus(ctx, node.Status.VolumesInUse, nil)
+			return true, a.updateNodeStatus(ctx)
 		})
 }
 
@@ -125,9 +125,9 @@ func (a *Agent) newNode() *v1.Node {
 	}}
 }
 
-// updateNodeStatus patches the Ready condition, capacity and volumesInUse. inUse nil
-// keeps the reported list.
-func (a *Agent) updateNodeStatus(ctx context.Context, current []v1.UniqueVolumeName, inUse []v1.UniqueVolumeName) error {
+// updateNodeStatus patches the Ready condition, capacity and node info. volumesInUse is
+// pkg/volumesinuse's, written apart.
+func (a *Agent) updateNodeStatus(ctx context.Context) error {
 	now := metav1.Now()
 	a.mu.Lock()
 	if a.readySince.IsZero() {
@@ -136,7 +136,7 @@ func (a *Agent) updateNodeStatus(ctx context.Context, current []v1.UniqueVolumeN
 	since := a.readySince
 	a.mu.Unlock()
 	capacity := a.allocatable()
-	status := map[string]any{
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
 		"capacity":    capacity,
 		"allocatable": capacity,
 		"conditions": []v1.NodeCondition{{
@@ -146,70 +146,38 @@ func (a *Agent) updateNodeStatus(ctx context.Context, current []v1.UniqueVolumeN
 		"nodeInfo": map[string]string{
 			"kubeletVersion": "kubevol-" + version.Get(), "operatingSystem": runtime.GOOS, "architecture": runtime.GOARCH,
 		},
-	}
-	if inUse != nil {
-		list := make([]v1.UniqueVolumeName, len(inUse))
-		copy(list, inUse)
-		status["volumesInUse"] = list
-	}
-	patch, err := json.Marshal(map[string]any{"status": status})
+	}})
 	if err != nil {
 		return err
 	}
-	node, err := a.cfg.Client.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return err
-	}
-	// Only what the API server accepted counts as reported (upstream markVolumesFromNode).
-	a.manager.MarkVolumesReportedInUse(node.Status.VolumesInUse)
-	return nil
+	_, err = a.cfg.Client.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
 }
 
-// runNodeStatus refreshes the Node status every StatusInterval, and at once when
-// volumesInUse changes.
+// runNodeStatus refreshes the Node status every StatusInterval.
 func (a *Agent) runNodeStatus(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(a.cfg.StatusInterval)
 	defer ticker.Stop()
-	var reported []v1.UniqueVolumeName
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		case <-a.inUse:
 		}
-		inUse := a.manager.VolumesInUse()
-		if inUse == nil {
-			inUse = []v1.UniqueVolumeName{}
-		}
-		err := a.updateNodeStatus(ctx, reported, inUse)
+		err := a.updateNodeStatus(ctx)
 		if apierrors.IsNotFound(err) {
-			// Someone deleted our Node: register it again, as the kubelet does on restart.
+			// Someone deleted our Node: register it again, as the kubelet does on restart,
+			// and list the volumes in use on the new object at once.
 			logger.Info("Node object is gone, registering it again")
-			err = a.registerNode(ctx)
+			if err = a.registerNode(ctx); err == nil {
+				a.inUse.Notify()
+			}
 		}
 		if err != nil {
 			logger.Error(err, "Node status update failed")
-			continue
-		}
-		if !equalNames(reported, inUse) {
-			logger.V(2).Info("Updated node.status.volumesInUse", "volumesInUse", inUse)
-		}
-		reported = inUse
-	}
-}
-
-func equalNames(a, b []v1.UniqueVolumeName) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
 		}
 	}
-	return true
 }
 
 // runLease heartbeats the Node's Lease in kube-node-lease, owned by the Node so it goes

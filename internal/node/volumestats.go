@@ -31,7 +31,7 @@ var (
 // claim, and reports the kubelet_volume_stats_* gauges with the kubelet's names and labels.
 type volumeStats struct {
 	manager *volumemanager.Manager
-	drivers *csiDrivers
+	drivers csiplugin.Drivers
 	paths   volume.Paths
 	ctx     func() context.Context
 }

@@ -67,3 +67,7 @@ func (p Paths) PodSubpathDir(uid types.UID, volume, container string, index int)
 
 // PluginDir is <root>/plugins/<plugin>, the plugin's global directory.
 func (p Paths) PluginDir(plugin string) string { return filepath.Join(p.Root, "plugins", plugin) }
+
+// PluginRegistryDir is <root>/plugins_registry, where CSI drivers' registrars
+// (node-driver-registrar) put their registration sockets; see pkg/pluginregistration.
+func (p Paths) PluginRegistryDir() string { return filepath.Join(p.Root, "plugins_registry") }

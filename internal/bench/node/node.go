@@ -28,6 +28,7 @@ import (
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
 	agentpkg "github.com/kubevol/kubevol/internal/node"
+	"github.com/kubevol/kubevol/pkg/podstatus"
 )
 
 // schedulerName makes kube-scheduler ignore the benchmark's pods: the benchmark binds them
@@ -397,7 +398,7 @@ func (b *bench) measureIdle(ctx context.Context) float64 {
 
 func volumesReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
-		if c.Type == agentpkg.VolumesReadyCondition {
+		if c.Type == podstatus.VolumesReadyCondition {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/node"
+	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -165,7 +165,7 @@ func volumesReady(p *corev1.Pod) bool { return condition(p) == corev1.ConditionT
 
 func condition(p *corev1.Pod) corev1.ConditionStatus {
 	for _, c := range p.Status.Conditions {
-		if c.Type == node.VolumesReadyCondition {
+		if c.Type == podstatus.VolumesReadyCondition {
 			return c.Status
 		}
 	}

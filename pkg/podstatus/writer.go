@@ -1,10 +1,26 @@
-package node
+// Package podstatus writes what a volume manager observes about pods back to the API
+// server. A Writer is a volumemanager.Observer:
+//
+//   - the pod condition kubevol.io/VolumesReady: True (reason VolumesMounted) once every
+//     volume the pod's containers use is mounted, False (reason FailedMount, with the
+//     reason in the message) while one cannot be set up;
+//   - the end of a graceful deletion: once the volumes of a pod being deleted are torn
+//     down, the pod is deleted with grace period 0 and a UID precondition, as the kubelet
+//     does after its containers stopped. Pods are never deleted before their volumes are
+//     down, and terminal pods that are not being deleted are left to the pod garbage
+//     collector.
+//
+// Writes go through a rate-limited queue: only the latest wish per pod is written, and API
+// errors are retried with per-pod backoff.
+//
+// A node that runs containers decides itself when a pod's deletion is complete; it would
+// use the condition only, or its own Observer.
+package podstatus
 
 import (
 	"context"
 	"encoding/json"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,9 +29,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
-// VolumesReadyCondition is the pod condition with which the agent reports whether every
+var _ volumemanager.Observer = (*Writer)(nil)
+
+// VolumesReadyCondition is the pod condition with which a Writer reports whether every
 // volume the pod's containers use is mounted.
 const VolumesReadyCondition v1.PodConditionType = "kubevol.io/VolumesReady"
 
@@ -25,13 +45,11 @@ const (
 	ReasonFailedMount    = "FailedMount"
 )
 
-// podStatusWriter is the volume manager's Observer: it turns readiness changes into the
-// pod condition and finishes the deletion of torn-down pods, through a rate-limited queue
-// so API errors are retried and only the latest wish per pod is written.
-type podStatusWriter struct {
-	client  kubernetes.Interface
-	onReady func(*v1.Pod, time.Time)
-	queue   workqueue.TypedRateLimitingInterface[types.UID]
+// Writer is a volumemanager.Observer that writes the pods' condition and completes their
+// deletion; Run does the writing.
+type Writer struct {
+	client kubernetes.Interface
+	queue  workqueue.TypedRateLimitingInterface[types.UID]
 
 	mu    sync.Mutex
 	wants map[types.UID]podWish
@@ -43,40 +61,42 @@ type podWish struct {
 	delete          bool
 }
 
-func newPodStatusWriter(c kubernetes.Interface, onReady func(*v1.Pod, time.Time)) *podStatusWriter {
-	return &podStatusWriter{
-		client: c, onReady: onReady, wants: map[types.UID]podWish{},
+// New returns a Writer that writes with client: pods/status patch and pods delete.
+func New(client kubernetes.Interface) *Writer {
+	return &Writer{
+		client: client, wants: map[types.UID]podWish{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "node_pod_status"}),
 	}
 }
 
-func (w *podStatusWriter) VolumesReady(pod *v1.Pod) {
-	if w.onReady != nil {
-		w.onReady(pod, time.Now())
-	}
+// VolumesReady implements volumemanager.Observer: the condition becomes True.
+func (w *Writer) VolumesReady(pod *v1.Pod) {
 	w.want(pod, func(p *podWish) {
 		p.condition = &v1.PodCondition{Type: VolumesReadyCondition, Status: v1.ConditionTrue, Reason: ReasonVolumesMounted,
 			Message: "all volumes are mounted"}
 	})
 }
 
-func (w *podStatusWriter) VolumesFailed(pod *v1.Pod, message string) {
+// VolumesFailed implements volumemanager.Observer: the condition becomes False with
+// message.
+func (w *Writer) VolumesFailed(pod *v1.Pod, message string) {
 	w.want(pod, func(p *podWish) {
 		p.condition = &v1.PodCondition{Type: VolumesReadyCondition, Status: v1.ConditionFalse, Reason: ReasonFailedMount, Message: message}
 	})
 }
 
-// VolumesTornDown completes a graceful deletion with grace period 0 once the volumes are
-// down, as the kubelet does; terminal pods that are not being deleted are left alone.
-func (w *podStatusWriter) VolumesTornDown(pod *v1.Pod) {
+// VolumesTornDown implements volumemanager.Observer: it completes a graceful deletion with
+// grace period 0 now that the volumes are down, as the kubelet does; terminal pods that are
+// not being deleted are left alone.
+func (w *Writer) VolumesTornDown(pod *v1.Pod) {
 	if pod.DeletionTimestamp == nil {
 		return
 	}
 	w.want(pod, func(p *podWish) { p.delete = true; p.condition = nil })
 }
 
-func (w *podStatusWriter) want(pod *v1.Pod, f func(*podWish)) {
+func (w *Writer) want(pod *v1.Pod, f func(*podWish)) {
 	w.mu.Lock()
 	p := w.wants[pod.UID]
 	p.namespace, p.name = pod.Namespace, pod.Name
@@ -86,7 +106,8 @@ func (w *podStatusWriter) want(pod *v1.Pod, f func(*podWish)) {
 	w.queue.Add(pod.UID)
 }
 
-func (w *podStatusWriter) run(ctx context.Context) {
+// Run writes until ctx ends, with four workers.
+func (w *Writer) Run(ctx context.Context) {
 	go func() { <-ctx.Done(); w.queue.ShutDown() }()
 	var wg sync.WaitGroup
 	for i := 0; i < 4; i++ {
@@ -100,7 +121,7 @@ func (w *podStatusWriter) run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (w *podStatusWriter) processNext(ctx context.Context) bool {
+func (w *Writer) processNext(ctx context.Context) bool {
 	uid, quit := w.queue.Get()
 	if quit {
 		return false
@@ -132,7 +153,7 @@ func (w *podStatusWriter) processNext(ctx context.Context) bool {
 	return true
 }
 
-func (w *podStatusWriter) write(ctx context.Context, uid types.UID, p podWish) error {
+func (w *Writer) write(ctx context.Context, uid types.UID, p podWish) error {
 	pods := w.client.CoreV1().Pods(p.namespace)
 	if p.delete {
 		grace := int64(0)

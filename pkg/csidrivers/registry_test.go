@@ -1,4 +1,4 @@
-package node
+package csidrivers
 
 import (
 	"context"
@@ -49,8 +49,8 @@ func serveNode(t *testing.T, n *infoNode) string {
 func TestCSIDriverRegistration(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1"}})
-	d := newCSIDrivers(cs, "n1")
-	defer d.closeAll()
+	d := New(cs, "n1")
+	defer d.Close()
 
 	if _, _, err := d.Node(ctx, "d.example.com"); err == nil {
 		t.Fatal("an unregistered driver has a node client")
@@ -92,8 +92,8 @@ func TestCSIDriverRegistration(t *testing.T) {
 // A driver whose node service does not answer is refused, so it retries registration.
 func TestCSIDriverRegistrationRefused(t *testing.T) {
 	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	d := newCSIDrivers(cs, "n1")
-	defer d.closeAll()
+	d := New(cs, "n1")
+	defer d.Close()
 	if err := d.RegisterPlugin(context.Background(), "d.example.com", serveNode(t, &infoNode{}), []string{"1.0.0"}); err == nil {
 		t.Error("a driver with an empty node ID was registered")
 	}

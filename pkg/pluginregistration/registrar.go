@@ -1,14 +1,4 @@
-// Package registration speaks the kubelet plugin registration API v1
-// (k8s.io/kubelet/pkg/apis/pluginregistration/v1) on both sides:
-//
-//   - Registrar is the driver side, what node-driver-registrar does: it serves
-//     <dir>/<driver>-reg.sock and tells the node agent the driver's CSI endpoint.
-//   - Watcher is the node side, what the kubelet's plugin manager does: it watches the
-//     registry directory, asks each socket for its info, hands CSI plugins to a Handler
-//     and reports the outcome back to the plugin.
-//
-// Either side interoperates with its upstream counterpart.
-package registration
+package pluginregistration
 
 import (
 	"context"
