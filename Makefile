@@ -17,19 +17,24 @@ up:
 deps:
 	./hack/install-deps.sh
 
-# gofmt, go vet and staticcheck must all be silent, in both modules: the main one and the
-# control plane's (cmd/kubevol-cluster, its own module for its replace lines). staticcheck
-# skips the control plane: that 40-line main would make it analyse all of Kubernetes (10+
-# minutes); go vet covers it.
+# gofmt, go vet and staticcheck must all be silent, in every module: the main one, the
+# control plane's (cmd/kubevol-cluster, its own module for its replace lines) and the
+# embedding example's (examples/embed). staticcheck skips the control plane: that 40-line
+# main would make it analyse all of Kubernetes (10+ minutes); go vet covers it.
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd cmd/kubevol-cluster && $(GO) vet ./...
+	cd examples/embed && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd examples/embed && $(GO) run $(STATICCHECK) ./...
 
 # Built once, before the tests, so its progress is visible; every test package then reuses it.
 cluster-binary:
 	$(GO) run ./cmd/kubevol up --build-only
 
+# test-embed.sh builds examples/embed outside the checkout as another module would, with only
+# a replace line to this checkout, and runs its test on a `kubevol up` cluster.
 test: deps lint cluster-binary
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	GO=$(GO) ./hack/test-embed.sh
