@@ -65,7 +65,12 @@ type Executor struct {
 
 // NewExecutor returns an executor that gives each operation timeout and runs at most
 // parallel operations at once (the rest wait, still counted as pending).
-func NewExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
+func NewExecutor(timeout time.Duration, parallel int) *Executor {
+	return newExecutor(timeout, parallel, nil)
+}
+
+// newExecutor is NewExecutor recording storage_operation_duration_seconds in m.
+func newExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
 	if parallel < 1 {
 		parallel = 1
 	}

@@ -150,7 +150,7 @@ func New(cfg Config) (*Manager, error) {
 		subpathsDone: map[types.UID]bool{}, subpathErr: map[types.UID]string{},
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
-	m.exec = NewExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
+	m.exec = newExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
 	m.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "volumemanager_pods"})
 	m.deviceQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[v1.UniqueVolumeName](),

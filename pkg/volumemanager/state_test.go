@@ -75,7 +75,7 @@ func TestActualState(t *testing.T) {
 }
 
 func TestExecutorSerializesAndBacksOff(t *testing.T) {
-	e := NewExecutor(time.Second, 4, nil)
+	e := NewExecutor(time.Second, 4)
 	now := time.Now()
 	e.now = func() time.Time { return now }
 	release := make(chan struct{})
@@ -127,7 +127,7 @@ func TestExecutorSerializesAndBacksOff(t *testing.T) {
 }
 
 func TestExecutorTimeoutIsUncertain(t *testing.T) {
-	e := NewExecutor(20*time.Millisecond, 1, nil)
+	e := NewExecutor(20*time.Millisecond, 1)
 	done := make(chan error, 1)
 	var ran atomic.Bool
 	err := e.Run(context.Background(), Operation{Key: OpKey{Volume: "v"}, Name: opMount,
