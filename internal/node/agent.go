@@ -40,6 +40,7 @@ import (
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 	"github.com/kubevol/kubevol/pkg/volumesinuse"
+	"github.com/kubevol/kubevol/pkg/volumestats"
 )
 
 // Config configures an Agent. Client, NodeName and RootDir are required.
@@ -146,7 +147,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.manager = m
-	a.registry.MustRegister(&volumeStats{manager: m, drivers: a.drivers, paths: volume.Paths{Root: cfg.RootDir}, ctx: a.runContext})
+	a.registry.MustRegister(volumestats.NewCollector(m, a.drivers, volume.Paths{Root: cfg.RootDir}, a.runContext))
 	return a, nil
 }
 

@@ -1,4 +1,10 @@
-package node
+// Package volumestats is the kubelet's volume stats for CSI volumes as a Prometheus
+// collector: on each scrape it asks the driver of every mounted PVC-backed CSI volume for
+// NodeGetVolumeStats, once per claim, and reports the kubelet_volume_stats_* gauges with the
+// kubelet's names and labels (namespace, persistentvolumeclaim), which alerting rules written
+// for kubelets use. Inline volumes have no claim and are not reported, as by the kubelet; a
+// driver without the GET_VOLUME_STATS node capability is skipped.
+package volumestats
 
 import (
 	"context"
@@ -13,8 +19,8 @@ import (
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
-// volumeStatsTimeout bounds one NodeGetVolumeStats during a scrape.
-const volumeStatsTimeout = 5 * time.Second
+// callTimeout bounds one NodeGetVolumeStats during a scrape.
+const callTimeout = 5 * time.Second
 
 var (
 	statsLabels         = []string{"namespace", "persistentvolumeclaim"}
@@ -26,23 +32,33 @@ var (
 	statsInodesUsed     = prometheus.NewDesc("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", statsLabels, nil)
 )
 
-// volumeStats is the kubelet's volume stats collector for CSI volumes: on each scrape it
-// asks the driver of every mounted PVC-backed CSI volume for NodeGetVolumeStats, once per
-// claim, and reports the kubelet_volume_stats_* gauges with the kubelet's names and labels.
-type volumeStats struct {
+// Collector is a prometheus.Collector of the volumes of one volume manager.
+type Collector struct {
 	manager *volumemanager.Manager
 	drivers csiplugin.Drivers
 	paths   volume.Paths
 	ctx     func() context.Context
 }
 
-func (s *volumeStats) Describe(ch chan<- *prometheus.Desc) {
+// NewCollector returns the collector of m's volumes, asking the drivers (a
+// *csidrivers.Registry) for the stats of the volumes under paths. ctx, if not nil, gives the
+// context of each scrape's calls (its logger, its end); nil means context.Background.
+func NewCollector(m *volumemanager.Manager, drivers csiplugin.Drivers, paths volume.Paths, ctx func() context.Context) *Collector {
+	if ctx == nil {
+		ctx = context.Background
+	}
+	return &Collector{manager: m, drivers: drivers, paths: paths, ctx: ctx}
+}
+
+// Describe implements prometheus.Collector.
+func (s *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{statsCapacityBytes, statsAvailableBytes, statsUsedBytes, statsInodes, statsInodesFree, statsInodesUsed} {
 		ch <- d
 	}
 }
 
-func (s *volumeStats) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector.
+func (s *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx := s.ctx()
 	asw := s.manager.ActualState()
 	seen := map[[2]string]bool{}
@@ -69,13 +85,13 @@ func (s *volumeStats) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (s *volumeStats) collectOne(ctx context.Context, ch chan<- prometheus.Metric, driver, handle, path string, labels []string) bool {
+func (s *Collector) collectOne(ctx context.Context, ch chan<- prometheus.Metric, driver, handle, path string, labels []string) bool {
 	logger := klog.FromContext(ctx).WithValues("volumeID", handle, "pvc", labels[0]+"/"+labels[1])
 	node, caps, err := s.drivers.Node(ctx, driver)
 	if err != nil || !caps[csipb.NodeServiceCapability_RPC_GET_VOLUME_STATS] {
 		return false
 	}
-	cctx, cancel := context.WithTimeout(ctx, volumeStatsTimeout)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	rsp, err := node.NodeGetVolumeStats(cctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: handle, VolumePath: path})
 	if err != nil {
