@@ -14,8 +14,8 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// SupportedVersions are the CSI versions a registration announces, as node-driver-registrar.
-var SupportedVersions = []string{"1.0.0"}
+// supportedVersions are the CSI versions a registration announces, as node-driver-registrar.
+var supportedVersions = []string{"1.0.0"}
 
 // SocketPath is where node-driver-registrar puts a driver's registration socket.
 func SocketPath(dir, driver string) string { return filepath.Join(dir, driver+"-reg.sock") }
@@ -77,7 +77,7 @@ func (r *Registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registe
 		Type:              registerapi.CSIPlugin,
 		Name:              r.Driver,
 		Endpoint:          r.Endpoint,
-		SupportedVersions: SupportedVersions,
+		SupportedVersions: supportedVersions,
 	}, nil
 }
 
