@@ -127,7 +127,7 @@ func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
 	}
 }
 
-// Pod returns the pod object last recorded, or nil.
+// Pod returns the pod object last recorded, or nil. It is shared and must not be modified.
 func (d *DesiredState) Pod(uid types.UID) *v1.Pod {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
