@@ -72,6 +72,8 @@ func run(ctx context.Context, client kubernetes.Interface, nodeName, rootDir str
 	})
 	wg.Go(func() { inUse.Run(ctx, m) })
 	wg.Go(func() { pods.Run(ctx) })
+	// A runtime finds where each pod's volumes are in m.ActualState().Volumes() (MountPath of
+	// each pod's mount), once m.PodVolumesReady(uid); docs/library.md shows the state views.
 	err = m.Run(ctx)
 	cancel()
 	wg.Wait()
