@@ -21,15 +21,16 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
@@ -49,7 +50,7 @@ const (
 // deletion; Run does the writing.
 type Writer struct {
 	client kubernetes.Interface
-	queue  workqueue.TypedRateLimitingInterface[types.UID]
+	queue  *controller.Queue[types.UID]
 
 	mu    sync.Mutex
 	wants map[types.UID]podWish
@@ -65,8 +66,8 @@ type podWish struct {
 func New(client kubernetes.Interface) *Writer {
 	return &Writer{
 		client: client, wants: map[types.UID]podWish{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
-			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "node_pod_status"}),
+		// Retries start soon: a status write that failed is usually a brief API outage.
+		queue: controller.NewQueue[types.UID]("node_pod_status", controller.QueueConfig{RetryIntervalStart: 5 * time.Millisecond, RetryIntervalMax: time.Minute}),
 	}
 }
 
@@ -108,49 +109,33 @@ func (w *Writer) want(pod *v1.Pod, f func(*podWish)) {
 
 // Run writes until ctx ends, with four workers.
 func (w *Writer) Run(ctx context.Context) {
-	go func() { <-ctx.Done(); w.queue.ShutDown() }()
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w.processNext(ctx) {
-			}
-		}()
-	}
-	wg.Wait()
+	r := controller.NewRunner("podstatus")
+	controller.Handle(r, w.queue, 4, w.sync)
+	_ = r.Run(ctx) // no source, so nothing to fail
 }
 
-func (w *Writer) processNext(ctx context.Context) bool {
-	uid, quit := w.queue.Get()
-	if quit {
-		return false
-	}
-	defer w.queue.Done(uid)
+// sync writes the latest wish for the pod; a failed write is retried with the pod's backoff
+// unless a newer wish came meanwhile.
+func (w *Writer) sync(ctx context.Context, uid types.UID) error {
 	w.mu.Lock()
 	p, ok := w.wants[uid]
 	delete(w.wants, uid)
 	w.mu.Unlock()
 	if !ok {
-		w.queue.Forget(uid)
-		return true
+		return nil
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(p.namespace, p.name))
 	err := w.write(ctx, uid, p)
-	switch {
-	case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		// Gone, or another pod now has the name (UID precondition): nothing to do.
-		w.queue.Forget(uid)
-	default:
-		logger.Error(err, "Pod status update failed, retrying")
-		w.mu.Lock()
-		if _, newer := w.wants[uid]; !newer {
-			w.wants[uid] = p
-		}
-		w.mu.Unlock()
-		w.queue.AddRateLimited(uid)
+		return nil
 	}
-	return true
+	klog.FromContext(ctx).Error(err, "Pod status update failed, retrying", "pod", klog.KRef(p.namespace, p.name))
+	w.mu.Lock()
+	if _, newer := w.wants[uid]; !newer {
+		w.wants[uid] = p
+	}
+	w.mu.Unlock()
+	return err
 }
 
 func (w *Writer) write(ctx context.Context, uid types.UID, p podWish) error {

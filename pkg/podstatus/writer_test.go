@@ -2,13 +2,17 @@ package podstatus
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestPodStatusWriter(t *testing.T) {
@@ -64,4 +68,43 @@ func TestPodStatusWriter(t *testing.T) {
 		_, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
+}
+
+// A write the API server refuses is retried, and a newer wish replaces the failed one.
+func TestPodStatusWriterRetries(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}}
+	client := fake.NewClientset(pod)
+	var failures atomic.Int32
+	failures.Store(3)
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failures.Add(-1) >= 0 {
+			return true, nil, errors.New("apiserver unavailable")
+		}
+		return false, nil, nil
+	})
+	w := New(client)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	w.VolumesFailed(pod, "first")
+	w.VolumesReady(pod)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Status.Conditions) == 1 && p.Status.Conditions[0].Status == v1.ConditionTrue {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not written after the failures: %+v", p.Status.Conditions)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if failures.Load() >= 0 {
+		t.Errorf("the writer did not go through the failures: %d left", failures.Load())
+	}
 }
