@@ -31,6 +31,7 @@ const PluginName = "kubernetes.io/csi"
 
 // Drivers gives the plugin the node service of a registered CSI driver, one connection per
 // driver shared by every call, and the node capabilities the driver announced.
+// pkg/csidrivers.Registry is a node's, fed by the plugin registration directory.
 type Drivers interface {
 	Node(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error)
 }
