@@ -100,9 +100,9 @@ func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(
 			NodeSelector: map[string]string{corev1.LabelHostname: k.node},
 			Containers:   []corev1.Container{c},
 			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
-			// Pods never run: the node agent deletes them as soon as their volumes are down.
-			TerminationGracePeriodSeconds: ptr(int64(0)),
-			AutomountServiceAccountToken:  ptr(false),
+			// A grace period of 0 would let the API server delete the pod at once; with the
+			// default one the node agent finishes the deletion once the volumes are down.
+			AutomountServiceAccountToken: ptr(false),
 		},
 	}
 	if mutate != nil {
