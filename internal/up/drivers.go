@@ -59,6 +59,9 @@ type externalDriver struct {
 	cfg            DriverConfig
 	selfRegistered bool
 	attachRequired bool // as the CSIDriver object says
+	// storageCapacity, as the CSIDriver object says: the scheduler then waits for
+	// CSIStorageCapacity objects, which the provisioner must publish.
+	storageCapacity bool
 
 	sidecars  []*component
 	regCancel context.CancelFunc
@@ -185,6 +188,7 @@ func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes
 	}
 	// No attachRequired means true, as the attach/detach controller reads it.
 	d.attachRequired = got.Spec.AttachRequired == nil || *got.Spec.AttachRequired
+	d.storageCapacity = got.Spec.StorageCapacity != nil && *got.Spec.StorageCapacity
 	if !d.hasController() {
 		return nil
 	}
@@ -287,6 +291,12 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 		addr := "127.0.0.1:" + strconv.Itoa(ports[i])
 		args := append(s.sidecarArgs(kind, d.endpoint), "--http-endpoint", addr)
 		c := newComponent(d.name+" "+kind, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+d.name+"-"+kind), "http://"+addr+"/healthz")
+		if kind == "provisioner" && d.storageCapacity {
+			// As external-provisioner deployed with --enable-capacity; the objects live in
+			// up's namespace and have no owner (there is no pod to own them).
+			c.args = append(c.args, "--enable-capacity", "--capacity-ownerref-level", "-1")
+			c.env = []string{"NAMESPACE=" + Namespace}
+		}
 		if err := s.startComponent(ctx, c); err != nil {
 			return err
 		}

@@ -43,6 +43,7 @@ type component struct {
 	name    string // "kubevol node", "<driver> provisioner"
 	bin     string
 	args    []string
+	env     []string
 	logPath string
 	health  string // URL of /healthz, or "" for none
 
@@ -66,7 +67,7 @@ func (c *component) start() error {
 	if c.stopping {
 		return errors.New("stopping")
 	}
-	p, err := proc.Start(c.name, c.bin, c.args, c.logPath)
+	p, err := proc.StartEnv(c.name, c.bin, c.args, c.env, c.logPath)
 	if err != nil {
 		return err
 	}
