@@ -286,6 +286,8 @@ type ComponentStatus struct {
 	Running bool
 	Healthy bool
 	Detail  string
+	// Restarts counts the restarts of a supervised component.
+	Restarts int
 }
 
 // Status probes every component once.

@@ -26,12 +26,20 @@ type Process struct {
 
 // Start runs path with args, appending its stdout and stderr to logPath under a header line.
 func Start(name, path string, args []string, logPath string) (*Process, error) {
+	return StartEnv(name, path, args, nil, logPath)
+}
+
+// StartEnv is Start with env ("KEY=value") added to this process's environment.
+func StartEnv(name, path string, args, env []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(logFile, "\n==== %s starting %s at %s ====\n", name, path, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(path, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

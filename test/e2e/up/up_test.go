@@ -18,22 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/kubevol/kubevol/internal/localcluster"
 )
 
 func TestUpThenInterrupt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("kubevol up needs root (mounts); run the tests as root")
 	}
-	root, err := localcluster.FindModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "kubevol")
-	if out, err := exec.Command("go", "build", "-C", root, "-o", bin, "./cmd/kubevol").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := kubevolBinary(t)
 	dir := t.TempDir()
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "up.log"))
 	if err != nil {
