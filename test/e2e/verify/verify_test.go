@@ -5,6 +5,7 @@ package verify
 
 import (
 	"bufio"
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"os"
@@ -28,6 +29,9 @@ type profile struct {
 	// outcomes are cases whose outcome the profile decides; every other case must pass or
 	// be not applicable, and none may fail.
 	outcomes map[string]string
+	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
+	// never have succeeded (false): the profile really was exercised as switched.
+	calls map[string]bool
 }
 
 var profiles = []profile{
@@ -35,17 +39,17 @@ var profiles = []profile{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
 		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
-	}},
+	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
-	}},
+	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
 	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
-	}},
+	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false}},
 	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots"}, outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
-	}},
+	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -79,7 +83,7 @@ func TestVerifyProfiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := append([]string{"driver", "--endpoint", "unix://" + filepath.Join(dir, "csi.sock"), "--node-id", node,
-			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p)}, p.args...)
+			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
 		if p.name == "default" {
 			startLoop(t, bin, args, filepath.Join(dir, "pid"), filepath.Join(dir, "driver.log"))
 			config = driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
@@ -119,8 +123,33 @@ func TestVerifyProfiles(t *testing.T) {
 					t.Errorf("case %s failed", name)
 				}
 			}
+			ok := succeededCalls(t, filepath.Join(tmp, p.name, "calls.jsonl"))
+			for method, want := range p.calls {
+				if (ok[method] > 0) != want {
+					t.Errorf("driver %s: %d successful %s calls; want some: %v", driverName(p), ok[method], method, want)
+				}
+			}
 		})
 	}
+}
+
+// succeededCalls counts the successful calls per method in a driver's call log.
+func succeededCalls(t *testing.T, path string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var c struct{ Method, Code string }
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Code == "OK" {
+			out[c.Method]++
+		}
+	}
+	return out
 }
 
 // readJUnit maps each case of a verify JUnit file to passed, failed or skipped.
