@@ -60,6 +60,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
+	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
 	f.StringSliceVar(&o.o.Only, "only", nil, "run only the cases whose name contains one of these strings")
 	return cmd
 }
@@ -73,6 +74,9 @@ func (o *verifyOptions) validate() error {
 	}
 	if o.o.Timeout <= 0 {
 		return usageErrorf("--timeout must be positive, got %s", o.o.Timeout)
+	}
+	if o.o.Wait <= 0 {
+		return usageErrorf("--wait must be positive, got %s", o.o.Wait)
 	}
 	if o.blockParameters != "" {
 		o.o.BlockParameters = map[string]string{}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -116,4 +117,27 @@ func TestPublishWithoutStaging(t *testing.T) {
 			c.delete(t, v.GetVolumeId())
 		})
 	}
+}
+
+// A driver restarted while it holds its own stage (--without staging) keeps it, and the
+// last unpublish after the restart still releases it.
+func TestOwnStageSurvivesRestart(t *testing.T) {
+	drivertest.RequireRoot(t)
+	cfg := driver.Config{Without: []string{driver.WithoutStaging}}
+	first := drivertest.Start(t, cfg)
+	c := clients{ctrl: first.Controller, node: first.Node}
+	v := c.create(t, "v", "block", 64<<20)
+	target := first.Path("target")
+	c.publish(t, v.GetVolumeId(), "", target, mountCap(""))
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = first.Config.StateDir
+	second := drivertest.Start(t, cfg)
+	c = clients{ctrl: second.Controller, node: second.Node}
+	c.unpublish(t, v.GetVolumeId(), target)
+	if mps, _ := mount.New("").List(); slices.ContainsFunc(mps, func(mp mount.MountPoint) bool { return strings.HasPrefix(mp.Path, first.Dir) }) {
+		t.Errorf("mounts left under %s after the last unpublish", first.Dir)
+	}
+	c.delete(t, v.GetVolumeId())
 }

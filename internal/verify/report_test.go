@@ -87,22 +87,22 @@ func TestApplicability(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		caseFor string
-		env     env
+		env     *env
 		want    string // substring of the reason, "" for applicable
 	}{
-		{"no socket: attach by CSIDriver", "attach/detach", env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: yes}}}, ""},
-		{"attach not required", "attach/detach", env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: no}}}, "attachRequired is false"},
-		{"attach required, no PUBLISH", "attach/detach", env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: yes}}, caps: known(nil, nil, false, false)}, "PUBLISH_UNPUBLISH_VOLUME"},
-		{"fsGroup None", "access/fsgroup", env{root: "/r", csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{FSGroupPolicy: &none}}}, "fsGroupPolicy is None"},
-		{"host case elsewhere", "data/persist", env{csiDriver: &storagev1.CSIDriver{}}, "needs the node's host"},
-		{"no expansion at all", "expand/online", env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "neither controller nor node EXPAND_VOLUME"},
-		{"node-only expansion", "expand/online", env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}, false, false)}, ""},
-		{"offline only", "expand/online", env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, false, true)}, "OFFLINE volume expansion only"},
-		{"online only", "expand/offline", env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, true, false)}, "ONLINE volume expansion only"},
-		{"no snapshots", "snapshot/restore", env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CREATE_DELETE_SNAPSHOT"},
-		{"no clone", "clone", env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CLONE_VOLUME"},
-		{"no inline mode", "ephemeral/inline", env{csiDriver: &storagev1.CSIDriver{}}, "no Ephemeral"},
-		{"no restart command", "crash/driver-restart", env{csiDriver: &storagev1.CSIDriver{}}, "--restart-driver"},
+		{"no socket: attach by CSIDriver", "attach/detach", &env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: yes}}}, ""},
+		{"attach not required", "attach/detach", &env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: no}}}, "attachRequired is false"},
+		{"attach required, no PUBLISH", "attach/detach", &env{csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{AttachRequired: yes}}, caps: known(nil, nil, false, false)}, "PUBLISH_UNPUBLISH_VOLUME"},
+		{"fsGroup None", "access/fsgroup", &env{root: "/r", csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{FSGroupPolicy: &none}}}, "fsGroupPolicy is None"},
+		{"host case elsewhere", "data/persist", &env{csiDriver: &storagev1.CSIDriver{}}, "needs the node's host"},
+		{"no expansion at all", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "neither controller nor node EXPAND_VOLUME"},
+		{"node-only expansion", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}, false, false)}, ""},
+		{"offline only", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, false, true)}, "OFFLINE volume expansion only"},
+		{"online only", "expand/offline", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, true, false)}, "ONLINE volume expansion only"},
+		{"no snapshots", "snapshot/restore", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CREATE_DELETE_SNAPSHOT"},
+		{"no clone", "clone", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CLONE_VOLUME"},
+		{"no inline mode", "ephemeral/inline", &env{csiDriver: &storagev1.CSIDriver{}}, "no Ephemeral"},
+		{"no restart command", "crash/driver-restart", &env{csiDriver: &storagev1.CSIDriver{}}, "--restart-driver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c *testCase

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
@@ -92,13 +93,23 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 			e.root = filepath.Join(o.Dir, "node")
 		}
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// `kubevol up &` followed by `kubevol verify` is the usual CI script: wait for up to
+	// write its kubeconfig and for the API to answer.
+	var cfg *rest.Config
+	var lastErr error
+	err := poll(ctx, o.Wait, func(ctx context.Context) (bool, error) {
+		if cfg, lastErr = clientcmd.BuildConfigFromFlags("", kubeconfig); lastErr != nil {
+			return false, nil
+		}
+		cfg.QPS, cfg.Burst = 100, 200
+		if e.cs, lastErr = kubernetes.NewForConfig(cfg); lastErr != nil {
+			return false, lastErr
+		}
+		_, lastErr = e.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return lastErr == nil, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("verify: kubeconfig: %w (is kubevol up running with this --dir?)", err)
-	}
-	cfg.QPS, cfg.Burst = 100, 200
-	if e.cs, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("verify: no ready cluster behind %s within %s: %v (is kubevol up running with this --dir?)", kubeconfig, o.Wait, lastErr)
 	}
 	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
@@ -170,7 +181,7 @@ func (e *env) baseName() string {
 // findNode picks the node where the driver is registered, and its topology segment.
 func (e *env) findNode(ctx context.Context) error {
 	var keys []string
-	err := poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+	err := poll(ctx, e.o.Wait, func(ctx context.Context) (bool, error) {
 		list, err := e.cs.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil

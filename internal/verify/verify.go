@@ -37,6 +37,8 @@ type Options struct {
 	Parallel int
 	// Timeout bounds each case.
 	Timeout time.Duration
+	// Wait bounds the wait for the cluster to be ready and the driver registered.
+	Wait time.Duration
 	// Only, if set, runs the cases whose name contains one of these strings.
 	Only []string
 	// Progress receives a line per case as it starts and ends.
@@ -100,6 +102,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 3 * time.Minute
+	}
+	if o.Wait <= 0 {
+		o.Wait = 30 * time.Second
 	}
 	start := time.Now()
 	e, err := newEnv(ctx, o)
