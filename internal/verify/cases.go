@@ -147,36 +147,59 @@ func (k *caseEnv) checkTopology(pv *corev1.PersistentVolume) error {
 
 // dataPersists: data written through one pod's mount is read back by the next pod.
 func dataPersists(k *caseEnv) error {
-	if _, err := k.fsClaim("data", classWFFC); err != nil {
-		return err
-	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
-	p1, err := k.runPod("writer", vols, nil, nil)
-	if err != nil {
-		return err
-	}
-	dir, err := k.claimPath(p1, "data")
-	if err != nil {
-		return err
-	}
-	want, err := k.writeProof(dir)
+	u, err := k.useClaim("data", classWFFC, defaultSize, "writer")
 	if err != nil {
 		return err
 	}
 	if err := k.deletePod("writer"); err != nil {
 		return err
 	}
-	if isMountPoint(dir) {
-		return fmt.Errorf("%s is still mounted after its pod was deleted", dir)
+	if isMountPoint(u.dir) {
+		return fmt.Errorf("%s is still mounted after its pod was deleted", u.dir)
 	}
-	p2, err := k.runPod("reader", vols, nil, nil)
+	return k.reuse(u, "data", "reader")
+}
+
+// inUse is a claim mounted in a pod; on this host, dir is the pod's mount path and want
+// the proof written through it (both "" elsewhere).
+type inUse struct {
+	vols      []corev1.Volume
+	pod       *corev1.Pod
+	dir, want string
+}
+
+// useClaim makes a filesystem claim of class and size, mounts it in pod, and writes the
+// proof through the mount path when this is the node's host.
+func (k *caseEnv) useClaim(claim, class, size, pod string) (*inUse, error) {
+	if _, err := k.claim(claim, class, size, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil); err != nil {
+		return nil, err
+	}
+	u := &inUse{vols: []corev1.Volume{claimVolume("data", claim)}}
+	var err error
+	if u.pod, err = k.runPod(pod, u.vols, nil, nil); err != nil {
+		return nil, err
+	}
+	if k.root == "" {
+		return u, nil
+	}
+	if u.dir, err = k.claimPath(u.pod, claim); err != nil {
+		return nil, err
+	}
+	u.want, err = k.writeProof(u.dir)
+	return u, err
+}
+
+// reuse mounts the claim in a new pod and reads the proof back through its mount path.
+func (k *caseEnv) reuse(u *inUse, claim, pod string) error {
+	p, err := k.runPod(pod, u.vols, nil, nil)
+	if err != nil || k.root == "" {
+		return err
+	}
+	dir, err := k.claimPath(p, claim)
 	if err != nil {
 		return err
 	}
-	if dir, err = k.claimPath(p2, "data"); err != nil {
-		return err
-	}
-	return readProof(dir, want)
+	return readProof(dir, u.want)
 }
 
 // readWriteOncePod: a second pod of a ReadWriteOncePod claim is not scheduled while the
@@ -439,8 +462,8 @@ func attachApplies(e *env) string {
 	if !e.attachRequired() {
 		return "CSIDriver attachRequired is false"
 	}
-	if e.caps.known && !e.caps.controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
-		return "the driver does not advertise PUBLISH_UNPUBLISH_VOLUME (attach is trivial)"
+	if r := e.lacks(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME); r != "" {
+		return r + " (attach is trivial)"
 	}
 	return ""
 }
@@ -505,21 +528,20 @@ func expandable(e *env) string {
 }
 
 func offlineApplies(e *env) string {
-	if r := expandable(e); r != "" {
-		return r
-	}
-	if e.caps.online && !e.caps.offline {
-		return "the driver advertises ONLINE volume expansion only"
-	}
-	return ""
+	return expansionApplies(e, e.caps.online, e.caps.offline, "ONLINE")
+}
+func onlineApplies(e *env) string {
+	return expansionApplies(e, e.caps.offline, e.caps.online, "OFFLINE")
 }
 
-func onlineApplies(e *env) string {
+// expansionApplies rules an expansion case out for a driver that cannot expand, or that
+// advertises only the other mode (other without this one).
+func expansionApplies(e *env, other, this bool, otherName string) string {
 	if r := expandable(e); r != "" {
 		return r
 	}
-	if e.caps.offline && !e.caps.online {
-		return "the driver advertises OFFLINE volume expansion only"
+	if other && !this {
+		return "the driver advertises " + otherName + " volume expansion only"
 	}
 	return ""
 }
@@ -534,25 +556,13 @@ const (
 // expandOffline: a claim grown while no pod uses it; the next pod sees the bigger
 // filesystem (xfs: ext4 cannot grow while mounted without CAP_SYS_RESOURCE) with the data.
 func expandOffline(k *caseEnv) error {
-	if _, err := k.claim("data", classFS, fsSizeBefore, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil); err != nil {
-		return err
-	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
-	p1, err := k.runPod("before", vols, nil, nil)
+	u, err := k.useClaim("data", classFS, fsSizeBefore, "before")
 	if err != nil {
 		return err
 	}
 	var before int64
-	var want string
-	if k.root != "" {
-		dir, err := k.claimPath(p1, "data")
-		if err != nil {
-			return err
-		}
-		if before, err = fsSize(dir); err != nil {
-			return err
-		}
-		if want, err = k.writeProof(dir); err != nil {
+	if u.dir != "" {
+		if before, err = fsSize(u.dir); err != nil {
 			return err
 		}
 	}
@@ -566,7 +576,7 @@ func expandOffline(k *caseEnv) error {
 	if err := k.waitAllocated("data", fsSizeAfter); err != nil {
 		return err
 	}
-	p2, err := k.runPod("after", vols, nil, nil)
+	p2, err := k.runPod("after", u.vols, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -580,6 +590,11 @@ func expandOffline(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
+	return grown(dir, before, u.want)
+}
+
+// grown checks that the filesystem at dir grew by the expansion and kept the proof.
+func grown(dir string, before int64, want string) error {
 	after, err := fsSize(dir)
 	if err != nil {
 		return err
@@ -616,23 +631,13 @@ func (k *caseEnv) waitAllocated(claim, size string) error {
 // expandOnline: a claim grown while its pod uses it; the filesystem grows inside the live
 // mount.
 func expandOnline(k *caseEnv) error {
-	if _, err := k.claim("data", classFS, fsSizeBefore, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil); err != nil {
-		return err
-	}
-	p, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, nil)
+	u, err := k.useClaim("data", classFS, fsSizeBefore, "app")
 	if err != nil {
 		return err
 	}
-	var dir, want string
 	var before int64
-	if k.root != "" {
-		if dir, err = k.claimPath(p, "data"); err != nil {
-			return err
-		}
-		if before, err = fsSize(dir); err != nil {
-			return err
-		}
-		if want, err = k.writeProof(dir); err != nil {
+	if u.dir != "" {
+		if before, err = fsSize(u.dir); err != nil {
 			return err
 		}
 	}
@@ -642,17 +647,10 @@ func expandOnline(k *caseEnv) error {
 	if err := k.waitCapacity("data", fsSizeAfter); err != nil {
 		return err
 	}
-	if k.root == "" {
+	if u.dir == "" {
 		return nil
 	}
-	after, err := fsSize(dir)
-	if err != nil {
-		return err
-	}
-	if after < before+growth {
-		return fmt.Errorf("filesystem inside the live mount is %d bytes after the expansion, %d before", after, before)
-	}
-	return readProof(dir, want)
+	return grown(u.dir, before, u.want)
 }
 
 // expandOnlineBlock: a raw block claim grown while its pod uses the device; the device the
@@ -692,8 +690,8 @@ func expandOnlineBlock(k *caseEnv) error {
 }
 
 func snapshotApplies(e *env) string {
-	if e.caps.known && !e.caps.controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
-		return "the driver does not advertise CREATE_DELETE_SNAPSHOT"
+	if r := e.lacks(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); r != "" {
+		return r
 	}
 	if !e.snapshotsServed() {
 		return "no snapshotter running: the cluster does not serve snapshot.storage.k8s.io/v1 VolumeSnapshots"
@@ -711,19 +709,10 @@ func snapshotRestore(k *caseEnv) error {
 	if err := k.snapshot("snap", "source"); err != nil {
 		return err
 	}
-	src := &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}
-	if _, err := k.claim("restored", classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
-		return err
-	}
-	return k.checkCopy("restored", want)
+	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
 }
 
-func cloneApplies(e *env) string {
-	if e.caps.known && !e.caps.controller[csipb.ControllerServiceCapability_RPC_CLONE_VOLUME] {
-		return "the driver does not advertise CLONE_VOLUME"
-	}
-	return ""
-}
+func cloneApplies(e *env) string { return e.lacks(csipb.ControllerServiceCapability_RPC_CLONE_VOLUME) }
 
 // clone: a claim with another claim as data source holds its data.
 func clone(k *caseEnv) error {
@@ -731,50 +720,25 @@ func clone(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	src := &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
-	if _, err := k.claim("copy", classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
-		return err
-	}
-	return k.checkCopy("copy", want)
+	return k.checkCopy("copy", &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}, want)
 }
 
 // filledClaim makes a claim, writes the proof into it through a pod (on this host), and
 // deletes the pod, so the data is at rest for a snapshot or a clone.
 func (k *caseEnv) filledClaim(name string) (string, error) {
-	if _, err := k.fsClaim(name, classWFFC); err != nil {
-		return "", err
-	}
-	p, err := k.runPod("writer", []corev1.Volume{claimVolume("data", name)}, nil, nil)
+	u, err := k.useClaim(name, classWFFC, defaultSize, "writer")
 	if err != nil {
 		return "", err
 	}
-	want := ""
-	if k.root != "" {
-		dir, err := k.claimPath(p, name)
-		if err != nil {
-			return "", err
-		}
-		if want, err = k.writeProof(dir); err != nil {
-			return "", err
-		}
-	}
-	return want, k.deletePod("writer")
+	return u.want, k.deletePod("writer")
 }
 
-// checkCopy mounts a claim made from a source and reads the source's proof from it.
-func (k *caseEnv) checkCopy(claim, want string) error {
-	p, err := k.runPod("reader", []corev1.Volume{claimVolume("data", claim)}, nil, nil)
-	if err != nil {
+// checkCopy makes a claim from a source, mounts it and reads the source's proof from it.
+func (k *caseEnv) checkCopy(claim string, src *corev1.TypedLocalObjectReference, want string) error {
+	if _, err := k.claim(claim, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
 		return err
 	}
-	if k.root == "" {
-		return nil
-	}
-	dir, err := k.claimPath(p, claim)
-	if err != nil {
-		return err
-	}
-	return readProof(dir, want)
+	return k.reuse(&inUse{vols: []corev1.Volume{claimVolume("data", claim)}, want: want}, claim, "reader")
 }
 
 // reclaimDelete: deleting the claim of a Delete class deletes the PV and, through the
@@ -850,19 +814,7 @@ func (k *caseEnv) checkListed(handle string, want bool) error {
 // it; the new agent reconstructs the mount from disk, keeps the data in place and tears the
 // volume down cleanly when the pod goes.
 func killNodeAgent(k *caseEnv) error {
-	if _, err := k.fsClaim("data", classWFFC); err != nil {
-		return err
-	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
-	p, err := k.runPod("app", vols, nil, nil)
-	if err != nil {
-		return err
-	}
-	dir, err := k.claimPath(p, "data")
-	if err != nil {
-		return err
-	}
-	want, err := k.writeProof(dir)
+	u, err := k.useClaim("data", classWFFC, defaultSize, "app")
 	if err != nil {
 		return err
 	}
@@ -881,26 +833,19 @@ func killNodeAgent(k *caseEnv) error {
 	if err != nil {
 		return fmt.Errorf("no node agent came back within a minute of kill -9 (does kubevol up supervise it?)")
 	}
-	if !isMountPoint(dir) {
-		return fmt.Errorf("%s is no longer mounted after the node agent restarted", dir)
+	if !isMountPoint(u.dir) {
+		return fmt.Errorf("%s is no longer mounted after the node agent restarted", u.dir)
 	}
-	if err := readProof(dir, want); err != nil {
+	if err := readProof(u.dir, u.want); err != nil {
 		return err
 	}
 	if err := k.deletePod("app"); err != nil {
 		return fmt.Errorf("after the restart: %w", err)
 	}
-	if isMountPoint(dir) {
-		return fmt.Errorf("the restarted node agent left %s mounted after the pod was deleted", dir)
+	if isMountPoint(u.dir) {
+		return fmt.Errorf("the restarted node agent left %s mounted after the pod was deleted", u.dir)
 	}
-	p2, err := k.runPod("again", vols, nil, nil)
-	if err != nil {
-		return err
-	}
-	if dir, err = k.claimPath(p2, "data"); err != nil {
-		return err
-	}
-	return readProof(dir, want)
+	return k.reuse(u, "data", "again")
 }
 
 // nodeAgentPID finds the `kubevol node` process serving root: the one whose --root-dir is
@@ -942,23 +887,9 @@ func restartApplies(e *env) string {
 // restartDriver: the driver restarts (the given command) while a volume is published; the
 // data stays reachable, the pod's teardown and the next mount work against the new driver.
 func restartDriver(k *caseEnv) error {
-	if _, err := k.fsClaim("data", classWFFC); err != nil {
-		return err
-	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
-	p, err := k.runPod("app", vols, nil, nil)
+	u, err := k.useClaim("data", classWFFC, defaultSize, "app")
 	if err != nil {
 		return err
-	}
-	want := ""
-	dir := ""
-	if k.root != "" {
-		if dir, err = k.claimPath(p, "data"); err != nil {
-			return err
-		}
-		if want, err = k.writeProof(dir); err != nil {
-			return err
-		}
 	}
 	out, err := exec.CommandContext(k.ctx, "/bin/sh", "-c", k.o.RestartDriver).CombinedOutput()
 	if err != nil {
@@ -972,25 +903,15 @@ func restartDriver(k *caseEnv) error {
 			return fmt.Errorf("the driver did not answer Probe ready after the restart: %w", err)
 		}
 	}
-	if dir != "" {
-		if err := readProof(dir, want); err != nil {
+	if u.dir != "" {
+		if err := readProof(u.dir, u.want); err != nil {
 			return fmt.Errorf("after the driver restart: %w", err)
 		}
 	}
 	if err := k.deletePod("app"); err != nil {
 		return fmt.Errorf("after the driver restart: %w", err)
 	}
-	p2, err := k.runPod("again", vols, nil, nil)
-	if err != nil {
-		return err
-	}
-	if dir == "" {
-		return nil
-	}
-	if dir, err = k.claimPath(p2, "data"); err != nil {
-		return err
-	}
-	return readProof(dir, want)
+	return k.reuse(u, "data", "again")
 }
 
 // leftovers: after every case, nothing of the run is left: no namespace, no PV, no

@@ -322,6 +322,14 @@ func (e *env) has(c csipb.ControllerServiceCapability_RPC_Type) bool {
 	return !e.caps.known || e.caps.controller[c]
 }
 
+// lacks says that the driver is known not to advertise a controller capability, or "".
+func (e *env) lacks(c csipb.ControllerServiceCapability_RPC_Type) string {
+	if e.has(c) {
+		return ""
+	}
+	return "the driver does not advertise " + c.String()
+}
+
 func (e *env) hasNode(c csipb.NodeServiceCapability_RPC_Type) bool {
 	return !e.caps.known || e.caps.node[c]
 }
