@@ -101,18 +101,11 @@ func TestVerifyProfiles(t *testing.T) {
 
 	for _, p := range profiles {
 		t.Run(p.name, func(t *testing.T) {
-			junit := filepath.Join(tmp, p.name+".xml")
-			args := []string{"verify", "--driver", driverName(p), "--dir", filepath.Join(tmp, "up"), "--junit", junit}
+			args := []string{"--driver", driverName(p), "--dir", filepath.Join(tmp, "up")}
 			if p.name == "default" {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
 			}
-			start := time.Now()
-			out, err := exec.Command(bin, args...).CombinedOutput()
-			t.Logf("kubevol verify --driver %s (%s):\n%s", driverName(p), time.Since(start).Round(100*time.Millisecond), out)
-			if err != nil {
-				t.Errorf("kubevol verify: %v", err)
-			}
-			got := readJUnit(t, junit)
+			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), args...)
 			for name, want := range p.outcomes {
 				if got[name] != want {
 					t.Errorf("case %s: %s, want %s", name, got[name], want)
@@ -131,6 +124,32 @@ func TestVerifyProfiles(t *testing.T) {
 			}
 		})
 	}
+
+	// Through a kubeconfig, as for a cluster elsewhere, and by StorageClass: the cases that
+	// need this machine are not applicable, the others run.
+	t.Run("kubeconfig", func(t *testing.T) {
+		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), "--storage-class", driverName(profiles[2]),
+			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
+		want := map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
+			"data/persist": "skipped", "crash/node-agent": "skipped"}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("case %s: %s, want %s", name, got[name], w)
+			}
+		}
+	})
+}
+
+// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes.
+func runVerify(t *testing.T, bin, junit string, args ...string) map[string]string {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
+	t.Logf("kubevol verify %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
+	if err != nil {
+		t.Errorf("kubevol verify: %v", err)
+	}
+	return readJUnit(t, junit)
 }
 
 // succeededCalls counts the successful calls per method in a driver's call log.
