@@ -183,55 +183,72 @@ func (s *Stack) report(line string) {
 	}
 }
 
-// startClusterSupervision restarts control plane components that exit, with the same
-// backoff as the kubevol components. The controller-manager and the scheduler are retried
-// until they come back; etcd and the kube-apiserver get one restart per exit, and when that
-// restart does not become ready the cluster is lost for good and the stack fails: every
-// other component needs them.
+// lostAfter is how many restarts of etcd or the kube-apiserver in a row may fail to become
+// ready before up gives the cluster up for lost.
+const lostAfter = 3
+
+// startClusterSupervision restarts control plane components that exit, each on its own,
+// with the same backoff as the kubevol components. The controller-manager and the scheduler
+// are retried until they come back. etcd and the kube-apiserver too, but when lostAfter of
+// their restarts in a row do not become ready, the cluster is lost for good and the stack
+// fails: every other component needs them.
 func (s *Stack) startClusterSupervision() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.superStop, s.superDone = cancel, make(chan struct{})
-	go func() {
-		defer close(s.superDone)
-		delay := map[string]time.Duration{}
-		up := map[string]time.Time{}
-		start := time.Now()
-		for {
-			var name string
-			select {
-			case name = <-s.Cluster.Exited():
-			case <-ctx.Done():
-				return
-			}
-			since, ok := up[name]
-			if !ok {
-				since = start
-			}
-			ran := time.Since(since)
-			delay[name] = s.opts.Backoff.next(delay[name], ran)
-			s.report(fmt.Sprintf("%s exited after %s; restarting in %s; see %s", name, ran.Round(time.Millisecond), delay[name], s.Cluster.LogPath(name)))
-			select {
-			case <-time.After(delay[name]):
-			case <-ctx.Done():
-				return
-			}
-			err := s.Cluster.Restart(ctx, name)
-			if ctx.Err() != nil {
-				return
-			}
-			up[name] = time.Now()
-			if err != nil {
-				if name == localcluster.Etcd || name == localcluster.APIServer {
-					s.failed <- fmt.Errorf("%s did not come back: %w", name, err)
-					return
-				}
-				s.report(fmt.Sprintf("%s: restart failed: %v", name, err))
-				continue
-			}
-			s.mu.Lock()
-			s.restarts[name]++
-			s.mu.Unlock()
-			s.report(name + " restarted")
+	var wg sync.WaitGroup
+	for _, name := range []string{localcluster.Etcd, localcluster.APIServer, localcluster.ControllerManager, localcluster.Scheduler} {
+		if s.Cluster.Process(name) == nil {
+			continue
 		}
-	}()
+		wg.Go(func() { s.superviseClusterComponent(ctx, name) })
+	}
+	go func() { wg.Wait(); close(s.superDone) }()
+}
+
+func (s *Stack) superviseClusterComponent(ctx context.Context, name string) {
+	critical := name == localcluster.Etcd || name == localcluster.APIServer
+	started := time.Now()
+	var delay time.Duration
+	failures := 0
+	for {
+		p := s.Cluster.Process(name)
+		if p == nil {
+			return
+		}
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return
+		}
+		ran := time.Since(started)
+		delay = s.opts.Backoff.next(delay, ran)
+		s.report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s; see %s", name, ExitReason(p.Err()), ran.Round(time.Millisecond), delay, s.Cluster.LogPath(name)))
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		started = time.Now()
+		err := s.Cluster.Respawn(ctx, name)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			if critical && failures >= lostAfter {
+				select {
+				case s.failed <- fmt.Errorf("%s did not come back after %d restarts: %w", name, failures, err):
+				default:
+				}
+				return
+			}
+			s.report(fmt.Sprintf("%s: restart failed: %v", name, err))
+			continue
+		}
+		failures = 0
+		s.mu.Lock()
+		s.restarts[name]++
+		s.mu.Unlock()
+		s.report(name + " restarted")
+	}
 }

@@ -182,8 +182,10 @@ func TestUpExternalDrivers(t *testing.T) {
 
 	t.Run("supervision", func(t *testing.T) {
 		mountA := podMount(t, ctx, cs, dir, podA)
-		// Every component up started, killed once, one at a time, as a crash would.
+		// Every component up started, killed once, one at a time, as a crash would: the
+		// control plane, then kubevol's own and the external drivers' sidecars.
 		for _, c := range []struct{ kind, sock string }{
+			{"kube-scheduler", ""}, {"kube-controller-manager", ""}, {"etcd", ""}, {"kube-apiserver", ""},
 			{"node", ""}, {"driver", ""}, {"provisioner", "unix://" + filepath.Join(dir, "csi", "csi.sock")},
 			{"attacher", "unix://" + filepath.Join(dir, "csi", "csi.sock")}, {"resizer", "unix://" + filepath.Join(dir, "csi", "csi.sock")},
 			{"provisioner", sockA}, {"attacher", sockA}, {"resizer", sockA}, {"provisioner", sockB}, {"resizer", sockB},
@@ -204,8 +206,8 @@ func TestUpExternalDrivers(t *testing.T) {
 			}
 		}
 		log, _ := os.ReadFile(upLog)
-		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 10 {
-			t.Errorf("kubevol up reported %d exits by SIGKILL, want 10", n)
+		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 14 {
+			t.Errorf("kubevol up reported %d exits by SIGKILL, want 14", n)
 		}
 		if !mounted(mountA) {
 			t.Errorf("%s is no longer mounted after the restarts", mountA)
@@ -338,8 +340,9 @@ func mounted(path string) bool {
 	return slices.ContainsFunc(mis, func(mi mount.MountInfo) bool { return mi.MountPoint == path })
 }
 
-// findComponent returns the pid of the kubevol component of that kind below pid whose
-// command line names sock (any, when sock is empty), or 0.
+// findComponent returns the pid of the component of that kind (the first argument of
+// kubevol or of the control plane binary) below pid whose command line names sock (any,
+// when sock is empty), or 0.
 func findComponent(pid int, kind, sock string) int {
 	for _, p := range descendants(pid) {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
@@ -347,7 +350,7 @@ func findComponent(pid int, kind, sock string) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "kubevol" || args[1] != kind {
+		if len(args) < 2 || args[1] != kind {
 			continue
 		}
 		if sock == "" || slices.Contains(args, sock) {
