@@ -1,15 +1,12 @@
 package up
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
 )
 
@@ -35,36 +31,6 @@ const (
 	// driverB registers itself through the node's plugins_registry.
 	driverB = "b.ext.kubevol.io"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func kubevolBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := localcluster.FindModuleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "kubevol-up-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "kubevol")
-		if out, err := exec.Command("go", "build", "-C", root, "-o", binPath, "./cmd/kubevol").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // TestUpExternalDrivers runs `kubevol up --driver` with two external kubevol drivers under
 // other names: one registered by up, one that registers itself. It checks the objects derived
@@ -90,46 +56,9 @@ func TestUpExternalDrivers(t *testing.T) {
 	if err := os.WriteFile(config, []byte(driverB+":\n  podInfoOnMount: false\n  storageCapacity: false\n  storageClass:\n    volumeBindingMode: Immediate\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	upLog := filepath.Join(tmp, "up.log")
-	stderr, err := os.Create(upLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "up", "--dir", dir, "--node-name", upNode, "--status-interval", "300ms",
+	r := startUp(t, bin, "--dir", dir, "--node-name", upNode, "--status-interval", "300ms",
 		"--driver", sockA, "--driver", sockB, "--driver-config", config)
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("kubevol up output:\n%s", proc.LogTail(upLog, 150))
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			close(ready)
-		}
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("kubevol up exited before it was ready: %v", err)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("kubevol up never became ready")
-	}
+	cmd, exited, upLog := r.cmd, r.exited, r.log
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
