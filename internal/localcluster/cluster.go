@@ -357,7 +357,7 @@ func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 func StatusOf(ctx context.Context, p *proc.Process, probe func(context.Context) error) ComponentStatus {
 	s := ComponentStatus{Name: p.Name, PID: p.PID(), Running: !p.Exited()}
 	if !s.Running {
-		s.Detail = fmt.Sprintf("exited: %v", p.Err())
+		s.Detail = "exited: " + proc.ExitReason(p.Err())
 	} else if err := probe(ctx); err != nil {
 		s.Detail = err.Error()
 	} else {

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
@@ -97,7 +93,7 @@ func (c *component) supervise(b Backoff, report func(string)) {
 		ran := time.Since(c.started)
 		c.mu.Unlock()
 		delay = b.next(delay, ran)
-		report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s", c.name, ExitReason(p.Err()), ran.Round(time.Millisecond), delay))
+		report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s", c.name, proc.ExitReason(p.Err()), ran.Round(time.Millisecond), delay))
 		for {
 			select {
 			case <-time.After(delay):
@@ -149,24 +145,9 @@ func (c *component) status(ctx context.Context) localcluster.ComponentStatus {
 	st := localcluster.StatusOf(ctx, p, c.probe)
 	st.Name, st.Restarts = c.name, restarts
 	if !st.Running {
-		st.Detail = "restarting after " + ExitReason(p.Err())
+		st.Detail = "restarting after " + proc.ExitReason(p.Err())
 	}
 	return st
-}
-
-// ExitReason names how a process ended: "exit code N" or "signal SIGKILL".
-func ExitReason(err error) string {
-	var ee *exec.ExitError
-	if err == nil {
-		return "exit code 0"
-	}
-	if !errors.As(err, &ee) {
-		return err.Error()
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "signal " + unix.SignalName(ws.Signal())
-	}
-	return fmt.Sprintf("exit code %d", ee.ExitCode())
 }
 
 // Events receives one line per component exit, restart failure and control plane restart,
@@ -222,7 +203,7 @@ func (s *Stack) superviseClusterComponent(ctx context.Context, name string) {
 		}
 		ran := time.Since(started)
 		delay = s.opts.Backoff.next(delay, ran)
-		s.report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s; see %s", name, ExitReason(p.Err()), ran.Round(time.Millisecond), delay, s.Cluster.LogPath(name)))
+		s.report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s; see %s", name, proc.ExitReason(p.Err()), ran.Round(time.Millisecond), delay, s.Cluster.LogPath(name)))
 		select {
 		case <-time.After(delay):
 		case <-ctx.Done():

@@ -2,7 +2,6 @@ package up
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,15 +28,6 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := b.next(5*time.Minute, 10*time.Minute); d != time.Second {
 		t.Errorf("after 10 min of running the backoff is %s, want it reset to 1s", d)
-	}
-}
-
-func TestExitReason(t *testing.T) {
-	for script, want := range map[string]string{"exit 3": "exit code 3", "kill -KILL $$": "signal SIGKILL", "true": "exit code 0"} {
-		err := exec.Command("sh", "-c", script).Run()
-		if got := ExitReason(err); got != want {
-			t.Errorf("%q: ExitReason = %q, want %q", script, got, want)
-		}
 	}
 }
 

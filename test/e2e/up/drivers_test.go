@@ -138,6 +138,9 @@ func TestUpExternalDrivers(t *testing.T) {
 		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 14 {
 			t.Errorf("kubevol up reported %d exits by SIGKILL, want 14", n)
 		}
+		if nodeLog, _ := os.ReadFile(filepath.Join(dir, "logs", "kubevol-node.log")); !strings.Contains(string(nodeLog), "kubevol node exited (signal SIGKILL)") {
+			t.Error("the node agent's log does not name its exit")
+		}
 		if !mounted(mountA) {
 			t.Errorf("%s is no longer mounted after the restarts", mountA)
 		}
