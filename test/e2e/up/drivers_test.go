@@ -324,3 +324,46 @@ func unmountUnder(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestUpStopsWhenEtcdIsLost: etcd killed while its data directory is gone cannot come back;
+// after three failed restarts up stops everything and exits non-zero, naming etcd.
+func TestUpStopsWhenEtcdIsLost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("kubevol up needs root (mounts); run the tests as root")
+	}
+	dir := t.TempDir()
+	r := startUp(t, kubevolBinary(t), "--dir", dir, "--node-name", "up-lost", "--status-interval", "500ms")
+	pids := descendants(r.cmd.Process.Pid)
+	etcd := findComponent(r.cmd.Process.Pid, "etcd", "")
+	if etcd == 0 {
+		t.Fatal("no etcd under kubevol up")
+	}
+	// The running etcd keeps its open files; a new one finds a file where its data was.
+	data := filepath.Join(dir, "etcd")
+	if err := os.Rename(data, data+".lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, []byte("not a directory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(etcd, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err == nil {
+			t.Error("kubevol up exited 0 after losing etcd, want an error")
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("kubevol up still runs 5 minutes after etcd was lost")
+	}
+	log, _ := os.ReadFile(r.log)
+	if !strings.Contains(string(log), "etcd did not come back after 3 restarts") {
+		t.Errorf("kubevol up did not say it lost etcd")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("process %d outlived kubevol up", pid)
+		}
+	}
+}
