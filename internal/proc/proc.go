@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is a started child process.
@@ -49,6 +51,7 @@ func StartEnv(name, path string, args, env []string, logPath string) (*Process, 
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		fmt.Fprintf(logFile, "==== %s exited (%s) at %s ====\n", name, ExitReason(p.err), time.Now().Format(time.RFC3339))
 		logFile.Close()
 		close(p.done)
 	}()
@@ -152,4 +155,20 @@ func WaitReady(ctx context.Context, p *Process, timeout time.Duration, ready fun
 		case <-tick.C:
 		}
 	}
+}
+
+// ExitReason names how a process ended, from the error of its Wait: "exit code N" or
+// "signal SIGKILL".
+func ExitReason(err error) string {
+	var ee *exec.ExitError
+	if err == nil {
+		return "exit code 0"
+	}
+	if !errors.As(err, &ee) {
+		return err.Error()
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "signal " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit code %d", ee.ExitCode())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
@@ -98,7 +101,10 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return fail("no CSI driver answered Probe within %s (is it running, and is this its socket?)", driverWait)
+			if _, serr := os.Stat(d.socket); serr != nil {
+				return fail("no socket at %s after %s (is the driver running?)", d.socket, driverWait)
+			}
+			return fail("no CSI driver answered Probe within %s (is this the driver's socket?)", driverWait)
 		}
 		return fail("%v", err)
 	}
@@ -240,6 +246,17 @@ func registeredBy(ctx context.Context, dir, name string) string {
 	return found
 }
 
+// fileLogger logs to the component log file name, for what up runs in its own process: up's
+// terminal shows the status line and events only.
+func (s *Stack) fileLogger(name string) klog.Logger {
+	f, err := os.OpenFile(s.Cluster.LogPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return klog.Background()
+	}
+	s.logFiles = append(s.logFiles, f)
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(f)))
+}
+
 // startDrivers brings up each external driver after the node agent runs.
 func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error {
 	regDir := s.path("node", "plugins_registry")
@@ -248,7 +265,7 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 			d.selfRegistered = true
 			fmt.Fprintf(s.opts.Progress, "%s registers itself (%s)\n", d.name, sock)
 		} else {
-			rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			rctx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), s.fileLogger("kubevol-"+d.name+"-registrar")))
 			d.regCancel, d.regDone = cancel, make(chan struct{})
 			reg := &registration.Registrar{Dir: regDir, Driver: d.name, Endpoint: d.socket}
 			go func() {

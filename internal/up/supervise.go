@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
@@ -97,7 +93,7 @@ func (c *component) supervise(b Backoff, report func(string)) {
 		ran := time.Since(c.started)
 		c.mu.Unlock()
 		delay = b.next(delay, ran)
-		report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s", c.name, ExitReason(p.Err()), ran.Round(time.Millisecond), delay))
+		report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s", c.name, proc.ExitReason(p.Err()), ran.Round(time.Millisecond), delay))
 		for {
 			select {
 			case <-time.After(delay):
@@ -149,24 +145,9 @@ func (c *component) status(ctx context.Context) localcluster.ComponentStatus {
 	st := localcluster.StatusOf(ctx, p, c.probe)
 	st.Name, st.Restarts = c.name, restarts
 	if !st.Running {
-		st.Detail = "restarting after " + ExitReason(p.Err())
+		st.Detail = "restarting after " + proc.ExitReason(p.Err())
 	}
 	return st
-}
-
-// ExitReason names how a process ended: "exit code N" or "signal SIGKILL".
-func ExitReason(err error) string {
-	var ee *exec.ExitError
-	if err == nil {
-		return "exit code 0"
-	}
-	if !errors.As(err, &ee) {
-		return err.Error()
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "signal " + unix.SignalName(ws.Signal())
-	}
-	return fmt.Sprintf("exit code %d", ee.ExitCode())
 }
 
 // Events receives one line per component exit, restart failure and control plane restart,
@@ -183,55 +164,72 @@ func (s *Stack) report(line string) {
 	}
 }
 
-// startClusterSupervision restarts control plane components that exit, with the same
-// backoff as the kubevol components. The controller-manager and the scheduler are retried
-// until they come back; etcd and the kube-apiserver get one restart per exit, and when that
-// restart does not become ready the cluster is lost for good and the stack fails: every
-// other component needs them.
+// lostAfter is how many restarts of etcd or the kube-apiserver in a row may fail to become
+// ready before up gives the cluster up for lost.
+const lostAfter = 3
+
+// startClusterSupervision restarts control plane components that exit, each on its own,
+// with the same backoff as the kubevol components. The controller-manager and the scheduler
+// are retried until they come back. etcd and the kube-apiserver too, but when lostAfter of
+// their restarts in a row do not become ready, the cluster is lost for good and the stack
+// fails: every other component needs them.
 func (s *Stack) startClusterSupervision() {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.superStop, s.superDone = cancel, make(chan struct{})
-	go func() {
-		defer close(s.superDone)
-		delay := map[string]time.Duration{}
-		up := map[string]time.Time{}
-		start := time.Now()
-		for {
-			var name string
-			select {
-			case name = <-s.Cluster.Exited():
-			case <-ctx.Done():
-				return
-			}
-			since, ok := up[name]
-			if !ok {
-				since = start
-			}
-			ran := time.Since(since)
-			delay[name] = s.opts.Backoff.next(delay[name], ran)
-			s.report(fmt.Sprintf("%s exited after %s; restarting in %s; see %s", name, ran.Round(time.Millisecond), delay[name], s.Cluster.LogPath(name)))
-			select {
-			case <-time.After(delay[name]):
-			case <-ctx.Done():
-				return
-			}
-			err := s.Cluster.Restart(ctx, name)
-			if ctx.Err() != nil {
-				return
-			}
-			up[name] = time.Now()
-			if err != nil {
-				if name == localcluster.Etcd || name == localcluster.APIServer {
-					s.failed <- fmt.Errorf("%s did not come back: %w", name, err)
-					return
-				}
-				s.report(fmt.Sprintf("%s: restart failed: %v", name, err))
-				continue
-			}
-			s.mu.Lock()
-			s.restarts[name]++
-			s.mu.Unlock()
-			s.report(name + " restarted")
+	var wg sync.WaitGroup
+	for _, name := range []string{localcluster.Etcd, localcluster.APIServer, localcluster.ControllerManager, localcluster.Scheduler} {
+		if s.Cluster.Process(name) == nil {
+			continue
 		}
-	}()
+		wg.Go(func() { s.superviseClusterComponent(ctx, name) })
+	}
+	go func() { wg.Wait(); close(s.superDone) }()
+}
+
+func (s *Stack) superviseClusterComponent(ctx context.Context, name string) {
+	critical := name == localcluster.Etcd || name == localcluster.APIServer
+	started := time.Now()
+	var delay time.Duration
+	failures := 0
+	for {
+		p := s.Cluster.Process(name)
+		if p == nil {
+			return
+		}
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			return
+		}
+		ran := time.Since(started)
+		delay = s.opts.Backoff.next(delay, ran)
+		s.report(fmt.Sprintf("%s exited (%s) after %s; restarting in %s; see %s", name, proc.ExitReason(p.Err()), ran.Round(time.Millisecond), delay, s.Cluster.LogPath(name)))
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		started = time.Now()
+		err := s.Cluster.Respawn(ctx, name)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			if critical && failures >= lostAfter {
+				select {
+				case s.failed <- fmt.Errorf("%s did not come back after %d restarts: %w", name, failures, err):
+				default:
+				}
+				return
+			}
+			s.report(fmt.Sprintf("%s: restart failed: %v", name, err))
+			continue
+		}
+		failures = 0
+		s.mu.Lock()
+		s.restarts[name]++
+		s.mu.Unlock()
+		s.report(name + " restarted")
+	}
 }

@@ -70,6 +70,7 @@ type Stack struct {
 	superStop context.CancelFunc
 	superDone chan struct{}
 	restarts  map[string]int // control plane components
+	logFiles  []*os.File
 }
 
 // Start brings everything up; on error nothing is left running.
@@ -228,6 +229,9 @@ func (s *Stack) Stop() error {
 	}
 	for _, d := range drivers {
 		d.stopRegistration()
+	}
+	for _, f := range s.logFiles {
+		_ = f.Close()
 	}
 	return errors.Join(append(errs, s.Cluster.Stop())...)
 }

@@ -1,15 +1,12 @@
 package up
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
 )
 
@@ -35,36 +31,6 @@ const (
 	// driverB registers itself through the node's plugins_registry.
 	driverB = "b.ext.kubevol.io"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func kubevolBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := localcluster.FindModuleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "kubevol-up-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "kubevol")
-		if out, err := exec.Command("go", "build", "-C", root, "-o", binPath, "./cmd/kubevol").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // TestUpExternalDrivers runs `kubevol up --driver` with two external kubevol drivers under
 // other names: one registered by up, one that registers itself. It checks the objects derived
@@ -90,46 +56,9 @@ func TestUpExternalDrivers(t *testing.T) {
 	if err := os.WriteFile(config, []byte(driverB+":\n  podInfoOnMount: false\n  storageCapacity: false\n  storageClass:\n    volumeBindingMode: Immediate\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	upLog := filepath.Join(tmp, "up.log")
-	stderr, err := os.Create(upLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "up", "--dir", dir, "--node-name", upNode, "--status-interval", "300ms",
+	r := startUp(t, bin, "--dir", dir, "--node-name", upNode, "--status-interval", "300ms",
 		"--driver", sockA, "--driver", sockB, "--driver-config", config)
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("kubevol up output:\n%s", proc.LogTail(upLog, 150))
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			close(ready)
-		}
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("kubevol up exited before it was ready: %v", err)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("kubevol up never became ready")
-	}
+	cmd, exited, upLog := r.cmd, r.exited, r.log
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
@@ -182,8 +111,10 @@ func TestUpExternalDrivers(t *testing.T) {
 
 	t.Run("supervision", func(t *testing.T) {
 		mountA := podMount(t, ctx, cs, dir, podA)
-		// Every component up started, killed once, one at a time, as a crash would.
+		// Every component up started, killed once, one at a time, as a crash would: the
+		// control plane, then kubevol's own and the external drivers' sidecars.
 		for _, c := range []struct{ kind, sock string }{
+			{"kube-scheduler", ""}, {"kube-controller-manager", ""}, {"etcd", ""}, {"kube-apiserver", ""},
 			{"node", ""}, {"driver", ""}, {"provisioner", "unix://" + filepath.Join(dir, "csi", "csi.sock")},
 			{"attacher", "unix://" + filepath.Join(dir, "csi", "csi.sock")}, {"resizer", "unix://" + filepath.Join(dir, "csi", "csi.sock")},
 			{"provisioner", sockA}, {"attacher", sockA}, {"resizer", sockA}, {"provisioner", sockB}, {"resizer", sockB},
@@ -204,8 +135,11 @@ func TestUpExternalDrivers(t *testing.T) {
 			}
 		}
 		log, _ := os.ReadFile(upLog)
-		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 10 {
-			t.Errorf("kubevol up reported %d exits by SIGKILL, want 10", n)
+		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 14 {
+			t.Errorf("kubevol up reported %d exits by SIGKILL, want 14", n)
+		}
+		if nodeLog, _ := os.ReadFile(filepath.Join(dir, "logs", "kubevol-node.log")); !strings.Contains(string(nodeLog), "kubevol node exited (signal SIGKILL)") {
+			t.Error("the node agent's log does not name its exit")
 		}
 		if !mounted(mountA) {
 			t.Errorf("%s is no longer mounted after the restarts", mountA)
@@ -338,8 +272,9 @@ func mounted(path string) bool {
 	return slices.ContainsFunc(mis, func(mi mount.MountInfo) bool { return mi.MountPoint == path })
 }
 
-// findComponent returns the pid of the kubevol component of that kind below pid whose
-// command line names sock (any, when sock is empty), or 0.
+// findComponent returns the pid of the component of that kind (the first argument of
+// kubevol or of the control plane binary) below pid whose command line names sock (any,
+// when sock is empty), or 0.
 func findComponent(pid int, kind, sock string) int {
 	for _, p := range descendants(pid) {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
@@ -347,7 +282,7 @@ func findComponent(pid int, kind, sock string) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "kubevol" || args[1] != kind {
+		if len(args) < 2 || args[1] != kind {
 			continue
 		}
 		if sock == "" || slices.Contains(args, sock) {
@@ -386,6 +321,49 @@ func unmountUnder(t *testing.T, dir string) {
 	for _, p := range paths {
 		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
 			t.Logf("unmount %s: %v", p, err)
+		}
+	}
+}
+
+// TestUpStopsWhenEtcdIsLost: etcd killed while its data directory is gone cannot come back;
+// after three failed restarts up stops everything and exits non-zero, naming etcd.
+func TestUpStopsWhenEtcdIsLost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("kubevol up needs root (mounts); run the tests as root")
+	}
+	dir := t.TempDir()
+	r := startUp(t, kubevolBinary(t), "--dir", dir, "--node-name", "up-lost", "--status-interval", "500ms")
+	pids := descendants(r.cmd.Process.Pid)
+	etcd := findComponent(r.cmd.Process.Pid, "etcd", "")
+	if etcd == 0 {
+		t.Fatal("no etcd under kubevol up")
+	}
+	// The running etcd keeps its open files; a new one finds a file where its data was.
+	data := filepath.Join(dir, "etcd")
+	if err := os.Rename(data, data+".lost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, []byte("not a directory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(etcd, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err == nil {
+			t.Error("kubevol up exited 0 after losing etcd, want an error")
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("kubevol up still runs 5 minutes after etcd was lost")
+	}
+	log, _ := os.ReadFile(r.log)
+	if !strings.Contains(string(log), "etcd did not come back after 3 restarts") {
+		t.Errorf("kubevol up did not say it lost etcd")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("process %d outlived kubevol up", pid)
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 func TestUpThenInterrupt(t *testing.T) {
@@ -26,47 +28,8 @@ func TestUpThenInterrupt(t *testing.T) {
 	}
 	bin := kubevolBinary(t)
 	dir := t.TempDir()
-	stderr, err := os.Create(filepath.Join(t.TempDir(), "up.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "up", "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			log, _ := os.ReadFile(stderr.Name())
-			t.Logf("kubevol up output:\n%s", log)
-		}
-	})
-
-	// The one line on stdout is the exact command to run.
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case err := <-exited:
-		t.Fatalf("kubevol up exited before it was ready: %v", err)
-	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
-		t.Fatal("kubevol up never printed its kubectl line")
-	}
+	r := startUp(t, bin, "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
+	cmd, exited, line := r.cmd, r.exited, r.line
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if want := "kubectl --kubeconfig " + kubeconfig + " get nodes"; line != want {
 		t.Errorf("stdout line = %q, want %q", line, want)
@@ -125,6 +88,61 @@ func TestUpThenInterrupt(t *testing.T) {
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("mounts under %s left after kubevol up stopped", dir)
 	}
+}
+
+// upRun is a `kubevol up` started by a test, killed when the test ends.
+type upRun struct {
+	cmd    *exec.Cmd
+	exited chan error // receives the exit once
+	log    string     // its stderr
+	line   string     // the one line on stdout, printed once the stack is ready
+}
+
+// startUp runs `kubevol up args...` and waits until it is ready: the one line on stdout is
+// the exact command to run.
+func startUp(t *testing.T, bin string, args ...string) *upRun {
+	t.Helper()
+	r := &upRun{log: filepath.Join(t.TempDir(), "up.log"), exited: make(chan error, 1)}
+	stderr, err := os.Create(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stderr.Close() })
+	r.cmd = exec.Command(bin, append([]string{"up"}, args...)...)
+	r.cmd.Stderr = stderr
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.exited <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("kubevol up output:\n%s", proc.LogTail(r.log, 150))
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case r.line = <-lines:
+	case err := <-r.exited:
+		t.Fatalf("kubevol up exited before it was ready: %v", err)
+	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
+		t.Fatal("kubevol up never printed its kubectl line")
+	}
+	return r
 }
 
 // descendants lists every process below pid, read from /proc.
