@@ -301,20 +301,49 @@ func fsGroup(k *caseEnv) error {
 	return nil
 }
 
-// provisionRefused turns a claim the driver refuses to provision with InvalidArgument into
-// "not applicable": a driver says so when it does not offer what the claim asks (raw block
-// has no capability of its own in CSI).
-func (k *caseEnv) provisionRefused(claim, what string) error {
-	evs, err := k.cs.CoreV1().Events(k.ns).List(k.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=ProvisioningFailed"})
+// blockPod runs a pod that maps a raw block claim. CSI has no capability for raw block: a
+// driver without it refuses the claim with InvalidArgument. The case is then not applicable
+// if a filesystem claim of the same class works, and fails otherwise (a bad parameter, say).
+func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
+	p, err := k.pod(name, nil, []corev1.Volume{claimVolume(claim, claim)}, nil)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	for _, ev := range evs.Items {
-		if strings.Contains(ev.Message, "InvalidArgument") {
-			return skip("the driver refuses %s: %s", what, ev.Message)
+	var refused string
+	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		cur, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err == nil && podCondition(cur, volumesReady) == corev1.ConditionTrue {
+			p = cur
+			return true, nil
 		}
+		evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=ProvisioningFailed"})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "InvalidArgument") {
+				refused = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("volumes of pod %s not ready: %w", name, err)
 	}
-	return nil
+	if refused == "" {
+		return p, nil
+	}
+	if err := k.deletePod(name); err != nil {
+		return nil, err
+	}
+	if _, err := k.fsClaim("probe", classBlock); err != nil {
+		return nil, err
+	}
+	if _, err := k.runPod("probe", []corev1.Volume{claimVolume("probe", "probe")}, nil, nil); err != nil {
+		return nil, fmt.Errorf("the raw block claim was refused: %s", refused)
+	}
+	return nil, skip("the driver refuses raw block (a filesystem claim of the same class works): %s", refused)
 }
 
 // rawBlock: a volumeMode Block claim is mapped into the pod as a device; bytes written
@@ -323,12 +352,8 @@ func rawBlock(k *caseEnv) error {
 	if _, err := k.claim("dev", classBlock, defaultSize, corev1.PersistentVolumeBlock, corev1.ReadWriteOnce, nil); err != nil {
 		return err
 	}
-	devs := []corev1.Volume{claimVolume("dev", "dev")}
-	p1, err := k.runPod("writer", nil, devs, nil)
+	p1, err := k.blockPod("writer", "dev")
 	if err != nil {
-		if na := k.provisionRefused("dev", "raw block"); na != nil {
-			return na
-		}
 		return err
 	}
 	if k.root == "" {
@@ -345,7 +370,7 @@ func rawBlock(k *caseEnv) error {
 	if err := k.deletePod("writer"); err != nil {
 		return err
 	}
-	p2, err := k.runPod("reader", nil, devs, nil)
+	p2, err := k.runPod("reader", nil, []corev1.Volume{claimVolume("dev", "dev")}, nil)
 	if err != nil {
 		return err
 	}
@@ -659,11 +684,8 @@ func expandOnlineBlock(k *caseEnv) error {
 	if _, err := k.claim("dev", classBlock, "16Mi", corev1.PersistentVolumeBlock, corev1.ReadWriteOnce, nil); err != nil {
 		return err
 	}
-	p, err := k.runPod("app", nil, []corev1.Volume{claimVolume("dev", "dev")}, nil)
+	p, err := k.blockPod("app", "dev")
 	if err != nil {
-		if na := k.provisionRefused("dev", "raw block"); na != nil {
-			return na
-		}
 		return err
 	}
 	if err := k.expand("dev", "32Mi"); err != nil {
