@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -135,7 +136,7 @@ func TestUpExternalDrivers(t *testing.T) {
 			}
 		}
 		log, _ := os.ReadFile(upLog)
-		if n := strings.Count(string(log), "exited (signal SIGKILL)"); n != 14 {
+		if n := len(killedLine.FindAllString(string(log), -1)); n != 14 {
 			t.Errorf("kubevol up reported %d exits by SIGKILL, want 14", n)
 		}
 		if nodeLog, _ := os.ReadFile(filepath.Join(dir, "logs", "kubevol-node.log")); !strings.Contains(string(nodeLog), "kubevol node exited (signal SIGKILL)") {
@@ -191,6 +192,9 @@ func TestUpExternalDrivers(t *testing.T) {
 		t.Errorf("the self-registering driver's own socket went away: %v", err)
 	}
 }
+
+// killedLine is up's report of a component killed by SIGKILL.
+var killedLine = regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d \S+( \S+)? exited \(signal SIGKILL\) after `)
 
 func checkSpec(t *testing.T, name string, s storagev1.CSIDriverSpec, attach, capacity, podInfo bool) {
 	t.Helper()
