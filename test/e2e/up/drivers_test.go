@@ -59,7 +59,7 @@ func TestUpExternalDrivers(t *testing.T) {
 	}
 	r := startUp(t, bin, "--dir", dir, "--node-name", upNode, "--status-interval", "300ms",
 		"--driver", sockA, "--driver", sockB, "--driver-config", config)
-	cmd, exited, upLog := r.cmd, r.exited, r.log
+	cmd, upLog := r.cmd, r.log
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
@@ -170,17 +170,7 @@ func TestUpExternalDrivers(t *testing.T) {
 		t.Fatalf("pods not deleted: %v", err)
 	}
 
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
-	}
+	r.interrupt(t)
 	if drvA.Exited() || drvB.Exited() {
 		t.Errorf("Ctrl-C of kubevol up stopped an external driver (a exited: %v, b exited: %v)", drvA.Exited(), drvB.Exited())
 	}
