@@ -276,7 +276,7 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 			}()
 		}
 		if err := waitRegistered(ctx, cs, s.opts.NodeName, d.name); err != nil {
-			return fmt.Errorf("driver %s (%s) did not register with the node agent: %w; see %s", d.name, d.endpoint, err, s.LogPath("kubevol node"))
+			return fmt.Errorf("driver %s (%s) did not register with the node agent: %w; see %s", d.name, d.endpoint, err, s.Cluster.LogPath("kubevol-node"))
 		}
 		if err := d.installDriverObjects(ctx, cs, d.canExpand()); err != nil {
 			return err
@@ -314,12 +314,9 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 			c.args = append(c.args, "--enable-capacity", "--capacity-ownerref-level", "-1")
 			c.env = []string{"NAMESPACE=" + Namespace}
 		}
-		if err := s.startComponent(ctx, c); err != nil {
+		if err := s.startComponent(ctx, c, &d.sidecars); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		d.sidecars = append(d.sidecars, c)
-		s.mu.Unlock()
 	}
 	return nil
 }

@@ -167,9 +167,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
 			// The node agent learns of the driver as the kubelet would, through its registry.
 			"--plugin-registration-dir", s.path("node", "plugins_registry")}},
-		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
-		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
-		{"resizer", ports[3], []string{"resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
+		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
+		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
+		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
 		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
 	}
 	if s.opts.CallLog != "" {
@@ -186,20 +186,21 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		}
 		args := append(st.args, flag, addr)
 		c := newComponent("kubevol "+st.name, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+st.name), "http://"+addr+"/healthz")
-		if err := s.startComponent(ctx, c); err != nil {
+		if err := s.startComponent(ctx, c, &s.procs); err != nil {
 			return err
 		}
 	}
 	return s.startDrivers(ctx, cs)
 }
 
-// startComponent starts c, waits until it is healthy, and supervises it from then on.
-func (s *Stack) startComponent(ctx context.Context, c *component) error {
+// startComponent starts c, adds it to list (for Stop, even if it never becomes healthy),
+// waits until it is healthy, and supervises it from then on.
+func (s *Stack) startComponent(ctx context.Context, c *component, list *[]*component) error {
 	if err := c.start(); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.procs = append(s.procs, c)
+	*list = append(*list, c)
 	s.mu.Unlock()
 	p := c.current()
 	if err := proc.WaitReady(ctx, p, time.Minute, c.probe); err != nil {
@@ -210,8 +211,9 @@ func (s *Stack) startComponent(ctx context.Context, c *component) error {
 	return nil
 }
 
-// Stop stops the kubevol components (the last started first), then up's registrations of
-// external drivers, then the control plane. External drivers keep running.
+// Stop stops the sidecars of the external drivers and the kubevol components (the last
+// started first), then up's registrations of external drivers, then the control plane.
+// External drivers keep running.
 func (s *Stack) Stop() error {
 	if s.superStop != nil {
 		s.superStop()
@@ -219,9 +221,11 @@ func (s *Stack) Stop() error {
 	}
 	s.mu.Lock()
 	procs := s.procs
-	s.procs = nil
 	drivers := s.drivers
-	s.drivers = nil
+	for _, d := range drivers {
+		procs = append(procs, d.sidecars...)
+	}
+	s.procs, s.drivers = nil, nil
 	s.mu.Unlock()
 	var errs []error
 	for i := len(procs) - 1; i >= 0; i-- {
@@ -237,56 +241,32 @@ func (s *Stack) Stop() error {
 }
 
 // Status is the control plane's status followed by the components', each external driver
-// next to its sidecars.
+// followed by its sidecars.
 func (s *Stack) Status(ctx context.Context) []localcluster.ComponentStatus {
 	out := s.Cluster.Status(ctx)
+	var probes []func(context.Context) localcluster.ComponentStatus
 	s.mu.Lock()
 	for i := range out {
 		out[i].Restarts = s.restarts[out[i].Name]
 	}
-	type entry struct {
-		c *component
-		d *externalDriver
-	}
-	var entries []entry
-	sidecar := map[*component]bool{}
-	for _, d := range s.drivers {
-		for _, c := range d.sidecars {
-			sidecar[c] = true
-		}
-	}
 	for _, c := range s.procs {
-		if !sidecar[c] {
-			entries = append(entries, entry{c: c})
-		}
+		probes = append(probes, c.status)
 	}
 	for _, d := range s.drivers {
-		entries = append(entries, entry{d: d})
+		probes = append(probes, d.status)
 		for _, c := range d.sidecars {
-			entries = append(entries, entry{c: c})
+			probes = append(probes, c.status)
 		}
 	}
 	s.mu.Unlock()
-	for _, e := range entries {
-		if e.d != nil {
-			out = append(out, e.d.status(ctx))
-		} else {
-			out = append(out, e.c.status(ctx))
-		}
+	for _, probe := range probes {
+		out = append(out, probe(ctx))
 	}
 	return out
 }
 
 // LogPath is the log file of a component (cluster component names, or "kubevol <name>").
 func (s *Stack) LogPath(name string) string {
-	s.mu.Lock()
-	for _, c := range s.procs {
-		if c.name == name {
-			s.mu.Unlock()
-			return c.logPath
-		}
-	}
-	s.mu.Unlock()
 	if n, ok := strings.CutPrefix(name, "kubevol "); ok {
 		return s.Cluster.LogPath("kubevol-" + n)
 	}

@@ -29,7 +29,7 @@ func TestUpThenInterrupt(t *testing.T) {
 	bin := kubevolBinary(t)
 	dir := t.TempDir()
 	r := startUp(t, bin, "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
-	cmd, exited, line := r.cmd, r.exited, r.line
+	cmd, line := r.cmd, r.line
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if want := "kubectl --kubeconfig " + kubeconfig + " get nodes"; line != want {
 		t.Errorf("stdout line = %q, want %q", line, want)
@@ -69,17 +69,7 @@ func TestUpThenInterrupt(t *testing.T) {
 		t.Errorf("kubevol up runs %d processes, want at least 8 (4 control plane + 4 kubevol): %v", len(pids), pids)
 	}
 
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
-	}
+	r.interrupt(t)
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process %d outlived kubevol up", pid)
@@ -143,6 +133,22 @@ func startUp(t *testing.T, bin string, args ...string) *upRun {
 		t.Fatal("kubevol up never printed its kubectl line")
 	}
 	return r
+}
+
+// interrupt sends SIGINT, as Ctrl-C does, and expects up to stop everything and exit 0.
+func (r *upRun) interrupt(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err != nil {
+			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
+	}
 }
 
 // descendants lists every process below pid, read from /proc.
