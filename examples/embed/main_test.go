@@ -65,6 +65,7 @@ func TestEmbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	runEmbedded(t, client, node, root)
+	// <up dir>/csi/csi.sock is where up serves its built-in driver.
 	registerDriver(t, volume.Paths{Root: root}.PluginRegistryDir(), filepath.Join(upDir, "csi", "csi.sock"))
 	poll(t, ctx, "the driver on the CSINode of "+node, func() (bool, error) {
 		cn, err := client.StorageV1().CSINodes().Get(ctx, node, metav1.GetOptions{})
