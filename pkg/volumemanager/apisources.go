@@ -43,7 +43,7 @@ func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 		ObjectType: &v1.ConfigMap{},
 		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
 			c := client.CoreV1().ConfigMaps(k.Namespace)
-			return singleObject(k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
+			return singleObject(client, k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
 		},
 		Changed:   func(k objectwatch.Key) { s.notify(KindConfigMap, k) },
 		Transform: stripManagedFields,
@@ -53,7 +53,7 @@ func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 		ObjectType: &v1.Secret{},
 		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
 			c := client.CoreV1().Secrets(k.Namespace)
-			return singleObject(k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
+			return singleObject(client, k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
 		},
 		Changed:   func(k objectwatch.Key) { s.notify(KindSecret, k) },
 		Transform: stripManagedFields,
@@ -61,10 +61,11 @@ func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 	return s
 }
 
-// singleObject is the list/watch of one object by name.
-func singleObject(name string, list cache.ListWithContextFunc, watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+// singleObject is the list/watch of one object by name. It streams the first list through
+// a watch where the client supports it (client-go's watch-list), as the kubelet does.
+func singleObject(client any, name string, list cache.ListWithContextFunc, watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	return &cache.ListWatch{
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			return list(ctx, o)
@@ -73,7 +74,7 @@ func singleObject(name string, list cache.ListWithContextFunc, watchFn func(cont
 			o.FieldSelector = sel
 			return watchFn(ctx, o)
 		},
-	}
+	}, client)
 }
 
 func (s *apiObjects) Start(ctx context.Context, changed func(ObjectRef)) {
