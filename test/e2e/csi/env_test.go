@@ -151,7 +151,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
-	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
+	// The agent runs as its node, with nothing but what the Node authorizer grants.
+	agentArgs := []string{"node", "--kubeconfig", framework.NodeKubeconfig(t, e.node), "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}
