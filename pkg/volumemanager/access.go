@@ -17,9 +17,9 @@ import (
 // The manager's side of its ObjectSource: which objects the pods reference, what a change
 // of one means, and the claims it resolved.
 
-// podObjects lists the ConfigMaps and Secrets a pod's volumes project, the objects the
-// source keeps fresh for it.
-func podObjects(pod *v1.Pod) []ObjectRef {
+// PodObjects lists the ConfigMaps and Secrets a pod's volumes project: the objects an
+// ObjectSource keeps fresh for the pod (SetPodObjects).
+func PodObjects(pod *v1.Pod) []ObjectRef {
 	var out []ObjectRef
 	add := func(kind ObjectKind, name string) {
 		out = append(out, ObjectRef{Kind: kind, Namespace: pod.Namespace, Name: name})
@@ -63,7 +63,7 @@ func (m *Manager) trackObjects(uid types.UID, pod *v1.Pod) {
 		m.objects.SetPodObjects(uid, nil)
 		return
 	}
-	m.objects.SetPodObjects(uid, podObjects(pod))
+	m.objects.SetPodObjects(uid, PodObjects(pod))
 }
 
 // objectChanged marks for remount exactly the pod volumes that project the object, resets
