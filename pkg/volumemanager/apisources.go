@@ -38,8 +38,10 @@ type apiObjects struct {
 // with any broader one.
 func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 	s := &apiObjects{client: client, started: make(chan struct{})}
+	// The resource names are singular, as the kubelet's managers (and the listers) name them:
+	// errors read `configmap "x" not found`.
 	s.configMaps = objectwatch.New(objectwatch.Config{
-		Resource:   v1.Resource("configmaps"),
+		Resource:   v1.Resource("configmap"),
 		ObjectType: &v1.ConfigMap{},
 		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
 			c := client.CoreV1().ConfigMaps(k.Namespace)
@@ -49,7 +51,7 @@ func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 		Transform: stripManagedFields,
 	})
 	s.secrets = objectwatch.New(objectwatch.Config{
-		Resource:   v1.Resource("secrets"),
+		Resource:   v1.Resource("secret"),
 		ObjectType: &v1.Secret{},
 		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
 			c := client.CoreV1().Secrets(k.Namespace)
