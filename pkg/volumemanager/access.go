@@ -21,36 +21,23 @@ import (
 // ObjectSource keeps fresh for the pod (SetPodObjects).
 func PodObjects(pod *v1.Pod) []ObjectRef {
 	var out []ObjectRef
-	add := func(kind ObjectKind, name string) {
-		out = append(out, ObjectRef{Kind: kind, Namespace: pod.Namespace, Name: name})
-	}
-	for _, v := range pod.Spec.Volumes {
-		switch {
-		case v.ConfigMap != nil:
-			add(KindConfigMap, v.ConfigMap.Name)
-		case v.Secret != nil:
-			add(KindSecret, v.Secret.SecretName)
-		case v.Projected != nil:
-			for _, s := range v.Projected.Sources {
-				if s.ConfigMap != nil {
-					add(KindConfigMap, s.ConfigMap.Name)
-				}
-				if s.Secret != nil {
-					add(KindSecret, s.Secret.Name)
-				}
-			}
+	eachRef(pod, func(kind, name, _ string) {
+		if k, ok := objectKinds[kind]; ok {
+			out = append(out, ObjectRef{Kind: k, Namespace: pod.Namespace, Name: name})
 		}
-	}
+	})
 	return out
 }
 
-// refKey is the refIndex key of an object.
-func refKey(kind ObjectKind, namespace, name string) string {
-	switch kind {
-	case KindConfigMap:
-		return "configmap/" + namespace + "/" + name
-	case KindSecret:
-		return "secret/" + namespace + "/" + name
+// objectKinds maps the kinds of podRefs to those of ObjectRef.
+var objectKinds = map[string]ObjectKind{"configmap": KindConfigMap, "secret": KindSecret}
+
+// refKey is the podRefs key of an object.
+func refKey(ref ObjectRef) string {
+	for k, v := range objectKinds {
+		if v == ref.Kind {
+			return k + "/" + ref.Namespace + "/" + ref.Name
+		}
 	}
 	return ""
 }
@@ -69,7 +56,7 @@ func (m *Manager) trackObjects(uid types.UID, pod *v1.Pod) {
 // objectChanged marks for remount exactly the pod volumes that project the object, resets
 // their backoff and enqueues their pods: a missing object that appears mounts at once.
 func (m *Manager) objectChanged(ref ObjectRef) {
-	for uid, volumes := range m.refs.pods(refKey(ref.Kind, ref.Namespace, ref.Name)) {
+	for uid, volumes := range m.records.referring(refKey(ref)) {
 		m.markRemount(uid, volumes)
 		m.exec.ResetBackoff(uid)
 		m.podQueue.Add(uid)
@@ -193,7 +180,7 @@ func (m *Manager) runClaimSync(ctx context.Context, period time.Duration) {
 		}
 		m.claims.clear()
 		for _, uid := range m.dsw.PodUIDs() {
-			if m.refs.hasKind(uid, "pvc/") {
+			if m.records.hasClaims(uid) {
 				m.podQueue.Add(uid)
 			}
 		}
@@ -220,14 +207,12 @@ func (c *watchesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// hasKind reports whether uid refers to an object whose key starts with prefix.
-func (r *refIndex) hasKind(uid types.UID, prefix string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, vr := range r.byPod[uid] {
-		if strings.HasPrefix(vr.ref, prefix) {
-			return true
+// hasClaims reports whether the pod's volumes refer to a claim.
+func (rs *podRecords) hasClaims(uid types.UID) (found bool) {
+	rs.with(uid, func(r *podRecord) {
+		for _, vr := range r.refs {
+			found = found || strings.HasPrefix(vr.ref, "pvc/")
 		}
-	}
-	return false
+	})
+	return found
 }
