@@ -39,8 +39,11 @@ func TestNodeCredentialReadsOnlyReferencedObjects(t *testing.T) {
 	// "late" does not exist yet; two pods share "used".
 	late := corev1.Volume{Name: "late", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}
-	p1 := a.create(a.pod("p1", secretVolume("s", "used"), late))
-	p2 := a.create(a.pod("p2", secretVolume("s", "used")))
+	// No service-account token volume: its kube-root-ca.crt ConfigMap would be one more
+	// referenced object (TestEveryPluginMountsUpdatesAndTearsDown covers tokens).
+	noToken := func(p *corev1.Pod) *corev1.Pod { p.Spec.AutomountServiceAccountToken = ptr(false); return p }
+	p1 := a.create(noToken(a.pod("p1", secretVolume("s", "used"), late)))
+	p2 := a.create(noToken(a.pod("p2", secretVolume("s", "used"))))
 	a.waitPod(p2.Name, time.Minute, "volumes ready", volumesReady)
 	a.waitEvent(p1.Name, "FailedMount", `configmap "late" not found`, time.Minute)
 	_, err := a.client.CoreV1().ConfigMaps(a.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Data: map[string]string{"k": "here"}}, metav1.CreateOptions{})
