@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -38,34 +39,39 @@ type apiObjects struct {
 // with any broader one.
 func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 	s := &apiObjects{client: client, started: make(chan struct{})}
-	// The resource names are singular, as the kubelet's managers (and the listers) name them:
-	// errors read `configmap "x" not found`.
-	s.configMaps = objectwatch.New(objectwatch.Config{
-		Resource:   v1.Resource("configmap"),
-		ObjectType: &v1.ConfigMap{},
-		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
-			c := client.CoreV1().ConfigMaps(k.Namespace)
-			return singleObject(client, k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
-		},
-		Changed:   func(k objectwatch.Key) { s.notify(KindConfigMap, k) },
-		Transform: stripManagedFields,
+	s.configMaps = s.watcher(KindConfigMap, &v1.ConfigMap{}, func(ns string) (cache.ListWithContextFunc, watchFunc) {
+		c := client.CoreV1().ConfigMaps(ns)
+		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch
 	})
-	s.secrets = objectwatch.New(objectwatch.Config{
-		Resource:   v1.Resource("secret"),
-		ObjectType: &v1.Secret{},
-		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
-			c := client.CoreV1().Secrets(k.Namespace)
-			return singleObject(client, k.Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch)
-		},
-		Changed:   func(k objectwatch.Key) { s.notify(KindSecret, k) },
-		Transform: stripManagedFields,
+	s.secrets = s.watcher(KindSecret, &v1.Secret{}, func(ns string) (cache.ListWithContextFunc, watchFunc) {
+		c := client.CoreV1().Secrets(ns)
+		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) }, c.Watch
 	})
 	return s
 }
 
+type watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)
+
+// watcher keeps the objects of kind fresh, one list/watch per object; of returns the list
+// and watch calls of a namespace.
+func (s *apiObjects) watcher(kind ObjectKind, obj runtime.Object, of func(namespace string) (cache.ListWithContextFunc, watchFunc)) *objectwatch.Watcher {
+	return objectwatch.New(objectwatch.Config{
+		// Singular, as the kubelet's managers (and the listers) name them: errors read
+		// `configmap "x" not found`.
+		Resource:   v1.Resource(strings.ToLower(string(kind))),
+		ObjectType: obj,
+		ListerWatcher: func(k objectwatch.Key) cache.ListerWatcher {
+			list, watchFn := of(k.Namespace)
+			return singleObject(s.client, k.Name, list, watchFn)
+		},
+		Changed:   func(k objectwatch.Key) { s.notify(kind, k) },
+		Transform: stripManagedFields,
+	})
+}
+
 // singleObject is the list/watch of one object by name. It streams the first list through
 // a watch where the client supports it (client-go's watch-list), as the kubelet does.
-func singleObject(client any, name string, list cache.ListWithContextFunc, watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+func singleObject(client any, name string, list cache.ListWithContextFunc, watchFn watchFunc) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
