@@ -3,9 +3,11 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kubevol/kubevol/pkg/volume"
 )
 
 // A claim refused just after the pod is bound (the node graph lagging) is read again with
@@ -76,4 +80,35 @@ func TestWatchesFollowPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually("every watch released", func() bool { w := watches(); return w[KindSecret] == 0 && w[KindConfigMap] == 0 })
+}
+
+// A change of one of a pod's objects while another of its volumes is being set up does not
+// make that volume stale unless it refreshes: a volume without RequiresRemount (a CSI volume
+// without requiresRepublish) is set up once.
+func TestObjectChangeDoesNotRemountOtherVolumes(t *testing.T) {
+	sp := &sharedPlugin{gate: make(chan struct{})}
+	h := newHarness(t, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns"}, Data: map[string]string{"k": "v1"}})
+	h.extra = []volume.Plugin{sp}
+	h.start()
+	h.create(pod("p", "uid-p", sharedVolume("data"), cmVolume("cfg", "cm")))
+	h.eventually("the shared volume's SetUp running", func() bool { return len(sp.events()) > 0 })
+	_, err := h.client.CoreV1().ConfigMaps("ns").Update(context.Background(),
+		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns"}, Data: map[string]string{"k": "v2"}}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(h.root, "pods/uid-p/volumes/kubernetes.io~configmap/cfg/k")
+	h.eventually("the configMap update", fileIs(cfgFile, "v2"))
+	close(sp.gate)
+	h.eventually("volumes ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	time.Sleep(300 * time.Millisecond) // a remount, if any, would run now
+	setUps := 0
+	for _, e := range sp.events() {
+		if e == "setup p" {
+			setUps++
+		}
+	}
+	if setUps != 1 {
+		t.Errorf("shared volume set up %d times, want 1: %v", setUps, sp.events())
+	}
 }
