@@ -163,13 +163,18 @@ func New(cfg Config) (*Manager, error) {
 		Paths: cfg.Paths, NodeName: cfg.NodeName, Mounter: cfg.Mounter, KubeClient: cfg.Client, Recorder: cfg.Recorder,
 		ConfigMapGetter:  m.objects.GetConfigMap,
 		SecretGetter:     m.objects.GetSecret,
-		SecretFetcher:    m.objects.FetchSecret,
+		SecretFetcher: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+			s, err := m.objects.FetchSecret(ctx, ns, name)
+			return s, accessError(err)
+		},
 		AttachmentGetter: m.objects.GetVolumeAttachment,
 		TokenGetter: func(ctx context.Context, ns, sa string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
 			if cfg.Client == nil {
 				return nil, errors.New("no API client to request service account tokens")
 			}
-			return cfg.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+			// Refused for a moment after the pod is bound, like any read of the node's.
+			out, err := cfg.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+			return out, accessError(err)
 		},
 		TrustBundleGetter:   m.clusterTrustBundle,
 		NodeAllocatableFunc: cfg.NodeAllocatable,
