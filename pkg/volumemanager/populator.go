@@ -21,7 +21,7 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 	pod, deleted := m.records.object(uid)
 	if pod == nil {
 		m.trackObjects(uid, nil)
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	if !deleted {
@@ -39,12 +39,12 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
 		}
 		m.trackObjects(uid, nil)
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	m.trackObjects(uid, pod)
 	volumes, errs := m.desiredVolumes(ctx, pod)
-	m.dsw.SetPod(pod, volumes, errs)
+	m.dsw.setPod(pod, volumes, errs)
 }
 
 func isTerminal(pod *v1.Pod) bool {
