@@ -343,6 +343,9 @@ func (m *Manager) PodHasPossiblyMountedVolumes(uid types.UID) bool {
 }
 
 func (m *Manager) clusterTrustBundle(ctx context.Context, src v1.ClusterTrustBundleProjection) (string, error) {
+	if m.cfg.Client == nil {
+		return "", errors.New("no API client to read ClusterTrustBundles")
+	}
 	return fetchClusterTrustBundle(ctx, m.cfg.Client, src)
 }
 
