@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/plugins"
 )
 
 // A claim refused just after the pod is bound (the node graph lagging) is read again with
@@ -110,5 +111,28 @@ func TestObjectChangeDoesNotRemountOtherVolumes(t *testing.T) {
 	}
 	if setUps != 1 {
 		t.Errorf("shared volume set up %d times, want 1: %v", setUps, sp.events())
+	}
+}
+
+// The sources are injection points: with both set, the manager needs no Client of its own
+// (a runtime whose pods and objects come from elsewhere).
+func TestInjectedSourcesWithoutClient(t *testing.T) {
+	h := newHarness(t, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "ns"}, Data: map[string]string{"k": "v1"}})
+	m, err := New(Config{
+		NodeName: "node1", Paths: volume.Paths{Root: h.root}, Plugins: plugins.All(), Mounter: h.mounter, Observer: h.obs,
+		Objects: NewAPIObjectSource(h.client), Pods: NewAPIPodSource(h.client, "node1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	h.create(pod("p", "uid-p", cmVolume("cfg", "cm")))
+	h.eventually("volumes ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	h.eventually("configmap file", fileIs(filepath.Join(h.root, "pods/uid-p/volumes/kubernetes.io~configmap/cfg/k"), "v1"))
+	if _, err := New(Config{NodeName: "node1", Paths: volume.Paths{Root: h.root}, Objects: NewAPIObjectSource(h.client)}); err == nil {
+		t.Error("New without Client and without Pods succeeded")
 	}
 }

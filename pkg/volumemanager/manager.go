@@ -161,8 +161,8 @@ func New(cfg Config) (*Manager, error) {
 
 	m.plugins = volume.NewPluginManager(volume.HostConfig{
 		Paths: cfg.Paths, NodeName: cfg.NodeName, Mounter: cfg.Mounter, KubeClient: cfg.Client, Recorder: cfg.Recorder,
-		ConfigMapGetter:  m.objects.GetConfigMap,
-		SecretGetter:     m.objects.GetSecret,
+		ConfigMapGetter: m.objects.GetConfigMap,
+		SecretGetter:    m.objects.GetSecret,
 		SecretFetcher: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
 			s, err := m.objects.FetchSecret(ctx, ns, name)
 			return s, accessError(err)
