@@ -163,6 +163,25 @@ func (m *Manager) unresolvedRetry(uid types.UID, unresolved bool) time.Duration 
 	return m.unresolved.When(uid)
 }
 
+// resizeUnderWay reports whether a claim of the pod is being expanded by the controller:
+// its volume grew, and the node's turn comes when the resizer writes the claim's status,
+// which is learnt only by reading the claim again. An expansion found infeasible waits for
+// the next claim sync instead.
+func (m *Manager) resizeUnderWay(uid types.UID) bool {
+	for _, dv := range m.dsw.PodVolumes(uid) {
+		if dv.Claim == nil || dv.Spec.PersistentVolume == nil || nodeTurn(&dv.Claim.Status) {
+			continue
+		}
+		switch dv.Claim.Status.AllocatedResourceStatuses[v1.ResourceStorage] {
+		case "", v1.PersistentVolumeClaimControllerResizeInProgress:
+			if growing(resolvedClaim{pvc: dv.Claim, pv: dv.Spec.PersistentVolume}) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func newUnresolvedLimiter() workqueue.TypedRateLimiter[types.UID] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](claimBackoff.base, claimBackoff.max)
 }

@@ -279,7 +279,7 @@ func (m *Manager) runPodWorker(ctx context.Context) {
 		m.populate(ctx, uid)
 		after := m.reconcilePod(ctx, uid)
 		// Claims and volumes send no events: one not resolved yet is read again.
-		after = minPositive(after, m.unresolvedRetry(uid, len(m.dsw.PodErrors(uid)) > 0))
+		after = minPositive(after, m.unresolvedRetry(uid, len(m.dsw.PodErrors(uid)) > 0 || m.resizeUnderWay(uid)))
 		if after > 0 {
 			m.podQueue.AddAfter(uid, after)
 		}

@@ -156,8 +156,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}
-	if o.republish {
+	switch {
+	case o.republish:
 		agentArgs = append(agentArgs, "--sync-frequency", "1s")
+	case o.resizer:
+		// A node may not watch claims: it reads them again every --sync-frequency (1 min by
+		// default, the kubelet's pod sync) to learn that a volume grew.
+		agentArgs = append(agentArgs, "--sync-frequency", "2s")
 	}
 	e.agent = start(append(agentArgs, o.agentArgs...)...)
 	t.Cleanup(func() {
