@@ -50,6 +50,17 @@ func NewAPIObjectSource(client kubernetes.Interface) ObjectSource {
 	return s
 }
 
+// immutable reports a ConfigMap or Secret with immutable: true.
+func immutable(obj runtime.Object) bool {
+	switch o := obj.(type) {
+	case *v1.ConfigMap:
+		return o.Immutable != nil && *o.Immutable
+	case *v1.Secret:
+		return o.Immutable != nil && *o.Immutable
+	}
+	return false
+}
+
 type watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)
 
 // watcher keeps the objects of kind fresh, one list/watch per object; of returns the list
@@ -66,6 +77,7 @@ func (s *apiObjects) watcher(kind ObjectKind, obj runtime.Object, of func(namesp
 		},
 		Changed:   func(k objectwatch.Key) { s.notify(kind, k) },
 		Transform: stripManagedFields,
+		Immutable: immutable,
 	})
 }
 

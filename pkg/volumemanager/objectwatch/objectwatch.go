@@ -43,6 +43,10 @@ type Config struct {
 	// SyncWait bounds how long Get waits for an object's first list; default 1 s, the
 	// kubelet's.
 	SyncWait time.Duration
+	// Immutable, if set, says whether an object can no longer change (`immutable: true`):
+	// once Get has returned such an object its watch is stopped and the copy kept until the
+	// last holder lets go, as the kubelet does.
+	Immutable func(obj runtime.Object) bool
 }
 
 // Watcher holds the watches. The zero value is not usable; use New.
@@ -56,7 +60,9 @@ type Watcher struct {
 }
 
 type entry struct {
-	refs   int
+	refs int
+	// frozen: the object is immutable and its watch stopped.
+	frozen bool
 	store  cache.Store
 	ctrl   cache.Controller
 	cancel context.CancelFunc
@@ -196,14 +202,29 @@ func (w *Watcher) Get(namespace, name string) (runtime.Object, error) {
 	if !exists {
 		return nil, apierrors.NewNotFound(w.cfg.Resource, name)
 	}
+	if w.cfg.Immutable != nil && w.cfg.Immutable(obj.(runtime.Object)) {
+		w.mu.Lock()
+		if !e.frozen && e.cancel != nil {
+			e.frozen = true
+			e.cancel()
+		}
+		w.mu.Unlock()
+	}
 	return obj.(runtime.Object), nil
 }
 
-// Len is the number of watches held: the distinct objects referenced.
+// Len is the number of watches held: the distinct objects referenced, less the immutable
+// ones whose watch has stopped.
 func (w *Watcher) Len() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.objects)
+	n := 0
+	for _, e := range w.objects {
+		if !e.frozen {
+			n++
+		}
+	}
+	return n
 }
 
 // Cached lists the keys of the objects held in the watches' stores, for tests that check

@@ -163,3 +163,22 @@ func TestMissingDeletedAndRecreated(t *testing.T) {
 		t.Errorf("Changed called %d times, want at least 4", got)
 	}
 }
+
+// An immutable object's watch stops once Get has seen it; the copy is still served.
+func TestImmutableStopsItsWatch(t *testing.T) {
+	yes := true
+	s := secret("frozen", "1")
+	s.Immutable = &yes
+	f := newFixture(t, s)
+	f.w.cfg.Immutable = func(obj runtime.Object) bool { o := obj.(*v1.Secret); return o.Immutable != nil && *o.Immutable }
+	f.w.Set("pod", []Key{{"ns", "frozen"}})
+	f.eventually("frozen", "1")
+	if got := f.w.Len(); got != 0 {
+		t.Errorf("watches after reading an immutable object = %d, want 0", got)
+	}
+	f.eventually("frozen", "1")
+	f.w.Set("pod", nil)
+	if _, err := f.w.Get("ns", "frozen"); err == nil {
+		t.Error("an immutable object is still served after its last holder let go")
+	}
+}
