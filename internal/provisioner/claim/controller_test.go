@@ -63,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 		Client: f.cs, Recorder: f.recorder, CSI: conn, Caps: caps, Driver: driverName, Identity: "test",
 		Journal: f.journal, Metrics: metrics.New(nil, nil),
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
-		Classes: factory.Storage().V1().StorageClasses(), VolumeNamePrefix: "pvc", VolumeNameUUIDLength: -1,
+		Classes: factory.Storage().V1().StorageClasses(), Options: Options{VolumeNamePrefix: "pvc", VolumeNameUUIDLength: -1},
 		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond,
 	})
 	if err != nil {

@@ -110,7 +110,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 	case pvspec.IsBlock(src) != pvspec.IsBlock(claim):
 		return nil, fmt.Errorf("the clone and its source %s must have the same volumeMode", name)
 	}
-	if !hasFinalizer(src.Finalizers, pvspec.CloneFinalizer) {
+	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
 		patch := []byte(`{"metadata":{"finalizers":["` + pvspec.CloneFinalizer + `"]}}`)
 		if _, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(src.Namespace).Patch(ctx, src.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, fmt.Errorf("protect clone source %s: %w", name, err)
@@ -122,7 +122,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 // releaseCloneSource removes the cloning-protection finalizer once no clone of src is
 // still waiting for its volume (upstream CloningProtectionController).
 func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.PersistentVolumeClaim) error {
-	if !hasFinalizer(src.Finalizers, pvspec.CloneFinalizer) {
+	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
 		return nil
 	}
 	all, err := c.claimsLister().PersistentVolumeClaims(src.Namespace).List(labels.Everything())
