@@ -109,15 +109,14 @@ func (p *instance) lead(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(sc.Client, cfg.Sidecar.Resync, informers.WithTransform(cacheTransform(driver)))
 	r := controller.NewRunner("provisioner")
 	r.AddSource(controller.Informers(factory))
-	retryStart, retryMax := cfg.Sidecar.RetryIntervalStart, cfg.Sidecar.RetryIntervalMax
+	cc := sc.ControllerConfig()
 
 	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
-		Options: cfg.Options, Client: sc.Client, Recorder: recorder, CSI: sc.CSI, Caps: caps, Driver: driver, Identity: p.identity,
+		ControllerConfig: cc, Options: cfg.Options, Recorder: recorder, Caps: caps, Identity: p.identity,
 		Journal: p.journal, Metrics: m, Dynamic: p.dynamic,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
-		Classes:            factory.Storage().V1().StorageClasses(),
-		RetryIntervalStart: retryStart, RetryIntervalMax: retryMax,
+		Classes: factory.Storage().V1().StorageClasses(),
 	}
 	if topo {
 		ccfg.Nodes, ccfg.CSINodes = factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
@@ -126,13 +125,9 @@ func (p *instance) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	claims.Register(r, cfg.Sidecar.WorkerThreads)
+	claims.Register(r, cc.Workers)
 
-	rcfg := reclaim.Config{
-		Client: sc.Client, Recorder: recorder, CSI: sc.CSI, Driver: driver, Metrics: m,
-		Volumes:            factory.Core().V1().PersistentVolumes(),
-		RetryIntervalStart: retryStart, RetryIntervalMax: retryMax,
-	}
+	rcfg := reclaim.Config{ControllerConfig: cc, Recorder: recorder, Metrics: m, Volumes: factory.Core().V1().PersistentVolumes()}
 	if caps.Controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
 		rcfg.Attachments = factory.Storage().V1().VolumeAttachments()
 	}
@@ -140,13 +135,14 @@ func (p *instance) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	volumes.Register(r, cfg.Sidecar.WorkerThreads)
+	volumes.Register(r, cc.Workers)
 
 	if cfg.Capacity.Enabled {
+		capCC := cc
+		capCC.Client = p.capacity
 		capCtl, err := capacity.New(capacity.Config{
-			Client: p.capacity, CSI: sc.CSI, Driver: driver, Options: cfg.Capacity, Topology: topo,
+			ControllerConfig: capCC, Options: cfg.Capacity, Topology: topo,
 			Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes(),
-			QueueMetrics: m.Queue, RetryIntervalStart: retryStart, RetryIntervalMax: retryMax,
 		})
 		if err != nil {
 			return err

@@ -24,11 +24,9 @@ import (
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/params"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
@@ -56,17 +54,14 @@ type Options struct {
 
 // Config is everything the capacity controller needs.
 type Config struct {
-	Client   kubernetes.Interface
-	CSI      *csi.Conn
-	Driver   string
+	// ControllerConfig is the client (its own, throttled by --kube-api-capacity-qps), the
+	// driver and its name, and the retry intervals; one worker does all the work.
+	sidecar.ControllerConfig
 	Options  Options
 	Topology bool
 	Classes  storageinformers.StorageClassInformer
 	Nodes    coreinformers.NodeInformer
 	CSINodes storageinformers.CSINodeInformer
-
-	QueueMetrics                         workqueue.MetricsProvider
-	RetryIntervalStart, RetryIntervalMax time.Duration
 }
 
 // Controller is the capacity controller. All work is one level-triggered item, "sync":
@@ -88,9 +83,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, sidecar.Invalid("Options.Namespace", "{Options.Namespace} is required: the namespace for CSIStorageCapacity objects (the NAMESPACE environment variable)")
 	}
 	c := &Controller{
-		cfg: cfg,
-		queue: controller.NewQueue[string]("csistoragecapacity", controller.QueueConfig{
-			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.QueueMetrics}),
+		cfg:    cfg,
+		queue:  sidecar.NewQueue[string](&cfg.ControllerConfig, "csistoragecapacity"),
 		synced: []cache.InformerSynced{cfg.Classes.Informer().HasSynced, cfg.Nodes.Informer().HasSynced, cfg.CSINodes.Informer().HasSynced},
 	}
 	h := cache.ResourceEventHandlerFuncs{
@@ -168,7 +162,7 @@ func (c *Controller) segments() ([]map[string]string, error) {
 	seen := map[string]map[string]string{}
 	for _, cn := range csiNodes {
 		for _, d := range cn.Spec.Drivers {
-			if d.Name != c.cfg.Driver || len(d.TopologyKeys) == 0 {
+			if d.Name != c.cfg.DriverName || len(d.TopologyKeys) == 0 {
 				continue
 			}
 			node, err := c.cfg.Nodes.Lister().Get(cn.Name)
@@ -202,7 +196,7 @@ func (c *Controller) sync(ctx context.Context) error {
 	desired := map[string]want{}
 	for _, sc := range classes {
 		late := sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
-		if sc.Provisioner != c.cfg.Driver || (!late && !c.cfg.Options.ForImmediateBinding) {
+		if sc.Provisioner != c.cfg.DriverName || (!late && !c.cfg.Options.ForImmediateBinding) {
 			continue
 		}
 		for _, s := range segs {
@@ -241,7 +235,7 @@ func (c *Controller) sync(ctx context.Context) error {
 }
 
 func (c *Controller) labels() map[string]string {
-	return map[string]string{LabelDriverName: c.cfg.Driver, LabelManagedBy: ManagedBy}
+	return map[string]string{LabelDriverName: c.cfg.DriverName, LabelManagedBy: ManagedBy}
 }
 
 func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStorageCapacity) error {

@@ -8,14 +8,12 @@ package claim
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -26,6 +24,7 @@ import (
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // Options are the claim controller's settings, upstream's flags of the same names; the
@@ -43,13 +42,13 @@ type Options struct {
 
 // Config is everything the claim controller needs.
 type Config struct {
+	// ControllerConfig is the client, the driver and its name, and the retry intervals;
+	// the worker count is Register's.
+	sidecar.ControllerConfig
 	Options
 
-	Client   kubernetes.Interface
 	Recorder record.EventRecorder
-	CSI      *csi.Conn
 	Caps     *csi.Capabilities
-	Driver   string
 	Identity string
 	Journal  *intent.Journal
 	Metrics  *metrics.Metrics
@@ -61,9 +60,6 @@ type Config struct {
 	Classes  storageinformers.StorageClassInformer
 	Nodes    coreinformers.NodeInformer       // nil without topology
 	CSINodes storageinformers.CSINodeInformer // nil without topology
-
-	RetryIntervalStart time.Duration
-	RetryIntervalMax   time.Duration
 }
 
 // Controller is the claim controller.
@@ -88,12 +84,11 @@ const uidIndex = "uid"
 // New wires the controller to its informers. Call it before the informers start.
 func New(cfg Config) (*Controller, error) {
 	c := &Controller{
-		cfg:     cfg,
-		claims:  cfg.Claims.Informer().GetIndexer(),
-		volumes: cfg.Volumes.Lister(),
-		classes: cfg.Classes.Lister(),
-		queue: controller.NewQueue[types.UID]("claims", controller.QueueConfig{
-			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.Metrics.Queue}),
+		cfg:      cfg,
+		claims:   cfg.Claims.Informer().GetIndexer(),
+		volumes:  cfg.Volumes.Lister(),
+		classes:  cfg.Classes.Lister(),
+		queue:    sidecar.NewQueue[types.UID](&cfg.ControllerConfig, "claims"),
 		synced:   []cache.InformerSynced{cfg.Claims.Informer().HasSynced, cfg.Volumes.Informer().HasSynced, cfg.Classes.Informer().HasSynced},
 		topology: cfg.Caps.Plugin[csiPluginTopology],
 	}

@@ -80,7 +80,7 @@ func (c *Controller) contentSource(ctx context.Context, claim *corev1.Persistent
 
 func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
 	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CLONE_VOLUME] {
-		return nil, fmt.Errorf("CSI driver %s does not support cloning (no CLONE_VOLUME capability)", c.cfg.Driver)
+		return nil, fmt.Errorf("CSI driver %s does not support cloning (no CLONE_VOLUME capability)", c.cfg.DriverName)
 	}
 	src, err := c.claimsLister().PersistentVolumeClaims(claim.Namespace).Get(name)
 	if err != nil {
@@ -155,7 +155,7 @@ func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.Persist
 
 func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
 	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
-		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.Driver)
+		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.DriverName)
 	}
 	if c.cfg.Dynamic == nil || !c.snapshotAPIInstalled() {
 		return nil, fmt.Errorf("claim restores VolumeSnapshot %s, but the snapshot.storage.k8s.io/v1 CRDs are not installed: install the external-snapshotter CRDs, or remove the data source", name)

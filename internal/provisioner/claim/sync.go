@@ -39,7 +39,7 @@ func (c *Controller) addressedToUs(pvc *corev1.PersistentVolumeClaim) bool {
 	if !ok {
 		p = pvc.Annotations[pvspec.AnnBetaStorageProvisioner]
 	}
-	return p == c.cfg.Driver || pvc.Annotations[pvspec.AnnMigratedTo] == c.cfg.Driver
+	return p == c.cfg.DriverName || pvc.Annotations[pvspec.AnnMigratedTo] == c.cfg.DriverName
 }
 
 func (c *Controller) sync(ctx context.Context, uid types.UID) error {
@@ -72,7 +72,7 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 		logger.V(2).Info("StorageClass not found; waiting for it", "storageClass", className)
 		return fmt.Errorf("storageclass %q: %w", className, err)
 	}
-	if class.Provisioner != c.cfg.Driver {
+	if class.Provisioner != c.cfg.DriverName {
 		return nil
 	}
 	selectedNode := claim.Annotations[pvspec.AnnSelectedNode]
@@ -169,7 +169,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	}
 
 	pv := pvspec.Build(pvspec.Input{
-		Name: pvName, Driver: c.cfg.Driver, Identity: c.cfg.Identity, Claim: claim, Class: class,
+		Name: pvName, Driver: c.cfg.DriverName, Identity: c.cfg.Identity, Claim: claim, Class: class,
 		Volume: vol, RequestedBytes: p.requestedBytes, FSType: p.fsType, Secrets: p.secrets,
 		Topology: c.topology, ControllerPublishReadOnly: c.cfg.ControllerPublishReadOnly,
 	})
@@ -217,7 +217,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 	if gerr != nil {
 		return fmt.Errorf("PersistentVolume %s exists but cannot be read: %w", pv.Name, gerr)
 	}
-	if mismatch := pvspec.SameVolume(existing, c.cfg.Driver, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
+	if mismatch := pvspec.SameVolume(existing, c.cfg.DriverName, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
 		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
 		if existing.Spec.CSI != nil && existing.Spec.CSI.VolumeHandle == pv.Spec.CSI.VolumeHandle && existing.DeletionTimestamp == nil {
 			// Same backend volume, now owned by that PV: deleting it would destroy its data.
@@ -328,7 +328,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 // ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,
 // so that the volume is the PV's to delete and not the journal's.
 func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) bool {
-	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.Driver) &&
+	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.DriverName) &&
 		(rec.VolumeID == "" || pv.Spec.CSI.VolumeHandle == rec.VolumeID) &&
 		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == rec.ClaimUID
 }

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -39,17 +38,15 @@ const ReasonVolumeFailedDelete = "VolumeFailedDelete"
 
 // Config is everything the volume controller needs.
 type Config struct {
-	Client   kubernetes.Interface
+	// ControllerConfig is the client, the driver and its name, and the retry intervals;
+	// the worker count is Register's.
+	sidecar.ControllerConfig
 	Recorder record.EventRecorder
-	CSI      *csi.Conn
-	Driver   string
 	Metrics  *metrics.Metrics
 
 	Volumes coreinformers.PersistentVolumeInformer
 	// Attachments is nil when the driver has no PUBLISH_UNPUBLISH_VOLUME capability.
 	Attachments storageinformers.VolumeAttachmentInformer
-
-	RetryIntervalStart, RetryIntervalMax time.Duration
 }
 
 // Controller is the volume controller.
@@ -70,12 +67,11 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:     cfg,
 		volumes: cfg.Volumes.Lister(),
-		queue: controller.NewQueue[string]("volumes", controller.QueueConfig{
-			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.Metrics.Queue}),
-		synced: []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
+		queue:   sidecar.NewQueue[string](&cfg.ControllerConfig, "volumes"),
+		synced:  []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
 	}
 	enqueue := func(obj any) {
-		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.Driver) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.DriverName) {
 			c.queue.Add(pv.Name)
 		}
 	}
