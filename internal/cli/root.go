@@ -62,6 +62,7 @@ func NewRootCommand() *cobra.Command {
 		newResizerCommand(),
 		newNodeCommand(),
 		newDriverCommand(),
+		newVerifyCommand(),
 		newBenchCommand(),
 		newVersionCommand(),
 	)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -96,21 +94,8 @@ type Manager struct {
 	synced      []cache.InformerSynced
 	initialized chan struct{}
 
-	mu           sync.Mutex
-	pods         map[types.UID]*v1.Pod // last object seen, also for deleted pods until torn down
-	deleted      map[types.UID]bool
-	refs         *refIndex
-	remountSeq   map[types.UID]uint64
-	status       map[types.UID]podStatus
-	opErrors     map[types.UID]map[v1.UniqueVolumeName]string
-	tornDown     map[types.UID]tornDownState
-	subpathsDone map[types.UID]bool
-	subpathErr   map[types.UID]string
-}
-
-type podStatus struct {
-	ready   bool
-	message string
+	// records is what the manager knows about each pod beyond the two states.
+	records *podRecords
 }
 
 // New builds a Manager; Run starts it.
@@ -142,12 +127,8 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Parallelism = 32
 	}
 	m := &Manager{
-		cfg: cfg, dsw: NewDesiredState(), asw: NewActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
-		initialized: make(chan struct{}),
-		pods:        map[types.UID]*v1.Pod{}, deleted: map[types.UID]bool{}, refs: newRefIndex(),
-		remountSeq: map[types.UID]uint64{}, status: map[types.UID]podStatus{},
-		opErrors: map[types.UID]map[v1.UniqueVolumeName]string{}, tornDown: map[types.UID]tornDownState{},
-		subpathsDone: map[types.UID]bool{}, subpathErr: map[types.UID]string{},
+		cfg: cfg, dsw: newDesiredState(), asw: newActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
+		initialized: make(chan struct{}), records: newPodRecords(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
 	m.exec = NewExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
@@ -197,10 +178,13 @@ func New(cfg Config) (*Manager, error) {
 // Plugins is the manager's plugin manager.
 func (m *Manager) Plugins() *volume.PluginManager { return m.plugins }
 
-// DesiredState and ActualState expose the caches, read-only by convention.
+// DesiredState is a read-only view of the desired state of world: which pod wants which
+// volume. Its methods return copies; Pods returns all of it at one instant.
 func (m *Manager) DesiredState() *DesiredState { return m.dsw }
 
-// ActualState is the actual state of world.
+// ActualState is a read-only view of the actual state of world: what is attached,
+// device-mounted and mounted for each pod, with paths, and what was reconstructed after a
+// restart. Its methods return copies; Volumes returns all of it at one instant.
 func (m *Manager) ActualState() *ActualState { return m.asw }
 
 // Initialized is closed once the initial desired state is populated and the actual state
@@ -229,7 +213,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	for _, pod := range pods {
-		m.notePod(pod, false)
+		m.records.note(pod, false)
 		m.populate(ctx, pod.UID)
 	}
 	close(m.initialized)
@@ -264,7 +248,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // disk, and every volume no pod uses.
 func (m *Manager) enqueueAll(extra []types.UID) {
 	seen := map[types.UID]bool{}
-	for _, list := range [][]types.UID{m.dsw.PodUIDs(), m.asw.PodUIDs(), extra, m.knownPodUIDs()} {
+	for _, list := range [][]types.UID{m.dsw.PodUIDs(), m.asw.PodUIDs(), extra, m.records.uids()} {
 		for _, uid := range list {
 			if !seen[uid] {
 				seen[uid] = true
@@ -275,12 +259,6 @@ func (m *Manager) enqueueAll(extra []types.UID) {
 	for _, av := range m.asw.UnusedVolumes() {
 		m.deviceQueue.Add(av.Name)
 	}
-}
-
-func (m *Manager) knownPodUIDs() []types.UID {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Collect(maps.Keys(m.pods))
 }
 
 func (m *Manager) runPodWorker(ctx context.Context) {
@@ -328,7 +306,7 @@ func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 // MarkVolumesReportedInUse records node.status.volumesInUse after the node status update,
 // which lets mounts of those attachable volumes proceed.
 func (m *Manager) MarkVolumesReportedInUse(names []v1.UniqueVolumeName) {
-	m.dsw.MarkReportedInUse(names)
+	m.dsw.markReportedInUse(names)
 	for _, uid := range m.dsw.PodUIDs() {
 		m.podQueue.Add(uid)
 	}
@@ -341,10 +319,9 @@ func (m *Manager) volumesInUseChanged() {
 }
 
 // PodVolumesReady reports whether every volume the pod uses is mounted.
-func (m *Manager) PodVolumesReady(uid types.UID) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.status[uid].ready
+func (m *Manager) PodVolumesReady(uid types.UID) (ready bool) {
+	m.records.with(uid, func(r *podRecord) { ready = r.status.ready })
+	return ready
 }
 
 // PodHasPossiblyMountedVolumes reports whether any volume of the pod is mounted or

@@ -17,11 +17,9 @@ import (
 // (upstream: the desired state of world populator, without its 100 ms loop). A deleted,
 // terminating or terminal pod wants nothing, so its volumes are torn down.
 func (m *Manager) populate(ctx context.Context, uid types.UID) {
-	m.mu.Lock()
-	pod, deleted := m.pods[uid], m.deleted[uid]
-	m.mu.Unlock()
+	pod, deleted := m.records.object(uid)
 	if pod == nil {
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	if !deleted {
@@ -38,11 +36,11 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 			klog.FromContext(ctx).V(2).Info("Pod no longer wants its volumes", "pod", klog.KObj(pod), "deleted", deleted,
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
 		}
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	volumes, errs := m.desiredVolumes(pod)
-	m.dsw.SetPod(pod, volumes, errs)
+	m.dsw.setPod(pod, volumes, errs)
 }
 
 func isTerminal(pod *v1.Pod) bool {
