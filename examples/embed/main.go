@@ -54,6 +54,8 @@ func run(ctx context.Context, client kubernetes.Interface, nodeName, rootDir str
 	}
 	pods := podstatus.New(client) // the pods' VolumesReady condition; deletion once torn down
 	m, err := volumemanager.New(volumemanager.Config{
+		// client may be the node's own credential (system:node:<name>). Pods and Objects,
+		// unset here, replace how pods and the objects their volumes name are read.
 		Client: client, NodeName: nodeName, Paths: paths,
 		Plugins:             append(plugins.All(), csiplugin.New(csiplugin.Config{Drivers: drivers})),
 		Observer:            pods,
