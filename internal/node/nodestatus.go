@@ -91,6 +91,7 @@ func (a *Agent) registerNode(ctx context.Context) error {
 			case apierrors.IsNotFound(err):
 				node, err = nodes.Create(ctx, a.newNode(), metav1.CreateOptions{})
 			case err == nil:
+				a.warnMissingTaints(ctx, node)
 				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 					"labels":      a.labels(),
 					"annotations": map[string]string{controllerManagedAttachAnnotation: "true"},
@@ -118,11 +119,14 @@ func (a *Agent) labels() map[string]string {
 }
 
 func (a *Agent) newNode() *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        a.cfg.NodeName,
-		Labels:      a.labels(),
-		Annotations: map[string]string{controllerManagedAttachAnnotation: "true"},
-	}}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        a.cfg.NodeName,
+			Labels:      a.labels(),
+			Annotations: map[string]string{controllerManagedAttachAnnotation: "true"},
+		},
+		Spec: v1.NodeSpec{Taints: append([]v1.Taint(nil), a.cfg.Taints...)},
+	}
 }
 
 // updateNodeStatus patches the Ready condition, capacity and volumesInUse. inUse nil

@@ -133,7 +133,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
 		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
 		{"resizer", ports[3], []string{"resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
-		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
+		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
+			// Only kubevol uses this node: it takes the cluster's pods, untainted.
+			"--register-with-taints="}},
 	}
 	if s.opts.CallLog != "" {
 		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)

@@ -151,7 +151,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
-	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
+	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "--register-with-taints="}
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}

@@ -61,7 +61,7 @@ func startAgent(t *testing.T, extraArgs ...string) *agent {
 		_ = a.client.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{})
 	})
 	args := append([]string{"node", "--kubeconfig", framework.Cluster().KubeconfigPath(),
-		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2"}, extraArgs...)
+		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2", "--register-with-taints="}, extraArgs...)
 	a.proc = framework.StartKubevol(t, args...)
 	// Pods go first, while the agent still runs, so their volumes are torn down by it.
 	t.Cleanup(a.deleteAllPods)
