@@ -91,6 +91,12 @@ func (m *Manager) Ensure(ctx context.Context) (*rest.Config, error) {
 	if err == nil && timeLeft(leaf, m.cfg.Now()) > expiring {
 		return cfg, nil
 	}
+	var foreign *foreignError
+	if errors.As(err, &foreign) {
+		// Someone else's credential (an admin's kubeconfig given by mistake) is never
+		// overwritten.
+		return nil, fmt.Errorf("kubeconfig %s: %w; refusing to replace it with the node's", m.cfg.Kubeconfig, err)
+	}
 	if m.cfg.Bootstrap == nil {
 		if err == nil {
 			err = fmt.Errorf("its certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -121,6 +127,8 @@ func (m *Manager) loadKubeconfig() (*rest.Config, *x509.Certificate, error) {
 		pair, err = tls.X509KeyPair(cfg.CertData, cfg.KeyData)
 	case cfg.CertFile != "" && cfg.KeyFile != "":
 		pair, err = tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	case cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.Username != "":
+		return nil, nil, &foreignError{"it authenticates without a client certificate"}
 	default:
 		return nil, nil, errors.New("it has no client certificate")
 	}
@@ -132,10 +140,15 @@ func (m *Manager) loadKubeconfig() (*rest.Config, *x509.Certificate, error) {
 		return nil, nil, err
 	}
 	if err := checkSubject(leaf, m.cfg.NodeName); err != nil {
-		return nil, nil, err
+		return nil, nil, &foreignError{err.Error()}
 	}
 	return cfg, leaf, nil
 }
+
+// foreignError is a kubeconfig that holds a working credential of another identity.
+type foreignError struct{ msg string }
+
+func (e *foreignError) Error() string { return e.msg }
 
 // bootstrap requests the first certificate with the bootstrap credentials. The key
 // waits in the certificate directory, so a restart finds the same request again.

@@ -362,3 +362,27 @@ func TestEnsureExpired(t *testing.T) {
 		t.Errorf("%d CSRs, want a second bootstrap", n)
 	}
 }
+
+// An admin's kubeconfig passed as the node's by mistake is kept, not overwritten.
+func TestEnsureKeepsForeignKubeconfig(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.m.Ensure(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	other := New(Config{NodeName: "n2", Kubeconfig: f.m.cfg.Kubeconfig, CertDir: filepath.Join(f.dir, "pki2"), Bootstrap: f.m.cfg.Bootstrap, NewClient: f.m.cfg.NewClient})
+	before, _ := os.ReadFile(f.m.cfg.Kubeconfig)
+	if _, err := other.Ensure(ctx(t)); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Fatalf("err = %v", err)
+	}
+	if after, _ := os.ReadFile(f.m.cfg.Kubeconfig); string(after) != string(before) {
+		t.Error("the other node's kubeconfig was overwritten")
+	}
+	token := filepath.Join(f.dir, "token.kubeconfig")
+	if err := os.WriteFile(token, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://x}}]\nusers: [{name: u, user: {token: abc}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other.cfg.Kubeconfig = token
+	if _, err := other.Ensure(ctx(t)); err == nil || !strings.Contains(err.Error(), "refusing") {
+		t.Fatalf("token kubeconfig: err = %v", err)
+	}
+}
