@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -50,7 +53,7 @@ itself, are left to kube-controller-manager's selfnodeclient approval.`,
 	f.StringSliceVar(&o.serviceAccounts, "service-account", []string{"kubevol-system:kubevol-node"}, "<namespace>:<name> of the node agents' service account (repeatable)")
 	f.StringVar(&o.nodeSuffix, "node-suffix", "-kubevol", "what follows the pod's node name in the node name an agent may request (the DaemonSet's --node-name=$(NODE_NAME)-kubevol)")
 	f.IntVar(&o.workers, "workers", 2, "requests answered in parallel")
-	f.StringVar(&o.httpEndpoint, "http-endpoint", "", "address of /healthz; empty disables it")
+	f.StringVar(&o.httpEndpoint, "http-endpoint", "", "address of /metrics and /healthz; empty disables them")
 	return cmd
 }
 
@@ -89,7 +92,9 @@ func (o *csrApproverOptions) run(ctx context.Context) error {
 		ns, name, _ := strings.Cut(sa, ":")
 		requesters = append(requesters, "system:serviceaccount:"+ns+":"+name)
 	}
-	c, err := csrapprover.New(csrapprover.Config{Client: client, Workers: o.workers,
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c, err := csrapprover.New(csrapprover.Config{Client: client, Workers: o.workers, Registerer: reg,
 		Rules: csrapprover.Rules{Requesters: requesters, NodeSuffix: o.nodeSuffix}})
 	if err != nil {
 		return err
@@ -100,11 +105,12 @@ func (o *csrApproverOptions) run(ctx context.Context) error {
 			return fmt.Errorf("--http-endpoint: %w", err)
 		}
 		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(l) }()
 		defer srv.Close()
-		klog.FromContext(ctx).V(2).Info("Serving /healthz", "address", l.Addr().String())
+		klog.FromContext(ctx).V(2).Info("Serving /metrics and /healthz", "address", l.Addr().String())
 	}
 	return c.Run(ctx)
 }

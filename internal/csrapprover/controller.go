@@ -4,26 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/nodecert"
 )
 
@@ -35,6 +31,8 @@ type Config struct {
 	Workers int
 	// Resync re-reads every pending request (the informer's resync); default 10 min.
 	Resync time.Duration
+	// Registerer, if set, receives the queue's workqueue_* metrics.
+	Registerer prometheus.Registerer
 }
 
 // Controller watches the CertificateSigningRequests of the kubelet client signer and
@@ -43,9 +41,7 @@ type Controller struct {
 	cfg      Config
 	factory  informers.SharedInformerFactory
 	lister   certlisters.CertificateSigningRequestLister
-	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
-	bcast    record.EventBroadcaster
+	queue    *controller.Queue[string]
 	recorder record.EventRecorder
 }
 
@@ -68,12 +64,11 @@ func New(cfg Config) (*Controller, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", nodecert.SignerName).String()
 	}))
 	inf := factory.Certificates().V1().CertificateSigningRequests()
-	c := &Controller{
-		cfg: cfg, factory: factory, lister: inf.Lister(), synced: inf.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrapprover"}),
+	qc := controller.QueueConfig{RetryIntervalStart: 200 * time.Millisecond, RetryIntervalMax: time.Minute}
+	if cfg.Registerer != nil {
+		qc.Metrics = controller.NewQueueMetrics(cfg.Registerer)
 	}
+	c := &Controller{cfg: cfg, factory: factory, lister: inf.Lister(), queue: controller.NewQueue[string]("csrapprover", qc)}
 	enqueue := func(obj any) {
 		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -90,50 +85,14 @@ func New(cfg Config) (*Controller, error) {
 
 // Run answers requests until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	c.bcast = record.NewBroadcaster(record.WithContext(ctx))
-	c.bcast.StartStructuredLogging(3)
-	c.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cfg.Client.CoreV1().Events("")})
-	defer c.bcast.Shutdown()
-	c.recorder = c.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubevol-csr-approver"})
-
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
-		return ctx.Err()
-	}
-	logger.Info("Answering node agents' certificate requests", "requesters", c.cfg.Rules.Requesters, "nodeSuffix", c.cfg.Rules.NodeSuffix)
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.worker, time.Second)
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		if err == nil {
-			c.queue.Forget(key)
-		} else {
-			klog.FromContext(ctx).Error(err, "Answering the certificate signing request failed, retrying", "csr", klog.KRef("", key))
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
+	recorder, stop := controller.NewEventRecorder(ctx, c.cfg.Client, "kubevol-csr-approver")
+	defer stop()
+	c.recorder = recorder
+	klog.FromContext(ctx).Info("Answering node agents' certificate requests", "requesters", c.cfg.Rules.Requesters, "nodeSuffix", c.cfg.Rules.NodeSuffix)
+	r := controller.NewRunner("csrapprover")
+	r.AddSource(controller.Informers(c.factory))
+	controller.Handle(r, c.queue, c.cfg.Workers, c.sync)
+	return r.Run(ctx)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
