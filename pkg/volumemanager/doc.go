@@ -25,5 +25,7 @@
 // ConfigMap update reaches the files of every pod that mounts it in well under a second.
 //
 // Use New with a Config, then Run. Observer callbacks report when a pod's volumes are all
-// mounted, when they fail, and when a pod's volumes are all torn down.
+// mounted, when they fail, and when a pod's volumes are all torn down. DesiredState and
+// ActualState are read-only views for embedders (what a pod wants, what is mounted where);
+// only the manager changes the states.
 package volumemanager

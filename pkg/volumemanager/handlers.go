@@ -140,7 +140,7 @@ func (m *Manager) markRemount(uid types.UID, volumes []string) {
 			names = append(names, dv.Name)
 		}
 	}
-	m.asw.MarkRemountRequired(uid, names)
+	m.asw.markRemountRequired(uid, names)
 }
 
 func (m *Manager) remountSeqOf(uid types.UID) (seq uint64) {

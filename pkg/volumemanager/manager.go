@@ -127,7 +127,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Parallelism = 32
 	}
 	m := &Manager{
-		cfg: cfg, dsw: NewDesiredState(), asw: NewActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
+		cfg: cfg, dsw: newDesiredState(), asw: newActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
 		initialized: make(chan struct{}), records: newPodRecords(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
@@ -178,10 +178,13 @@ func New(cfg Config) (*Manager, error) {
 // Plugins is the manager's plugin manager.
 func (m *Manager) Plugins() *volume.PluginManager { return m.plugins }
 
-// DesiredState and ActualState expose the caches, read-only by convention.
+// DesiredState is a read-only view of the desired state of world: which pod wants which
+// volume. Its methods return copies; Pods returns all of it at one instant.
 func (m *Manager) DesiredState() *DesiredState { return m.dsw }
 
-// ActualState is the actual state of world.
+// ActualState is a read-only view of the actual state of world: what is attached,
+// device-mounted and mounted for each pod, with paths, and what was reconstructed after a
+// restart. Its methods return copies; Volumes returns all of it at one instant.
 func (m *Manager) ActualState() *ActualState { return m.asw }
 
 // Initialized is closed once the initial desired state is populated and the actual state
@@ -303,7 +306,7 @@ func (m *Manager) VolumesInUse() []v1.UniqueVolumeName {
 // MarkVolumesReportedInUse records node.status.volumesInUse after the node status update,
 // which lets mounts of those attachable volumes proceed.
 func (m *Manager) MarkVolumesReportedInUse(names []v1.UniqueVolumeName) {
-	m.dsw.MarkReportedInUse(names)
+	m.dsw.markReportedInUse(names)
 	for _, uid := range m.dsw.PodUIDs() {
 		m.podQueue.Add(uid)
 	}

@@ -19,7 +19,7 @@ import (
 func (m *Manager) populate(ctx context.Context, uid types.UID) {
 	pod, deleted := m.records.object(uid)
 	if pod == nil {
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	if !deleted {
@@ -36,11 +36,11 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 			klog.FromContext(ctx).V(2).Info("Pod no longer wants its volumes", "pod", klog.KObj(pod), "deleted", deleted,
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
 		}
-		m.dsw.DeletePod(uid)
+		m.dsw.deletePod(uid)
 		return
 	}
 	volumes, errs := m.desiredVolumes(pod)
-	m.dsw.SetPod(pod, volumes, errs)
+	m.dsw.setPod(pod, volumes, errs)
 }
 
 func isTerminal(pod *v1.Pod) bool {

@@ -88,7 +88,7 @@ func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName)
 	if av.DeviceMountable && av.DeviceState != DeviceNotMounted {
 		return m.startUnmountDevice(ctx, av)
 	}
-	m.asw.Remove(name)
+	m.asw.remove(name)
 	if av.Attachable {
 		m.volumesInUseChanged()
 	}
