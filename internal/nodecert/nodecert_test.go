@@ -386,3 +386,34 @@ func TestEnsureKeepsForeignKubeconfig(t *testing.T) {
 		t.Fatalf("token kubeconfig: err = %v", err)
 	}
 }
+
+// Run renews a certificate past its rotation deadline, as the node itself, and stops with
+// its context.
+func TestRunRenewsAtDeadline(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.m.Ensure(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	offset := 20 * time.Hour // past 70-90% of the 24 h lifetime
+	f.m.cfg.Now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Add(offset)
+	}
+	f.m.cfg.Jitter = func() float64 { return 0.5 }
+	c, cancel := context.WithCancel(ctx(t))
+	done := make(chan struct{})
+	go func() { f.m.Run(c); close(done) }()
+	for f.s.count() < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	offset = 0 // the renewed certificate is fresh: Run sleeps until its deadline
+	mu.Unlock()
+	cancel()
+	<-done
+	if last := f.s.created[len(f.s.created)-1]; last.GenerateName != "csr-" {
+		t.Errorf("renewal CSR %+v", last.ObjectMeta)
+	}
+}

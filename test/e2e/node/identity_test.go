@@ -127,6 +127,28 @@ func TestNodeBootstrap(t *testing.T) {
 	if n := len(csrsFor(t, a.client, a.name)); n != 1 {
 		t.Errorf("%d CSRs after a restart, want still 1", n)
 	}
+
+	// A renewal, as the agent's certificate manager files it at its deadline: the node asks
+	// for its own next certificate, and kube-controller-manager approves it (selfnodeclient).
+	renew := nodecert.New(nodecert.Config{NodeName: a.name, Kubeconfig: kc, CertDir: filepath.Join(a.root, "pki"), IssueTimeout: time.Minute})
+	if err := renew.Rotate(a.ctx(time.Minute)); err != nil {
+		t.Fatalf("renewal as the node: %v", err)
+	}
+	csrs = csrsFor(t, a.client, a.name)
+	if len(csrs) != 2 {
+		t.Fatalf("%d CSRs after a renewal, want 2", len(csrs))
+	}
+	renewed := false
+	for _, c := range csrs {
+		renewed = renewed || (c.Spec.Username == "system:node:"+a.name && len(c.Status.Certificate) > 0)
+	}
+	if !renewed {
+		t.Errorf("no renewal CSR filed and issued for system:node:%s", a.name)
+	}
+	if u := whoAmI(t, cfg); u.Username != "system:node:"+a.name {
+		t.Errorf("after the renewal the agent's credential is %s", u.Username)
+	}
+
 	raw, _ := os.ReadFile(boot)
 	bootCfg, _ := clientcmd.Load(raw)
 	for _, ai := range bootCfg.AuthInfos {
