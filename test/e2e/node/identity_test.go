@@ -181,7 +181,9 @@ func TestNodeAgentCannotObtainOtherNodesCertificate(t *testing.T) {
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
 	framework.StartKubevol(t, "csr-approver", "--kubeconfig", framework.Cluster().KubeconfigPath(), "--service-account", ns+":"+sa, "-v", "4")
 
 	nodeA, nodeB := "kv-a-"+rand.String(6), "kv-b-"+rand.String(6)
