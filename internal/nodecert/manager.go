@@ -226,8 +226,14 @@ func (m *Manager) Run(ctx context.Context) {
 	for {
 		_, leaf, err := m.loadKubeconfig()
 		if err != nil {
-			logger.Error(err, "Cannot read the node certificate; nothing to renew", "kubeconfig", m.cfg.Kubeconfig)
-			return
+			// Someone removed or damaged the file under us: say so, and look again later.
+			logger.Error(err, "Cannot read the node certificate to schedule its renewal", "kubeconfig", m.cfg.Kubeconfig)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Minute):
+				continue
+			}
 		}
 		deadline := RotationDeadline(leaf, m.cfg.Jitter())
 		logger.V(2).Info("Node certificate renewal scheduled", "notAfter", leaf.NotAfter, "renewAt", deadline)
