@@ -23,7 +23,7 @@ func TestWrite(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("%d entries in the directory, want 1 (no temporary file left)", len(entries))
 	}
-	// A failed write leaves the old file as it was.
+	// A file whose temporary twin cannot be created is an error, not a direct write.
 	if err := Write(filepath.Join(dir, "missing", "x"), []byte("y"), 0o600); err == nil {
 		t.Error("write into a missing directory succeeded")
 	}
