@@ -63,6 +63,7 @@ func NewRootCommand() *cobra.Command {
 		newNodeCommand(),
 		newCSRApproverCommand(),
 		newDriverCommand(),
+		newVerifyCommand(),
 		newBenchCommand(),
 		newVersionCommand(),
 	)

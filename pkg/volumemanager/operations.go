@@ -302,6 +302,11 @@ func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) tim
 				}
 			}
 			m.deviceQueue.Add(av.Name)
+			// A pod that wanted the volume while its device was being unmounted was refused
+			// (the operation was pending) and waits for this one, as for a pod unmount.
+			for _, uid := range m.dsw.VolumeUsers(av.Name) {
+				m.podQueue.Add(uid)
+			}
 		},
 	})
 }
