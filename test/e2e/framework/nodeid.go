@@ -17,3 +17,13 @@ func NodeBootstrapKubeconfig(t testing.TB) string {
 	}
 	return path
 }
+
+// NodeCredentialArgs are the flags with which a test's node agent obtains its own
+// system:node:<name> identity through a CSR, as a kubelet's TLS bootstrap does: the
+// kubeconfig it writes (in the test's temp dir, kept across restarts of the agent) and a
+// fresh bootstrap token. Every test that runs an agent so proves the bootstrap and that the
+// agent works with what the Node authorizer grants a node.
+func NodeCredentialArgs(t testing.TB) []string {
+	t.Helper()
+	return []string{"--kubeconfig", filepath.Join(t.TempDir(), "node.kubeconfig"), "--bootstrap-kubeconfig", NodeBootstrapKubeconfig(t)}
+}
