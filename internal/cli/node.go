@@ -2,20 +2,28 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubevol/kubevol/internal/node"
+	"github.com/kubevol/kubevol/internal/nodecert"
 )
 
 type nodeOptions struct {
 	kubeconfig     string
+	bootstrap      string
+	taints         string
+	parsedTaints   []v1.Taint
 	nodeName       string
 	rootDir        string
 	metricsAddress string
@@ -48,7 +56,9 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	}
 	host, _ := os.Hostname()
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster configuration")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file with the node's credential; empty means in-cluster configuration. With --bootstrap-kubeconfig it is written when missing or expiring")
+	f.StringVar(&o.bootstrap, "bootstrap-kubeconfig", "", "kubeconfig whose credential requests the node's client certificate (CSR for system:node:<node-name>) when --kubeconfig has none; "+inClusterBootstrap+" uses the pod's service-account token (for kubevol csr-approver). The certificate is kept in <root-dir>/pki and renewed before it expires")
+	f.StringVar(&o.taints, "register-with-taints", node.CompanionTaint, "taints of the Node when the agent creates it, <key>=<value>:<effect>,... (the kubelet's flag); empty for none. The default keeps workloads off a companion Node, which runs no containers")
 	f.StringVar(&o.nodeName, "node-name", host, "name of the Node object to register")
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/kubevol", "directory for pod volumes; /var/lib/kubelet gives the kubelet's paths")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":9810", "address of /metrics and /healthz; empty disables them")
@@ -91,6 +101,22 @@ func (o *nodeOptions) validate() error {
 	if o.qps <= 0 || o.burst <= 0 {
 		return usageErrorf("--kube-api-qps and --kube-api-burst must be positive")
 	}
+	var err error
+	if o.parsedTaints, err = node.ParseTaints(o.taints); err != nil {
+		return usageErrorf("--register-with-taints: %v", err)
+	}
+	if o.bootstrap != "" {
+		// The node's kubeconfig may not exist yet: the bootstrap writes it.
+		if o.kubeconfig == "" {
+			return usageErrorf("--bootstrap-kubeconfig needs --kubeconfig, the file where the node's kubeconfig is kept")
+		}
+		if o.bootstrap != inClusterBootstrap {
+			if _, err := os.Stat(o.bootstrap); err != nil {
+				return usageErrorf("--bootstrap-kubeconfig: %v", err)
+			}
+		}
+		return nil
+	}
 	if o.kubeconfig != "" {
 		if _, err := os.Stat(o.kubeconfig); err != nil {
 			return usageErrorf("--kubeconfig: %v", err)
@@ -99,10 +125,47 @@ func (o *nodeOptions) validate() error {
 	return nil
 }
 
+// inClusterBootstrap as --bootstrap-kubeconfig means the pod's own service-account token.
+const inClusterBootstrap = "in-cluster"
+
+// nodeConfig is the node's client config: from --kubeconfig, or obtained and then renewed
+// through a CSR when --bootstrap-kubeconfig is set (the kubelet's TLS bootstrap).
+func (o *nodeOptions) nodeConfig(ctx context.Context) (*rest.Config, *nodecert.Manager, error) {
+	if o.bootstrap == "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		return cfg, nil, err
+	}
+	var boot *rest.Config
+	var err error
+	if o.bootstrap == inClusterBootstrap {
+		boot, err = rest.InClusterConfig()
+	} else {
+		boot, err = clientcmd.BuildConfigFromFlags("", o.bootstrap)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("--bootstrap-kubeconfig: %w", err)
+	}
+	boot.UserAgent = "kubevol-node/" + o.nodeName + " bootstrap"
+	m := nodecert.New(nodecert.Config{NodeName: o.nodeName, Kubeconfig: o.kubeconfig, CertDir: filepath.Join(o.rootDir, "pki"), Bootstrap: boot})
+	cfg, err := m.Ensure(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, m, nil
+}
+
 func (o *nodeOptions) run(ctx context.Context) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err := os.MkdirAll(o.rootDir, 0o750); err != nil {
+		return err
+	}
+	cfg, certs, err := o.nodeConfig(ctx)
 	if err != nil {
 		return err
+	}
+	var collectors []prometheus.Collector
+	if certs != nil {
+		collectors = append(collectors, certs.TTLMetric())
+		go certs.Run(ctx)
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	cfg.UserAgent = "kubevol-node/" + o.nodeName
@@ -110,14 +173,13 @@ func (o *nodeOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.rootDir, 0o750); err != nil {
-		return err
-	}
 	agent, err := node.New(node.Config{
 		Client: client, NodeName: o.nodeName, RootDir: o.rootDir, MetricsAddress: o.metricsAddress,
 		ResyncPeriod: o.resync, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval,
 		SizeLimitInterval: o.sizeInterval,
 		SyncFrequency:     o.syncFrequency,
+		Taints:            o.parsedTaints,
+		Collectors:        collectors,
 	})
 	if err != nil {
 		return err

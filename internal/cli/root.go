@@ -61,6 +61,7 @@ func NewRootCommand() *cobra.Command {
 		newAttacherCommand(),
 		newResizerCommand(),
 		newNodeCommand(),
+		newCSRApproverCommand(),
 		newDriverCommand(),
 		newVerifyCommand(),
 		newBenchCommand(),

@@ -54,6 +54,12 @@ var Controllers = []string{
 	"root-ca-certificate-publisher-controller",
 	"node-lifecycle-controller",
 	"pod-garbage-collector-controller",
+	// Node client certificates: signing, the kubelet's auto-approval (nodeclient,
+	// selfnodeclient), clean-up of old requests, and deletion of expired bootstrap tokens.
+	"certificatesigningrequest-signing-controller",
+	"certificatesigningrequest-approving-controller",
+	"certificatesigningrequest-cleaner-controller",
+	"token-cleaner-controller",
 }
 
 // Options configure Start.
@@ -435,6 +441,8 @@ func (c *Cluster) apiserverArgs() []string {
 		"--service-account-key-file=" + p.ServiceAccountPublicKeyFile(),
 		"--service-account-signing-key-file=" + p.ServiceAccountKeyFile(),
 		"--authorization-mode=Node,RBAC",
+		// Node agents bootstrap their client certificate with a token (WriteNodeBootstrapKubeconfig).
+		"--enable-bootstrap-token-auth=true",
 		// The default admission plugins stay on (ServiceAccount, DefaultStorageClass,
 		// StorageObjectInUseProtection, ...); NodeRestriction is what a real cluster adds.
 		"--enable-admission-plugins=NodeRestriction",
@@ -461,6 +469,9 @@ func (c *Cluster) controllerManagerArgs() []string {
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + c.pki.ServiceAccountKeyFile(),
 		"--root-ca-file=" + c.pki.CAFile(),
+		// The cluster CA signs node client certificates, so the apiserver trusts them.
+		"--cluster-signing-cert-file=" + c.pki.CAFile(),
+		"--cluster-signing-key-file=" + c.pki.KeyFile("ca"),
 		"--leader-elect=false",
 		// The upstream defaults (20/30) throttle the PV controller in benchmarks.
 		"--kube-api-qps=200",

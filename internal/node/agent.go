@@ -55,6 +55,11 @@ type Config struct {
 	Mounter mount.Interface
 	// Labels are added to the Node object.
 	Labels map[string]string
+	// Taints are set when the agent creates its Node (the kubelet's --register-with-taints);
+	// an existing Node without them gets a warning, as a node may not change its taints.
+	Taints []v1.Taint
+	// Collectors are registered with the agent's /metrics (e.g. the certificate TTL).
+	Collectors []prometheus.Collector
 	// LeaseDuration is the Node lease's duration; it is renewed every quarter of it.
 	LeaseDuration time.Duration
 	// StatusInterval is how often the Node status is refreshed when nothing changes.
@@ -118,6 +123,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, registry: prometheus.NewRegistry(), inUse: inUse}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.registry.MustRegister(cfg.Collectors...)
 	a.bcast = record.NewBroadcaster()
 	a.recorder = a.bcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubevol-node", Host: cfg.NodeName})
 	a.capacity = machineCapacity(cfg.RootDir)

@@ -86,11 +86,12 @@ func (a *Agent) registerNode(ctx context.Context) error {
 	nodes := a.cfg.Client.CoreV1().Nodes()
 	return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second},
 		func(ctx context.Context) (bool, error) {
-			_, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+			node, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
 				_, err = nodes.Create(ctx, a.newNode(), metav1.CreateOptions{})
 			case err == nil:
+				a.warnMissingTaints(ctx, node)
 				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 					"labels":      a.labels(),
 					"annotations": map[string]string{controllerManagedAttachAnnotation: "true"},
@@ -118,11 +119,14 @@ func (a *Agent) labels() map[string]string {
 }
 
 func (a *Agent) newNode() *v1.Node {
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:        a.cfg.NodeName,
-		Labels:      a.labels(),
-		Annotations: map[string]string{controllerManagedAttachAnnotation: "true"},
-	}}
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        a.cfg.NodeName,
+			Labels:      a.labels(),
+			Annotations: map[string]string{controllerManagedAttachAnnotation: "true"},
+		},
+		Spec: v1.NodeSpec{Taints: append([]v1.Taint(nil), a.cfg.Taints...)},
+	}
 }
 
 // updateNodeStatus patches the Ready condition, capacity and node info. volumesInUse is

@@ -157,7 +157,12 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kubeconfig := s.Cluster.KubeconfigPath()
+	// The node agent runs as system:node:<name>, with a certificate it obtains through a CSR
+	// that kube-controller-manager approves for this bootstrap token (docs/node.md).
+	bootstrap := s.path("node-bootstrap.kubeconfig")
+	if err := s.Cluster.WriteNodeBootstrapKubeconfig(ctx, bootstrap, time.Hour); err != nil {
+		return err
+	}
 	socket := "unix://" + s.path("csi", "csi.sock")
 	steps := []struct {
 		name string
@@ -170,7 +175,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
 		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
 		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
-		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
+		{"node", ports[4], []string{"node", "--kubeconfig", s.path("node.kubeconfig"), "--bootstrap-kubeconfig", bootstrap, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
+			// Only kubevol uses this node: it takes the cluster's pods, untainted.
+			"--register-with-taints="}},
 	}
 	if s.opts.CallLog != "" {
 		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)

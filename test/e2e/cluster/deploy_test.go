@@ -148,3 +148,29 @@ func loadManifests(t *testing.T, dir string) []manifest {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The node agent gets no RBAC of ours: its rights come from the Node authorizer, and its
+// service account is bound only to upstream's roles (file CSRs; a node renews its own
+// certificate). No Secrets, no tokens, no ClusterRole.
+func TestDeployNodeAgentHasOnlyUpstreamRoles(t *testing.T) {
+	root, err := localcluster.FindModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings := 0
+	for _, m := range loadManifests(t, filepath.Join(root, "deploy", "node")) {
+		switch m.obj.GetKind() {
+		case "ClusterRole", "Role":
+			t.Errorf("%s: %s %s: the node agent needs no role of its own", m.source, m.obj.GetKind(), m.obj.GetName())
+		case "ClusterRoleBinding", "RoleBinding":
+			bindings++
+			role, _, _ := unstructured.NestedString(m.obj.Object, "roleRef", "name")
+			if role != "system:node-bootstrapper" && role != "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient" {
+				t.Errorf("%s: %s binds %s, not one of upstream's TLS bootstrap roles", m.source, m.obj.GetName(), role)
+			}
+		}
+	}
+	if bindings != 2 {
+		t.Errorf("%d bindings in deploy/node, want 2", bindings)
+	}
+}

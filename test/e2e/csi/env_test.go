@@ -152,7 +152,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
 	// The agent runs as its node, with nothing but what the Node authorizer grants.
-	agentArgs := []string{"node", "--kubeconfig", framework.NodeKubeconfig(t, e.node), "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
+	agentArgs := append([]string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "--register-with-taints="},
+		framework.NodeCredentialArgs(t)...)
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}

@@ -61,8 +61,9 @@ func startAgent(t *testing.T, extraArgs ...string) *agent {
 		_ = a.client.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{})
 	})
 	// The agent runs as its node, with nothing but what the Node authorizer grants.
-	args := append([]string{"node", "--kubeconfig", framework.NodeKubeconfig(t, a.name),
-		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2"}, extraArgs...)
+	args := append([]string{"node", "--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2", "--register-with-taints="},
+		framework.NodeCredentialArgs(t)...)
+	args = append(args, extraArgs...)
 	a.proc = framework.StartKubevol(t, args...)
 	// Pods go first, while the agent still runs, so their volumes are torn down by it.
 	t.Cleanup(a.deleteAllPods)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -63,6 +64,15 @@ func TestUpThenInterrupt(t *testing.T) {
 		if err := obj(); err != nil {
 			t.Errorf("kubevol up did not install its objects: %v", err)
 		}
+	}
+	// The node agent runs as its node, with the certificate it obtained through a CSR.
+	nodeCfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "node.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := kubernetes.NewForConfigOrDie(nodeCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || review.Status.UserInfo.Username != "system:node:up-e2e" {
+		t.Errorf("the node agent's credential: %v %v", review, err)
 	}
 	pids := descendants(cmd.Process.Pid)
 	if len(pids) < 8 {
