@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -110,7 +111,10 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := snapclient.NewForConfig(cfg) // a CRD client: it speaks JSON whatever cfg says
+	// Custom resources have no protobuf form.
+	jsonCfg := rest.CopyConfig(cfg)
+	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
+	snap, err := snapclient.NewForConfig(jsonCfg)
 	if err != nil {
 		return err
 	}

@@ -111,12 +111,15 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err := installObjects(ctx, cs, s.opts.AttachRequired); err != nil {
 		return fmt.Errorf("install kubevol objects: %w", err)
 	}
+	if err := installSnapshotObjects(ctx, s.Cluster.RESTConfig()); err != nil {
+		return fmt.Errorf("install snapshot CRDs and class: %w", err)
+	}
 	for _, d := range []string{s.path("csi"), s.path("driver"), s.path("node")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}
 	}
-	ports, err := localcluster.FreePorts(5)
+	ports, err := localcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -133,6 +136,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
 		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
 		{"resizer", ports[3], []string{"resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
+		{"snapshotter", ports[5], []string{"snapshotter", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
 		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
 	}
 	if s.opts.CallLog != "" {
