@@ -13,12 +13,19 @@ import (
 	"strings"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapscheme "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/scheme"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
 )
+
+// The event recorders find the kind and version of an object in client-go's scheme: without
+// the snapshot types there, every event on a snapshot or content would be dropped.
+func init() { utilruntime.Must(snapscheme.AddToScheme(scheme.Scheme)) }
 
 // Annotations, finalizers and labels of external-snapshotter.
 const (
