@@ -59,6 +59,8 @@ type envOptions struct {
 	snapshotterArgs []string
 	// noSnapshotter leaves the snapshotter to the test.
 	noSnapshotter bool
+	// driverArgs are extra flags of the controller driver (without agent).
+	driverArgs []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -108,7 +110,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		})
 	} else {
 		framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
-		e.conn = framework.StartControllerDriver(e.ctx, t, e.dir, e.driver, e.node).Conn
+		e.conn = framework.StartControllerDriver(e.ctx, t, e.dir, e.driver, e.node, o.driverArgs...).Conn
 	}
 	e.sc = framework.CreateStorageClass(e.ctx, t, e.cs, &storagev1.StorageClass{Provisioner: e.driver, VolumeBindingMode: &bind,
 		Parameters: map[string]string{"type": "dir"}}).Name
