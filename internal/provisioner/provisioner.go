@@ -6,6 +6,7 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -133,7 +133,7 @@ func restConfig(cfg Config) (*rest.Config, error) {
 
 type clientSet struct {
 	main, events, leader, capacity kubernetes.Interface
-	dynamic                        dynamic.Interface
+	snapshots                      snapclient.Interface
 }
 
 func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
@@ -164,9 +164,10 @@ func newClients(restCfg *rest.Config, cfg Config) (*clientSet, error) {
 	if cs.capacity, err = kubernetes.NewForConfig(withLimits(cfg.CapacityQPS, cfg.CapacityBurst)); err != nil {
 		return nil, err
 	}
-	// VolumeSnapshots are CRDs, served only as JSON: the dynamic client copies the config
-	// and sets JSON on the copy (dynamic.ConfigFor).
-	if cs.dynamic, err = dynamic.NewForConfig(withLimits(qps, burst)); err != nil {
+	// VolumeSnapshots are CRDs, served only as JSON.
+	snapCfg := withLimits(qps, burst)
+	snapCfg.ContentType, snapCfg.AcceptContentTypes = "application/json", "application/json"
+	if cs.snapshots, err = snapclient.NewForConfig(snapCfg); err != nil {
 		return nil, err
 	}
 	return &cs, nil
@@ -191,7 +192,7 @@ func (p *instance) lead(ctx context.Context) error {
 	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
 		Client: cs.main, Recorder: recorder, CSI: conn, Caps: caps, Driver: driver, Identity: p.identity,
-		Journal: journal, Metrics: m, Dynamic: cs.dynamic,
+		Journal: journal, Metrics: m, Snapshots: cs.snapshots,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
 		Classes:          factory.Storage().V1().StorageClasses(),
 		VolumeNamePrefix: cfg.VolumeNamePrefix, VolumeNameUUIDLength: cfg.VolumeNameUUIDLength,

@@ -8,6 +8,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"sync"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
@@ -42,8 +42,8 @@ type Config struct {
 	Identity string
 	Journal  *intent.Journal
 	Metrics  *metrics.Metrics
-	// Dynamic reads VolumeSnapshots; nil disables snapshot data sources.
-	Dynamic dynamic.Interface
+	// Snapshots reads VolumeSnapshots and their contents; nil disables snapshot data sources.
+	Snapshots snapclient.Interface
 
 	Claims   coreinformers.PersistentVolumeClaimInformer
 	Volumes  coreinformers.PersistentVolumeInformer
