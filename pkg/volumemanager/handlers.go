@@ -1,69 +1,10 @@
 package volumemanager
 
 import (
-	"sync"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
-
-// refIndex maps an object pods refer to ("configmap/ns/name", "secret/ns/name",
-// "pvc/ns/name") to the pods and pod volumes that refer to it, so an event reaches exactly
-// those volumes.
-type refIndex struct {
-	mu    sync.Mutex
-	byRef map[string]map[types.UID][]string
-	byPod map[types.UID][]volumeRef
-}
-
-type volumeRef struct{ ref, volume string }
-
-func newRefIndex() *refIndex {
-	return &refIndex{byRef: map[string]map[types.UID][]string{}, byPod: map[types.UID][]volumeRef{}}
-}
-
-func (r *refIndex) set(uid types.UID, refs []volumeRef) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removeLocked(uid)
-	for _, vr := range refs {
-		if r.byRef[vr.ref] == nil {
-			r.byRef[vr.ref] = map[types.UID][]string{}
-		}
-		r.byRef[vr.ref][uid] = append(r.byRef[vr.ref][uid], vr.volume)
-	}
-	if len(refs) > 0 {
-		r.byPod[uid] = refs
-	}
-}
-
-func (r *refIndex) remove(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.removeLocked(uid)
-}
-
-func (r *refIndex) removeLocked(uid types.UID) {
-	for _, vr := range r.byPod[uid] {
-		delete(r.byRef[vr.ref], uid)
-		if len(r.byRef[vr.ref]) == 0 {
-			delete(r.byRef, vr.ref)
-		}
-	}
-	delete(r.byPod, uid)
-}
-
-// pods returns the pods referring to ref, with the names of the pod volumes that do.
-func (r *refIndex) pods(ref string) map[types.UID][]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[types.UID][]string, len(r.byRef[ref]))
-	for uid, vols := range r.byRef[ref] {
-		out[uid] = vols
-	}
-	return out
-}
 
 // podRefs lists what a pod's volumes refer to.
 func podRefs(pod *v1.Pod) []volumeRef {
@@ -98,7 +39,7 @@ func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInf
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
-				m.notePod(pod, false)
+				m.records.note(pod, false)
 				m.podQueue.Add(pod.UID)
 			}
 		},
@@ -108,7 +49,7 @@ func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInf
 			if !ok1 || !ok2 {
 				return
 			}
-			m.notePod(pod, false)
+			m.records.note(pod, false)
 			// Labels and annotations feed the downward API: refresh like a ConfigMap change.
 			if !equalMaps(oldPod.Labels, pod.Labels) || !equalMaps(oldPod.Annotations, pod.Annotations) {
 				m.markRemount(pod.UID, nil)
@@ -120,7 +61,7 @@ func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInf
 				obj = t.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				m.notePod(pod, true)
+				m.records.note(pod, true)
 				m.podQueue.Add(pod.UID)
 			}
 		},
@@ -167,7 +108,7 @@ func (m *Manager) refHandler(refOf func(any) string, contents bool) cache.Resour
 		if ref == "" {
 			return
 		}
-		for uid, volumes := range m.refs.pods(ref) {
+		for uid, volumes := range m.records.referring(ref) {
 			if contents {
 				m.markRemount(uid, volumes)
 			}
@@ -189,24 +130,10 @@ func (m *Manager) refHandler(refOf func(any) string, contents bool) cache.Resour
 	}
 }
 
-// notePod remembers the latest object of a pod, also once it is deleted, until its
-// volumes are torn down.
-func (m *Manager) notePod(pod *v1.Pod, deleted bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.pods[pod.UID] = pod
-	if deleted {
-		m.deleted[pod.UID] = true
-	}
-	m.refs.set(pod.UID, podRefs(pod))
-}
-
 // markRemount makes the named pod volumes (nil: all) that are refreshable set up again.
 // The sequence number lets a SetUp that raced with the change leave the volume marked.
 func (m *Manager) markRemount(uid types.UID, volumes []string) {
-	m.mu.Lock()
-	m.remountSeq[uid]++
-	m.mu.Unlock()
+	m.records.with(uid, func(r *podRecord) { r.remountSeq++ })
 	var names []v1.UniqueVolumeName
 	for _, dv := range m.dsw.PodVolumes(uid) {
 		if dv.RequiresRemount && (volumes == nil || overlaps(dv.OuterNames, volumes)) {
@@ -216,10 +143,9 @@ func (m *Manager) markRemount(uid types.UID, volumes []string) {
 	m.asw.MarkRemountRequired(uid, names)
 }
 
-func (m *Manager) remountSeqOf(uid types.UID) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.remountSeq[uid]
+func (m *Manager) remountSeqOf(uid types.UID) (seq uint64) {
+	m.records.with(uid, func(r *podRecord) { seq = r.remountSeq })
+	return seq
 }
 
 func overlaps(a, b []string) bool {

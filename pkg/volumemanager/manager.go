@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -96,21 +94,8 @@ type Manager struct {
 	synced      []cache.InformerSynced
 	initialized chan struct{}
 
-	mu           sync.Mutex
-	pods         map[types.UID]*v1.Pod // last object seen, also for deleted pods until torn down
-	deleted      map[types.UID]bool
-	refs         *refIndex
-	remountSeq   map[types.UID]uint64
-	status       map[types.UID]podStatus
-	opErrors     map[types.UID]map[v1.UniqueVolumeName]string
-	tornDown     map[types.UID]tornDownState
-	subpathsDone map[types.UID]bool
-	subpathErr   map[types.UID]string
-}
-
-type podStatus struct {
-	ready   bool
-	message string
+	// records is what the manager knows about each pod beyond the two states.
+	records *podRecords
 }
 
 // New builds a Manager; Run starts it.
@@ -143,11 +128,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, dsw: NewDesiredState(), asw: NewActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
-		initialized: make(chan struct{}),
-		pods:        map[types.UID]*v1.Pod{}, deleted: map[types.UID]bool{}, refs: newRefIndex(),
-		remountSeq: map[types.UID]uint64{}, status: map[types.UID]podStatus{},
-		opErrors: map[types.UID]map[v1.UniqueVolumeName]string{}, tornDown: map[types.UID]tornDownState{},
-		subpathsDone: map[types.UID]bool{}, subpathErr: map[types.UID]string{},
+		initialized: make(chan struct{}), records: newPodRecords(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
 	m.exec = NewExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
@@ -229,7 +210,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	for _, pod := range pods {
-		m.notePod(pod, false)
+		m.records.note(pod, false)
 		m.populate(ctx, pod.UID)
 	}
 	close(m.initialized)
@@ -264,7 +245,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // disk, and every volume no pod uses.
 func (m *Manager) enqueueAll(extra []types.UID) {
 	seen := map[types.UID]bool{}
-	for _, list := range [][]types.UID{m.dsw.PodUIDs(), m.asw.PodUIDs(), extra, m.knownPodUIDs()} {
+	for _, list := range [][]types.UID{m.dsw.PodUIDs(), m.asw.PodUIDs(), extra, m.records.uids()} {
 		for _, uid := range list {
 			if !seen[uid] {
 				seen[uid] = true
@@ -275,12 +256,6 @@ func (m *Manager) enqueueAll(extra []types.UID) {
 	for _, av := range m.asw.UnusedVolumes() {
 		m.deviceQueue.Add(av.Name)
 	}
-}
-
-func (m *Manager) knownPodUIDs() []types.UID {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Collect(maps.Keys(m.pods))
 }
 
 func (m *Manager) runPodWorker(ctx context.Context) {
@@ -341,10 +316,9 @@ func (m *Manager) volumesInUseChanged() {
 }
 
 // PodVolumesReady reports whether every volume the pod uses is mounted.
-func (m *Manager) PodVolumesReady(uid types.UID) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.status[uid].ready
+func (m *Manager) PodVolumesReady(uid types.UID) (ready bool) {
+	m.records.with(uid, func(r *podRecord) { ready = r.status.ready })
+	return ready
 }
 
 // PodHasPossiblyMountedVolumes reports whether any volume of the pod is mounted or

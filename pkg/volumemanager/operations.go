@@ -93,7 +93,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			case err == nil:
 				mv.RefreshAt = refreshAt
 				m.asw.CompleteMount(mv, m.remountSeqOf(uid) != seq)
-				m.setOpError(uid, dv.Name, "")
+				m.records.setOpError(uid, dv.Name, "")
 				if !hadPrev {
 					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))
 				}
@@ -111,7 +111,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			case volume.IsTransient(err):
 				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
 			default:
-				m.setOpError(uid, dv.Name, err.Error())
+				m.records.setOpError(uid, dv.Name, err.Error())
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
 				logger.Error(err, "Volume mount failed")
 				if volume.IsUncertain(err) {
@@ -254,7 +254,7 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 				logger.V(4).Info("Volume unmounted")
 				mv.State = VolumeNotMounted
 				m.asw.SetMountState(mv)
-				m.setOpError(mv.PodUID, mv.Name, "")
+				m.records.setOpError(mv.PodUID, mv.Name, "")
 				m.deviceQueue.Add(mv.Name)
 			}
 			m.podQueue.Add(mv.PodUID)
@@ -301,19 +301,6 @@ func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) tim
 			m.deviceQueue.Add(av.Name)
 		},
 	})
-}
-
-func (m *Manager) setOpError(uid types.UID, name v1.UniqueVolumeName, msg string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if msg == "" {
-		delete(m.opErrors[uid], name)
-		return
-	}
-	if m.opErrors[uid] == nil {
-		m.opErrors[uid] = map[v1.UniqueVolumeName]string{}
-	}
-	m.opErrors[uid][name] = msg
 }
 
 // mounterArgs carries the pod's fsGroup and, when every container runs as the same user,

@@ -17,9 +17,7 @@ import (
 // (upstream: the desired state of world populator, without its 100 ms loop). A deleted,
 // terminating or terminal pod wants nothing, so its volumes are torn down.
 func (m *Manager) populate(ctx context.Context, uid types.UID) {
-	m.mu.Lock()
-	pod, deleted := m.pods[uid], m.deleted[uid]
-	m.mu.Unlock()
+	pod, deleted := m.records.object(uid)
 	if pod == nil {
 		m.dsw.DeletePod(uid)
 		return

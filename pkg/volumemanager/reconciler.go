@@ -17,14 +17,6 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
 
-// tornDownState is what the observer was last told about a torn-down pod; zero is nothing.
-type tornDownState uint8
-
-const (
-	tornDownAlive    tornDownState = iota + 1 // terminal, not being deleted
-	tornDownDeleting                          // being deleted (or gone)
-)
-
 // retryTeardown is how soon a pod directory that could not be removed is tried again.
 const retryTeardown = 5 * time.Second
 
@@ -109,10 +101,12 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 	logger := klog.FromContext(ctx)
 	if pod := m.dsw.Pod(uid); pod != nil {
 		st := m.podStatus(uid)
-		m.mu.Lock()
-		prev, seen := m.status[uid]
-		m.status[uid] = st
-		m.mu.Unlock()
+		var prev podStatus
+		var seen bool
+		m.records.with(uid, func(r *podRecord) {
+			prev, seen = r.status, r.reported
+			r.status, r.reported = st, true
+		})
 		if seen && prev == st {
 			return 0
 		}
@@ -140,12 +134,13 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 	if len(m.asw.PodVolumes(uid)) > 0 || m.exec.PodBusy(uid) {
 		return 0
 	}
-	m.mu.Lock()
-	pod, deleted, reported := m.pods[uid], m.deleted[uid], m.tornDown[uid]
-	m.mu.Unlock()
+	var pod *v1.Pod
+	var deleted bool
+	var reported tornDownState
+	m.records.with(uid, func(r *podRecord) { pod, deleted, reported = r.pod, r.deleted, r.tornDown })
 	if pod != nil && !deleted {
 		// The lister can be ahead of the event handlers: the deletion that made the
-		// populator tear the pod down may not have reached m.pods yet, and the observer
+		// populator tear the pod down may not have reached the pod's record yet, and the observer
 		// must see it to finish the deletion.
 		if cur, err := m.podLister.Pods(pod.Namespace).Get(pod.Name); err == nil && cur.UID == uid {
 			pod = cur
@@ -161,17 +156,17 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 		want = tornDownDeleting
 	}
 	if pod != nil && reported < want {
-		m.mu.Lock()
-		m.tornDown[uid] = want
-		delete(m.status, uid)
-		m.mu.Unlock()
+		m.records.with(uid, func(r *podRecord) {
+			r.tornDown = want
+			r.status, r.reported = podStatus{}, false
+		})
 		logger.V(2).Info("Pod volumes torn down", "pod", klog.KObj(pod))
 		if m.cfg.Observer != nil {
 			m.cfg.Observer.VolumesTornDown(pod)
 		}
 	}
 	if pod == nil || deleted {
-		m.forget(uid)
+		m.records.forget(uid)
 	}
 	return 0
 }
@@ -179,20 +174,23 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 func (m *Manager) podStatus(uid types.UID) podStatus {
 	errs := m.dsw.PodErrors(uid)
 	var unmounted []string
-	m.mu.Lock()
-	if e := m.subpathErr[uid]; e != "" {
-		errs = append(errs, e)
-	}
-	opErrs := m.opErrors[uid]
+	var notMounted []v1.UniqueVolumeName
 	for _, dv := range m.dsw.PodVolumes(uid) {
 		if mv, ok := m.asw.PodVolume(uid, dv.Name); !ok || mv.State != VolumeMounted {
 			unmounted = append(unmounted, dv.OuterNames...)
-			if e := opErrs[dv.Name]; e != "" {
+			notMounted = append(notMounted, dv.Name)
+		}
+	}
+	m.records.with(uid, func(r *podRecord) {
+		if r.subpathErr != "" {
+			errs = append(errs, r.subpathErr)
+		}
+		for _, name := range notMounted {
+			if e := r.opErrors[name]; e != "" {
 				errs = append(errs, e)
 			}
 		}
-	}
-	m.mu.Unlock()
+	})
 	if len(unmounted) == 0 && len(errs) == 0 {
 		return podStatus{ready: true}
 	}
@@ -202,20 +200,6 @@ func (m *Manager) podStatus(uid types.UID) podStatus {
 	sort.Strings(unmounted)
 	return podStatus{message: fmt.Sprintf("Unable to attach or mount volumes: unmounted volumes=[%s]: %s",
 		strings.Join(unmounted, " "), strings.Join(errs, "; "))}
-}
-
-func (m *Manager) forget(uid types.UID) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.pods, uid)
-	delete(m.deleted, uid)
-	delete(m.status, uid)
-	delete(m.remountSeq, uid)
-	delete(m.opErrors, uid)
-	delete(m.tornDown, uid)
-	delete(m.subpathsDone, uid)
-	delete(m.subpathErr, uid)
-	m.refs.remove(uid)
 }
 
 // removePodDir removes <root>/pods/<uid> once nothing of it is mounted. Volume directories

@@ -66,9 +66,8 @@ const subpathRetry = 5 * time.Second
 // updates do not reach it.
 func (m *Manager) ensureSubpaths(ctx context.Context, pod *v1.Pod, volumes []DesiredVolume) time.Duration {
 	uid := pod.UID
-	m.mu.Lock()
-	done := m.subpathsDone[uid]
-	m.mu.Unlock()
+	var done bool
+	m.records.with(uid, func(r *podRecord) { done = r.subpathsDone })
 	if done || !hasSubpaths(pod) {
 		return 0
 	}
@@ -88,10 +87,8 @@ func (m *Manager) ensureSubpaths(ctx context.Context, pod *v1.Pod, volumes []Des
 		}
 	}
 	fail := func(msg string) time.Duration {
-		m.mu.Lock()
-		prev := m.subpathErr[uid]
-		m.subpathErr[uid] = msg
-		m.mu.Unlock()
+		var prev string
+		m.records.with(uid, func(r *podRecord) { prev, r.subpathErr = r.subpathErr, msg })
 		if msg != prev {
 			m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
 			klog.FromContext(ctx).Error(nil, "SubPath refused", "pod", klog.KObj(pod), "reason", msg)
@@ -118,10 +115,7 @@ func (m *Manager) ensureSubpaths(ctx context.Context, pod *v1.Pod, volumes []Des
 			}
 		}
 	}
-	m.mu.Lock()
-	m.subpathsDone[uid] = true
-	delete(m.subpathErr, uid)
-	m.mu.Unlock()
+	m.records.with(uid, func(r *podRecord) { r.subpathsDone, r.subpathErr = true, "" })
 	return 0
 }
 
