@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/controller"
@@ -120,6 +121,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 	}
 	var roles []sidecar.Role
 	var reg *prometheus.Registry
+	var queueMetrics *kvcontroller.QueueMetrics
 	if o.sidecarRole {
 		env, err := connectSidecar(ctx, &o.sidecar)
 		if err != nil {
@@ -127,10 +129,11 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		}
 		defer env.conn.Close()
 		reg = env.reg
+		queueMetrics = kvcontroller.NewQueueMetrics(reg)
 		ctrl, err := csisnapshotter.New(ctx, csisnapshotter.Config{
 			ControllerConfig: env.controllerConfig(&o.sidecar, o.resync),
 			Snap:             snap, NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
-			ExtraCreateMetadata: o.extraCreateMetadata,
+			ExtraCreateMetadata: o.extraCreateMetadata, QueueMetrics: queueMetrics,
 		})
 		if err != nil {
 			return err
@@ -139,6 +142,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 	} else {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		queueMetrics = kvcontroller.NewQueueMetrics(reg)
 	}
 	if o.controllerRole {
 		if err := waitForCRDs(ctx, snap, o.retryCRDMax); err != nil {
@@ -147,7 +151,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		ctrl, err := controller.New(ctx, controller.Config{
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
-			Resync: o.resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg,
+			Resync: o.resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg, QueueMetrics: queueMetrics,
 		})
 		if err != nil {
 			return err

@@ -17,18 +17,14 @@ import (
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -49,23 +45,23 @@ type Config struct {
 	PreventVolumeModeConversion bool
 	// Registry receives the metrics; nil for none.
 	Registry prometheus.Registerer
+	// QueueMetrics exports the workqueue_* metrics; nil for none.
+	QueueMetrics *kvcontroller.QueueMetrics
 }
 
 // Controller is the snapshot-controller.
 type Controller struct {
-	cfg       Config
-	snapF     snapinformers.SharedInformerFactory
-	coreF     informers.SharedInformerFactory
-	snapshots snaplisters.VolumeSnapshotLister
-	contents  snaplisters.VolumeSnapshotContentLister
-	classes   snaplisters.VolumeSnapshotClassLister
-	claims    corelisters.PersistentVolumeClaimLister
-	volumes   corelisters.PersistentVolumeLister
-	synced    []cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
-	events    record.EventBroadcaster
-	recorder  record.EventRecorder
-	metrics   *metrics
+	cfg        Config
+	runner     *kvcontroller.Runner
+	snapshots  snaplisters.VolumeSnapshotLister
+	contents   snaplisters.VolumeSnapshotContentLister
+	classes    snaplisters.VolumeSnapshotClassLister
+	claims     corelisters.PersistentVolumeClaimLister
+	volumes    corelisters.PersistentVolumeLister
+	queue      *kvcontroller.Queue[string]
+	stopEvents func()
+	recorder   record.EventRecorder
+	metrics    *metrics
 }
 
 // New builds the controller and its informers.
@@ -86,20 +82,23 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	class := snapF.Snapshot().V1().VolumeSnapshotClasses()
 	pvc := coreF.Core().V1().PersistentVolumeClaims()
 	pv := coreF.Core().V1().PersistentVolumes()
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
+	recorder, stopEvents := kvcontroller.NewEventRecorder(ctx, cfg.Client, Component)
 	c := &Controller{
-		cfg: cfg, snapF: snapF, coreF: coreF,
+		cfg:       cfg,
+		runner:    kvcontroller.NewRunner(Component),
 		snapshots: vs.Lister(), contents: vsc.Lister(), classes: class.Lister(),
 		claims: pvc.Lister(), volumes: pv.Lister(),
-		synced: []cache.InformerSynced{vs.Informer().HasSynced, vsc.Informer().HasSynced, class.Informer().HasSynced,
-			pvc.Informer().HasSynced, pv.Informer().HasSynced},
-		queue:    snapshotter.NewQueue("snapshot-controller-snapshot", cfg.RetryIntervalStart, cfg.RetryIntervalMax),
-		events:   b,
-		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component}),
-		metrics:  newMetrics(cfg.Registry),
+		queue: kvcontroller.NewQueue[string]("snapshot-controller-snapshot", kvcontroller.QueueConfig{
+			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.QueueMetrics}),
+		stopEvents: stopEvents,
+		recorder:   recorder,
+		metrics:    newMetrics(cfg.Registry),
 	}
+	// Every informer is obtained from its factory (Informer()) before the sources start.
+	_, _, _ = class.Informer(), pvc.Informer(), pv.Informer()
+	c.runner.AddSource(snapshotter.Informers(snapF), kvcontroller.Informers(coreF))
+	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncSnapshot)
+	c.runner.Every(30*time.Second, c.metrics.updateInFlight(c.snapshots))
 	if _, err := vs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
@@ -121,21 +120,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer runtime.HandleCrashWithContext(ctx)
-	defer c.events.Shutdown()
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting snapshot-controller", "workers", c.cfg.Workers)
-	c.snapF.Start(ctx.Done())
-	c.coreF.Start(ctx.Done())
-	defer c.snapF.Shutdown()
-	defer c.coreF.Shutdown()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return ctx.Err()
-	}
-	c.metrics.watchInFlight(ctx, c.snapshots)
-	snapshotter.RunWorkers(ctx, c.queue, c.cfg.Workers, "volumesnapshot", c.syncSnapshot)
-	logger.Info("Stopping snapshot-controller")
-	return nil
+	defer c.stopEvents()
+	klog.FromContext(ctx).Info("Starting snapshot-controller", "workers", c.cfg.Workers)
+	return c.runner.Run(ctx)
 }
 
 func (c *Controller) enqueue(obj any) {

@@ -8,7 +8,6 @@ import (
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
@@ -59,10 +58,10 @@ func (m *metrics) observe(vs *snapv1.VolumeSnapshot, driver, op, status string, 
 	m.duration.WithLabelValues(driver, op, snapshotType(vs), status).Observe(time.Since(start).Seconds())
 }
 
-// watchInFlight recomputes the in-flight gauge every 30 s, as upstream does: snapshots not
+// updateInFlight recomputes the in-flight gauge (every 30 s, as upstream): snapshots not
 // yet ready, and snapshots being deleted.
-func (m *metrics) watchInFlight(ctx context.Context, lister snaplisters.VolumeSnapshotLister) {
-	go wait.UntilWithContext(ctx, func(context.Context) {
+func (m *metrics) updateInFlight(lister snaplisters.VolumeSnapshotLister) func(context.Context) {
+	return func(context.Context) {
 		all, err := lister.List(labels.Everything())
 		if err != nil {
 			return
@@ -74,5 +73,5 @@ func (m *metrics) watchInFlight(ctx context.Context, lister snaplisters.VolumeSn
 			}
 		}
 		m.inFlight.Set(float64(n))
-	}, 30*time.Second)
+	}
 }

@@ -21,12 +21,11 @@ import (
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
@@ -41,18 +40,19 @@ type Config struct {
 	UUIDLength int
 	// ExtraCreateMetadata adds the snapshot's and the content's names to the parameters.
 	ExtraCreateMetadata bool
+	// QueueMetrics exports the workqueue_* metrics; nil for none.
+	QueueMetrics *kvcontroller.QueueMetrics
 }
 
 // Controller is the csi-snapshotter of one driver.
 type Controller struct {
-	cfg      Config
-	factory  snapinformers.SharedInformerFactory
-	contents snaplisters.VolumeSnapshotContentLister
-	classes  snaplisters.VolumeSnapshotClassLister
-	synced   []cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
-	events   record.EventBroadcaster
-	recorder record.EventRecorder
+	cfg        Config
+	runner     *kvcontroller.Runner
+	contents   snaplisters.VolumeSnapshotContentLister
+	classes    snaplisters.VolumeSnapshotClassLister
+	queue      *kvcontroller.Queue[string]
+	stopEvents func()
+	recorder   record.EventRecorder
 	// lists is whether the driver has LIST_SNAPSHOTS, to check pre-provisioned snapshots.
 	lists bool
 }
@@ -75,15 +75,18 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
 	vsc := factory.Snapshot().V1().VolumeSnapshotContents()
 	class := factory.Snapshot().V1().VolumeSnapshotClasses()
-	b, rec := cfg.NewEvents(ctx, "csi-snapshotter")
+	rec, stop := kvcontroller.NewEventRecorder(ctx, cfg.Client, "csi-snapshotter "+cfg.DriverName)
 	c := &Controller{
-		cfg: cfg, factory: factory, contents: vsc.Lister(), classes: class.Lister(),
-		synced:   []cache.InformerSynced{vsc.Informer().HasSynced, class.Informer().HasSynced},
-		queue:    cfg.NewQueue("csi-snapshotter-content"),
-		events:   b,
-		recorder: rec,
-		lists:    caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
+		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter"), contents: vsc.Lister(), classes: class.Lister(),
+		queue: kvcontroller.NewQueue[string]("csi-snapshotter-content", kvcontroller.QueueConfig{
+			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.QueueMetrics}),
+		stopEvents: stop,
+		recorder:   rec,
+		lists:      caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
 	}
+	_ = class.Informer() // obtained before the source starts
+	c.runner.AddSource(snapshotter.Informers(factory))
+	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
 	if _, err := vsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(oldObj, newObj any) {
@@ -141,18 +144,9 @@ func annotationsEqualExcept(a, b map[string]string, skip string) bool {
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer runtime.HandleCrashWithContext(ctx)
-	defer c.events.Shutdown()
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers, "listSnapshots", c.lists)
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return ctx.Err()
-	}
-	snapshotter.RunWorkers(ctx, c.queue, c.cfg.Workers, "volumesnapshotcontent", c.syncContent)
-	logger.Info("Stopping csi-snapshotter")
-	return nil
+	defer c.stopEvents()
+	klog.FromContext(ctx).Info("Starting csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers, "listSnapshots", c.lists)
+	return c.runner.Run(ctx)
 }
 
 func (c *Controller) enqueue(obj any) {
