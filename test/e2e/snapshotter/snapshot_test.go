@@ -25,8 +25,8 @@ func TestSnapshotAndRestore(t *testing.T) {
 	}
 	src := e.waitBound("src")
 
-	vs := e.snapshotOf("snap", "src", nil)
-	vs = e.waitReady("snap")
+	e.snapshotOf("snap", "src", nil)
+	vs := e.waitReady("snap")
 	st := vs.Status
 	contentName := snapshotter.ContentPrefix + string(vs.UID)
 	switch {
