@@ -44,8 +44,19 @@ const (
 var errRetry = errors.New("retrying")
 
 // syncSnapshot brings one VolumeSnapshot, its content and its source claim to the state
-// their specs ask for.
+// their specs ask for. A conflict means the cache is behind a newer version of the snapshot
+// or its content; that version's event syncs the snapshot again, so it is not a failure and
+// does not grow the snapshot's backoff (which would delay it by minutes under load).
 func (c *Controller) syncSnapshot(ctx context.Context, key string) error {
+	err := c.sync(ctx, key)
+	if apierrors.IsConflict(err) {
+		klog.FromContext(ctx).V(4).Info("Conflict, waiting for the newer version", "volumesnapshot", key)
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil

@@ -55,6 +55,8 @@ type Controller struct {
 	recorder   record.EventRecorder
 	// lists is whether the driver has LIST_SNAPSHOTS, to check pre-provisioned snapshots.
 	lists bool
+	// volumes serializes CreateSnapshot per source volume.
+	volumes volumeLocks
 }
 
 // New builds the controller. It asks the driver for its capabilities once.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
@@ -43,9 +44,22 @@ func errNoSnapshots(driver string) error {
 	return fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", driver)
 }
 
+// conflictRetry is how soon a content whose write met a newer version is synced again: the
+// update filter may drop that version's event, so the content cannot wait for it.
+const conflictRetry = 100 * time.Millisecond
+
 // syncContent brings one content of this driver to its backend snapshot: create or check
-// it, then, when the content is released, delete it.
+// it, then, when the content is released, delete it. A conflict is retried soon without
+// growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
+	err := c.sync(ctx, name)
+	if apierrors.IsConflict(err) {
+		return kvcontroller.RetryAfter(conflictRetry)
+	}
+	return err
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
 	content, err := c.contents.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -131,9 +145,14 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 			return content, err
 		}
 	}
+	unlock, err := c.volumes.lock(ctx, req.SourceVolumeId)
+	if err != nil {
+		return content, err
+	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Controller.CreateSnapshot(cctx, req)
 	cancel()
+	unlock()
 	if err != nil {
 		msg := fmt.Sprintf("Failed to create snapshot: failed to take snapshot of the volume %s: %v", req.SourceVolumeId, err)
 		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
