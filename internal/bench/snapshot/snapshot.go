@@ -168,44 +168,18 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 func createSnapshots(ctx context.Context, snap snapclient.Interface, ns string, n int, created func(string, time.Time)) error {
-	const workers = 32
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
 	source := "source"
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				name := fmt.Sprintf("snap-%05d", i)
-				at := time.Now()
-				vs := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-					Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{PersistentVolumeClaimName: &source}}}
-				if _, err := snap.SnapshotV1().VolumeSnapshots(ns).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-				created(name, at)
-			}
-		})
-	}
-	var err error
-loop:
-	for i := range n {
-		select {
-		case next <- i:
-		case err = <-errs:
-			break loop
+	return report.Parallel(n, 32, func(i int) error {
+		name := fmt.Sprintf("snap-%05d", i)
+		at := time.Now()
+		vs := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{PersistentVolumeClaimName: &source}}}
+		if _, err := snap.SnapshotV1().VolumeSnapshots(ns).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+			return err
 		}
-	}
-	close(next)
-	wg.Wait()
-	if err == nil {
-		select {
-		case err = <-errs:
-		default:
-		}
-	}
-	return err
+		created(name, at)
+		return nil
+	})
 }
 
 // pickCluster uses the cluster of cfg.Kubeconfig or of `kubevol up`, else starts a
