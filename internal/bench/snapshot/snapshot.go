@@ -74,14 +74,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+	}()
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
 		StorageClassName: &sc.Name, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}}}}
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	defer func() { _ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "source", metav1.DeleteOptions{}) }()
+	defer func() {
+		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "source", metav1.DeleteOptions{})
+	}()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "source", metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.ClaimBound, nil

@@ -91,7 +91,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = e.cs.StorageV1().CSIDrivers().Delete(context.Background(), e.driver, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = e.cs.StorageV1().CSIDrivers().Delete(context.Background(), e.driver, metav1.DeleteOptions{})
+		})
 		framework.StartKubevol(t, "driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
 			"--drivername", e.driver, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry"))
 		conn, err := csi.Dial(csi.Config{Address: e.socket, Timeout: 10 * time.Second})
@@ -215,7 +217,9 @@ func (e *env) waitSnapshot(name, what string, cond func(*snapv1.VolumeSnapshot) 
 
 func (e *env) waitReady(name string) *snapv1.VolumeSnapshot {
 	e.t.Helper()
-	return e.waitSnapshot(name, "ready", func(vs *snapv1.VolumeSnapshot) bool { return vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse) })
+	return e.waitSnapshot(name, "ready", func(vs *snapv1.VolumeSnapshot) bool {
+		return vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse)
+	})
 }
 
 // waitGone waits until get says NotFound.
