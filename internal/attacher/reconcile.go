@@ -86,7 +86,7 @@ func (c *Controller) reconcileVA(ctx context.Context, va *storagev1.VolumeAttach
 	if va.Status.Attached {
 		c.recorder.Eventf(va, corev1.EventTypeWarning, reasonNotPublished,
 			"Driver %s reports volume %s not published to node %s (ListVolumes); publishing it again", c.cfg.DriverName, src.csi.VolumeHandle, nodeID)
-		c.markRepublish(va.Name)
+		c.republish.Expect(va.Name, "")
 	}
 	c.vaQueue.Add(va.Name)
 }
@@ -117,21 +117,4 @@ func (c *Controller) publishedNodes(ctx context.Context) (map[string][]string, e
 		}
 		token = next
 	}
-}
-
-// markRepublish records that the next sync of a VolumeAttachment must call
-// ControllerPublishVolume even though it is marked attached: upstream's forceSync.
-func (c *Controller) markRepublish(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.republish[name] = true
-}
-
-// takeRepublish returns and clears the republish mark of a VolumeAttachment.
-func (c *Controller) takeRepublish(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	on := c.republish[name]
-	delete(c.republish, name)
-	return on
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const publishCapability = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
@@ -27,8 +28,8 @@ const (
 // syncVA brings one VolumeAttachment to its desired state: attached while it lives,
 // detached (and released) once it is being deleted.
 func (c *Controller) syncVA(ctx context.Context, name string) error {
-	c.setSyncing(name, true)
-	defer c.setSyncing(name, false)
+	c.syncing.Expect(name, "")
+	defer c.syncing.Forget(name)
 	va, err := c.vaLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -36,14 +37,14 @@ func (c *Controller) syncVA(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if va.Spec.Attacher != c.cfg.DriverName || c.isSuperseded(va) {
+	if va.Spec.Attacher != c.cfg.DriverName || c.superseded.Is(va.Name, va.ResourceVersion) {
 		return nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", va.Name, "node", va.Spec.NodeName))
 	if va.DeletionTimestamp != nil {
 		return c.detach(ctx, va.DeepCopy())
 	}
-	republish := c.takeRepublish(va.Name)
+	republish := c.republish.Take(va.Name)
 	if va.Status.Attached && !republish {
 		return nil
 	}
@@ -51,7 +52,7 @@ func (c *Controller) syncVA(ctx context.Context, name string) error {
 	if err != nil && republish {
 		// Upstream forgets its forceSync here and waits for the next reconcile pass; the
 		// retry with backoff must publish again too.
-		c.markRepublish(va.Name)
+		c.republish.Expect(va.Name, "")
 	}
 	return err
 }
@@ -122,7 +123,7 @@ func (c *Controller) attach(ctx context.Context, va *storagev1.VolumeAttachment)
 		// The status write below supersedes this version, whatever its outcome.
 		defer func(meta string) {
 			if va.ResourceVersion != meta {
-				c.markSuperseded(va.Name, meta)
+				c.superseded.Expect(va.Name, meta)
 			}
 		}(va.ResourceVersion)
 	}
@@ -277,7 +278,7 @@ func (c *Controller) updateStatus(ctx context.Context, va *storagev1.VolumeAttac
 		return err
 	}
 	va.ResourceVersion = updated.ResourceVersion
-	c.wrote(va.Name, updated.ResourceVersion)
+	c.unobserved.Expect(va.Name, updated.ResourceVersion)
 	return nil
 }
 
@@ -315,7 +316,7 @@ func (c *Controller) syncPV(ctx context.Context, name string) error {
 	if !slices.Contains(pv.Finalizers, c.finalizer()) {
 		return nil
 	}
-	vas, err := c.vaIndex.ByIndex(vaByPVIndex, name)
+	vas, err := sidecar.AttachmentsOfPV(c.vaIndex, name)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 
 type attacherOptions struct {
 	sidecar       sidecar.Options
-	resync        time.Duration
 	reconcileSync time.Duration
 	maxEntries    int
 	defaultFSType string
@@ -39,8 +38,8 @@ again.`,
 	f := cmd.Flags()
 	// Upstream defaults, except the client QPS: external-attacher's 5/10 queue every status
 	// update behind a token bucket; the apiserver's priority and fairness protects it instead.
-	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: 15 * time.Second, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400})
-	f.DurationVar(&o.resync, "resync", 10*time.Minute, "Resync interval of the informers: how often every VolumeAttachment is checked again.")
+	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: 15 * time.Second, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
+		Resync: 10 * time.Minute, ResyncFlag: "resync"})
 	f.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Interval of the VolumeAttachment reconciler: how often ListVolumes is compared with the attached VolumeAttachments (drivers with LIST_VOLUMES_PUBLISHED_NODES only).")
 	f.IntVar(&o.maxEntries, "max-entries", 0, "Max entries per page of the reconciler's ListVolumes calls; 0 means no limit.")
 	f.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type for volumes whose PV names none.")
@@ -50,10 +49,10 @@ again.`,
 
 func (o *attacherOptions) validate() error {
 	if err := o.sidecar.Validate(); err != nil {
-		return &UsageError{Err: err}
+		return flagError(err, sidecar.FlagNames("resync"))
 	}
-	if o.resync <= 0 || o.reconcileSync <= 0 {
-		return usageErrorf("--resync and --reconcile-sync must be positive, got %s and %s", o.resync, o.reconcileSync)
+	if o.reconcileSync <= 0 {
+		return usageErrorf("--reconcile-sync must be positive, got %s", o.reconcileSync)
 	}
 	if o.maxEntries < 0 || o.maxEntries > math.MaxInt32 {
 		return usageErrorf("--max-entries must be between 0 and %d, got %d", math.MaxInt32, o.maxEntries)
@@ -62,13 +61,13 @@ func (o *attacherOptions) validate() error {
 }
 
 func (o *attacherOptions) run(ctx context.Context) error {
-	env, err := connectSidecar(ctx, &o.sidecar)
+	sc, err := sidecar.Connect(ctx, "attacher", &o.sidecar)
 	if err != nil {
 		return err
 	}
-	defer env.conn.Close()
+	defer sc.Close()
 	ctrl, err := attacher.New(ctx, attacher.Config{
-		ControllerConfig: env.controllerConfig(&o.sidecar, o.resync),
+		ControllerConfig: sc.ControllerConfig(),
 		DefaultFSType:    o.defaultFSType,
 		ReconcileSync:    o.reconcileSync,
 		MaxEntries:       int32(o.maxEntries),
@@ -77,6 +76,5 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		return err
 	}
 	// The Lease name upstream derives from the driver, so both can share one election.
-	lock := "external-attacher-leader-" + csi.SanitizeDriverName(env.driver)
-	return sidecar.Run(ctx, o.sidecar, env.client, env.reg, lock, ctrl.Run)
+	return sc.Run(ctx, "external-attacher-leader-"+csi.SanitizeDriverName(sc.Driver), ctrl.Run)
 }

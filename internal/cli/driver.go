@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,6 +59,7 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;Delete
 	f.StringVar(&o.mode, "mode", string(driver.ModeAll), "services to serve: controller, node or all")
 	f.StringVar(&o.cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
 	f.BoolVar(&o.cfg.AttachRequired, "attach-required", false, "advertise PUBLISH_UNPUBLISH_VOLUME, so that the CO attaches volumes")
+	f.StringSliceVar(&o.cfg.Without, "without", nil, "capabilities to switch off, comma-separated, to test a CO against drivers that lack them: "+strings.Join(driver.WithoutNames, ", ")+" (see docs/driver.md)")
 	f.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may have published, reported by NodeGetInfo (0: no limit)")
 	f.StringVar(&o.capacity, "capacity", "100Gi", "size of the pool of dir volumes, a quantity such as 100Gi")
 	f.StringVar(&o.cfg.CallLog, "call-log", "", "append one JSON line per CSI call to this file")

@@ -70,10 +70,12 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	}
 	f := cmd.Flags()
 	c := &o.cfg
-	c.Sidecar.AddFlags(f, sidecar.Defaults{Timeout: 10 * time.Second, WorkerThreads: 100, KubeAPIQPS: defaultKubeAPIQPS, KubeAPIBurst: defaultKubeAPIBurst})
+	// Upstream has no resync flag and resyncs every 15 minutes; kubevol's --resync sets it.
+	c.Sidecar.AddFlags(f, sidecar.Defaults{Timeout: 10 * time.Second, WorkerThreads: 100, KubeAPIQPS: defaultKubeAPIQPS, KubeAPIBurst: defaultKubeAPIBurst,
+		Resync: 15 * time.Minute, ResyncFlag: "resync"})
 	// Upstream's form is key:value (csi-lib-utils), not pflag's key=value.
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
-	f.StringVar(&c.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
+	f.StringVar(&c.Sidecar.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the provisioner is being run out of cluster.")
 	f.StringVar(&c.VolumeNamePrefix, "volume-name-prefix", "pvc", "Prefix to apply to the name of a created volume.")
 	f.IntVar(&c.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "Truncates generated UUID of a created volume to this length (1-32), or -1 for the full UID.")
 	f.UintVar(&o.cloningThreads, "cloning-protection-threads", 1, "Accepted for compatibility; clone sources are released by the claim workers.")
@@ -112,7 +114,7 @@ var prefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 	c := &o.cfg
 	if err := c.Sidecar.Validate(); err != nil {
-		return &UsageError{Err: err}
+		return flagError(err, sidecar.FlagNames("resync"))
 	}
 	switch n := c.VolumeNameUUIDLength; {
 	case n == -1, n > 0 && n <= 32:

@@ -76,3 +76,36 @@ func TestBenchProvisionFlagValidation(t *testing.T) {
 		}
 	}
 }
+
+// The library's validation names fields; what the user reads names the flags, including
+// the sidecar-specific names of the shared fields.
+func TestSidecarErrorsNameFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"provisioner", "--resync=0s"}, "--resync must be positive"},
+		{[]string{"provisioner", "--csi-address="}, "--csi-address must not be empty"},
+		{[]string{"provisioner", "--leader-election-retry-period=0s"}, "--leader-election-retry-period must be positive"},
+		{[]string{"provisioner", "--kube-api-qps=1", "--kube-api-burst=0"}, "--kube-api-qps must be non-zero (negative disables client-side throttling) and --kube-api-burst at least 1"},
+		{[]string{"attacher", "--resync=0s"}, "--resync must be positive"},
+		{[]string{"attacher", "--worker-threads=0"}, "--worker-threads must be between 1 and 10000"},
+		{[]string{"resizer", "--resync-period=0s"}, "--resync-period must be positive"},
+		{[]string{"resizer", "--workers=0"}, "--workers must be between 1 and 10000"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Setenv("KUBECONFIG", "")
+			var stdout, stderr bytes.Buffer
+			code := Execute(tc.args, &stdout, &stderr)
+			first, _, _ := strings.Cut(stderr.String(), "\n")
+			if code != exitUsage || !strings.Contains(first, tc.want) {
+				t.Errorf("exit %d, first stderr line %q; want exit %d and %q", code, first, exitUsage, tc.want)
+			}
+			for _, field := range []string{"Resync", "WorkerThreads", "CSIAddress", "KubeAPI", "LeaderElection."} {
+				if strings.Contains(first, field) {
+					t.Errorf("%q names the field %s instead of its flag", first, field)
+				}
+			}
+		})
+	}
+}

@@ -63,6 +63,7 @@ func NewRootCommand() *cobra.Command {
 		newSnapshotterCommand(),
 		newNodeCommand(),
 		newDriverCommand(),
+		newVerifyCommand(),
 		newBenchCommand(),
 		newVersionCommand(),
 	)

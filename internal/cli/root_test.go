@@ -22,6 +22,12 @@ func TestFlagValidation(t *testing.T) {
 		{"reset root", []string{"up", "--dir=/", "--reset"}, exitUsage, "refuses to wipe"},
 		{"stray argument", []string{"up", "now"}, exitUsage, `unexpected argument "now"`},
 		{"bad klog verbosity", []string{"version", "-v=loud"}, exitUsage, "invalid argument"},
+		{"verify without a driver", []string{"verify"}, exitUsage, "give exactly one of --driver and --storage-class"},
+		{"verify with both", []string{"verify", "--driver=a.b", "--storage-class=c"}, exitUsage, "give exactly one of --driver and --storage-class"},
+		{"verify dir and kubeconfig", []string{"verify", "--driver=a.b", "--dir=/x", "--kubeconfig=/y"}, exitUsage, "give --dir or --kubeconfig, not both"},
+		{"verify bad block parameters", []string{"verify", "--driver=a.b", "--block-parameters=type"}, exitUsage, "--block-parameters"},
+		{"driver without unknown", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--without=staging,wings"}, exitUsage, `--without "wings": want some of staging,`},
+		{"driver node-only expansion split", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--mode=node", "--without=controller-expansion"}, exitUsage, "--without controller-expansion needs --mode all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -33,7 +33,6 @@ type snapshotterOptions struct {
 	sidecar             sidecar.Options
 	controllerRole      bool
 	sidecarRole         bool
-	resync              time.Duration
 	namePrefix          string
 	uuidLength          int
 	groupPrefix         string
@@ -63,10 +62,10 @@ other's upstream counterpart. A kill -9 at any point leaks no backend snapshot.`
 	}
 	f := cmd.Flags()
 	// Upstream's defaults (a 1 min CSI timeout), except the client QPS, as for the other sidecars.
-	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: time.Minute, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400})
+	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: time.Minute, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
+		Resync: 15 * time.Minute, ResyncFlag: "resync-period"})
 	f.BoolVar(&o.controllerRole, "snapshot-controller", true, "Run the snapshot-controller role (Lease "+snapshotter.ControllerLease+").")
 	f.BoolVar(&o.sidecarRole, "csi-snapshotter", true, "Run the csi-snapshotter role for the driver at --csi-address (Lease external-snapshotter-leader-<driver>).")
-	f.DurationVar(&o.resync, "resync-period", 15*time.Minute, "Resync period of the informers.")
 	f.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
 	f.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
 	f.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
@@ -84,13 +83,11 @@ other's upstream counterpart. A kill -9 at any point leaks no backend snapshot.`
 
 func (o *snapshotterOptions) validate() error {
 	if err := o.sidecar.Validate(); err != nil {
-		return &UsageError{Err: err}
+		return flagError(err, sidecar.FlagNames("resync-period"))
 	}
 	switch {
 	case !o.controllerRole && !o.sidecarRole:
 		return usageErrorf("--snapshot-controller=false and --csi-snapshotter=false leave nothing to run")
-	case o.resync <= 0:
-		return usageErrorf("--resync-period must be positive, got %s", o.resync)
 	case o.namePrefix == "":
 		return usageErrorf("--snapshot-name-prefix must not be empty")
 	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
@@ -104,54 +101,50 @@ func (o *snapshotterOptions) validate() error {
 }
 
 func (o *snapshotterOptions) run(ctx context.Context) error {
-	cfg, err := o.sidecar.RESTConfig()
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	// Custom resources have no protobuf form.
-	jsonCfg := rest.CopyConfig(cfg)
-	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
-	snap, err := snapclient.NewForConfig(jsonCfg)
-	if err != nil {
-		return err
-	}
 	var roles []sidecar.Role
+	var cfg *rest.Config
+	var client kubernetes.Interface
 	var reg *prometheus.Registry
 	var queueMetrics *kvcontroller.QueueMetrics
 	if o.sidecarRole {
-		env, err := connectSidecar(ctx, &o.sidecar)
+		sc, err := sidecar.Connect(ctx, "snapshotter", &o.sidecar)
 		if err != nil {
 			return err
 		}
-		defer env.conn.Close()
-		reg = env.reg
-		queueMetrics = kvcontroller.NewQueueMetrics(reg)
+		defer sc.Close()
+		cfg, client, reg, queueMetrics = sc.RESTConfig, sc.Client, sc.Registry, sc.QueueMetrics
 		ctrl, err := csisnapshotter.New(ctx, csisnapshotter.Config{
-			ControllerConfig: env.controllerConfig(&o.sidecar, o.resync),
-			Snap:             snap, NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
-			ExtraCreateMetadata: o.extraCreateMetadata, QueueMetrics: queueMetrics,
+			ControllerConfig: sc.ControllerConfig(),
+			Snap:             snapClient(cfg), NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
+			ExtraCreateMetadata: o.extraCreateMetadata,
 		})
 		if err != nil {
 			return err
 		}
-		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(env.driver), Run: ctrl.Run})
+		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: ctrl.Run})
 	} else {
+		// The snapshot-controller alone needs no driver.
+		var err error
+		if cfg, err = o.sidecar.RESTConfig(); err != nil {
+			return err
+		}
+		cfg.UserAgent = "kubevol-snapshotter"
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		queueMetrics = kvcontroller.NewQueueMetrics(reg)
 	}
 	if o.controllerRole {
+		snap := snapClient(cfg)
 		if err := waitForCRDs(ctx, snap, o.retryCRDMax); err != nil {
 			return err
 		}
 		ctrl, err := controller.New(ctx, controller.Config{
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
-			Resync: o.resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg, QueueMetrics: queueMetrics,
+			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg, QueueMetrics: queueMetrics,
 		})
 		if err != nil {
 			return err
@@ -159,6 +152,13 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: ctrl.Run}}, roles...)
 	}
 	return sidecar.RunRoles(ctx, o.sidecar, client, reg, roles...)
+}
+
+// snapClient is the snapshot API client: custom resources have no protobuf form.
+func snapClient(cfg *rest.Config) snapclient.Interface {
+	c := rest.CopyConfig(cfg)
+	c.ContentType, c.AcceptContentTypes = "application/json", "application/json"
+	return snapclient.NewForConfigOrDie(c)
 }
 
 // waitForCRDs lists the three v1 kinds until it works, as upstream's snapshot-controller

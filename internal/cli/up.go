@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
 )
@@ -25,6 +27,9 @@ type upOptions struct {
 	statusInterval time.Duration
 	buildOnly      bool
 	nodeName       string
+	drivers        []string
+	driverConfig   string
+	driverCfg      map[string]up.DriverConfig
 }
 
 func newUpCommand() *cobra.Command {
@@ -36,7 +41,17 @@ func newUpCommand() *cobra.Command {
 Kubernetes ` + localcluster.UpstreamVersion + ` (built once, on first run), then the kubevol components (driver,
 provisioner, attacher, resizer, snapshotter and node agent) with a default StorageClass "` + up.DefaultStorageClass + `".
 State is kept in --dir, so a second start is fast and keeps its objects; --reset wipes it.
-Ctrl-C or SIGTERM stops everything.`,
+
+--driver unix:///path/csi.sock (repeatable) adds a CSI driver that runs on its own: up asks it
+who it is (GetPluginInfo, capabilities, NodeGetInfo), registers it with the node agent as
+node-driver-registrar would (unless it registers itself in <dir>/node/plugins_registry),
+creates its CSIDriver (attachRequired from PUBLISH_UNPUBLISH_VOLUME, storageCapacity from
+GET_CAPACITY; --driver-config overrides) and a StorageClass named after it, and runs its
+provisioner, attacher (when attach is required) and resizer (when it can expand).
+
+A component that exits is restarted with backoff (1 s doubling to 5 min, back to 1 s after
+10 min of running); up stops only when etcd or the kube-apiserver cannot be brought back.
+Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
 				return err
@@ -51,6 +66,8 @@ Ctrl-C or SIGTERM stops everything.`,
 	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
+	f.StringArrayVar(&o.drivers, "driver", nil, "endpoint of an external CSI driver to run beside the built-in one, unix:///path/csi.sock (repeatable)")
+	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -73,6 +90,17 @@ func (o *upOptions) validate() error {
 		return usageErrorf("--reset refuses to wipe %q", abs)
 	}
 	o.dir = abs
+	for _, d := range o.drivers {
+		target, err := csi.Target(d)
+		if err != nil || !filepath.IsAbs(strings.TrimPrefix(target, "unix://")) {
+			return usageErrorf("--driver %q: want unix:///path/csi.sock", d)
+		}
+	}
+	if o.driverConfig != "" {
+		if o.driverCfg, err = up.LoadDriverConfig(o.driverConfig); err != nil {
+			return usageErrorf("--driver-config: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -95,7 +123,12 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wiped %s\n", o.dir)
 	}
 	start := time.Now()
-	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr})
+	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
+		Drivers: o.drivers, DriverConfig: o.driverCfg})
+	var driverErr *up.DriverError
+	if errors.As(err, &driverErr) {
+		return &UsageError{Err: err}
+	}
 	if err != nil {
 		return err
 	}
@@ -115,7 +148,6 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 
-	exited := stack.Exited()
 	tty := isTerminal(stderr)
 	ticker := time.NewTicker(o.statusInterval)
 	defer ticker.Stop()
@@ -124,8 +156,14 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case name := <-exited:
-			return fmt.Errorf("%s exited unexpectedly; see %s", name, stack.LogPath(name))
+		case err := <-stack.Failed():
+			return err
+		case ev := <-stack.Events():
+			if tty {
+				fmt.Fprint(stderr, "\r\033[K")
+			}
+			fmt.Fprintln(stderr, time.Now().Format(time.TimeOnly)+" "+ev)
+			last = ""
 		case <-ticker.C:
 			line := statusLine(stack.Status(ctx), time.Since(start))
 			switch {
@@ -146,6 +184,13 @@ func statusLine(st []localcluster.ComponentStatus, uptime time.Duration) string 
 		mark := "✓"
 		if !s.Healthy {
 			mark = "✗ (" + truncate(s.Detail, 60) + ")"
+		}
+		switch s.Restarts {
+		case 0:
+		case 1:
+			mark += " (1 restart)"
+		default:
+			mark += fmt.Sprintf(" (%d restarts)", s.Restarts)
 		}
 		fmt.Fprintf(&b, "%s %s  ", s.Name, mark)
 	}

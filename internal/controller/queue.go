@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +53,8 @@ type QueueMetrics struct {
 }
 
 // NewQueueMetrics creates the workqueue_* metrics and registers them with reg (none when
-// reg is nil). Create one per registry and share it between the queues.
+// reg is nil). On a registry that has them already, it returns the registered ones, so
+// every caller of one registry shares the same metrics.
 func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
 	const sub = "workqueue"
 	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
@@ -75,9 +77,25 @@ func NewQueueMetrics(reg prometheus.Registerer) *QueueMetrics {
 		longest:    gauge("longest_running_processor_seconds", "How many seconds has the longest running processor for workqueue been running."),
 	}
 	if reg != nil {
-		reg.MustRegister(m.depth, m.adds, m.retries, m.latency, m.work, m.unfinished, m.longest)
+		m.depth, m.unfinished, m.longest = register(reg, m.depth), register(reg, m.unfinished), register(reg, m.longest)
+		m.adds, m.retries = register(reg, m.adds), register(reg, m.retries)
+		m.latency, m.work = register(reg, m.latency), register(reg, m.work)
 	}
 	return m
+}
+
+// register registers c, or returns the collector of the same description reg already has.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if errors.As(err, &dup) {
+			if existing, ok := dup.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		panic(err)
+	}
+	return c
 }
 
 func (m *QueueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {

@@ -10,6 +10,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -36,6 +37,17 @@ func (s factorySource) WaitForSync(ctx context.Context) bool {
 	return s.f.WaitForCacheSyncWithContext(ctx).Err == nil
 }
 func (s factorySource) Shutdown() { s.f.Shutdown() }
+
+// Synced is a Source that starts nothing and is synced once every function reports true:
+// the caches a controller reads, on informers that another Source (or the caller) starts.
+func Synced(synced ...cache.InformerSynced) Source { return syncedSource(synced) }
+
+type syncedSource []cache.InformerSynced
+
+func (syncedSource) Start(context.Context) {}
+func (s syncedSource) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), s...)
+}
 
 // Sync brings the object of one key to its desired state. See the package doc for what
 // its result means.

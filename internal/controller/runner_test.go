@@ -294,6 +294,32 @@ func TestQueueMetrics(t *testing.T) {
 	if q.Name() != "volumeattachments" {
 		t.Errorf("Name() = %q", q.Name())
 	}
+	// A second provider on the same registry shares the metrics instead of panicking.
+	NewQueueMetrics(reg).NewAddsMetric("volumeattachments").Inc()
+	if got := counterValue(t, reg, "workqueue_adds_total", "volumeattachments"); got != 2 {
+		t.Errorf("workqueue_adds_total = %v after an add through each provider, want 2", got)
+	}
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, family, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "name" && l.GetValue() == name {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // NewEventRecorder writes events to the API with the component as their source.

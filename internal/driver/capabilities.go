@@ -30,18 +30,21 @@ func (c *Config) controllerCapabilities() []csi.ControllerServiceCapability_RPC_
 			csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 			csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES)
 	}
-	return caps
+	return c.off.filterController(caps)
 }
 
 func (c *Config) nodeCapabilities() []csi.NodeServiceCapability_RPC_Type {
-	return []csi.NodeServiceCapability_RPC_Type{
-		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+	var caps []csi.NodeServiceCapability_RPC_Type
+	if !c.off[WithoutStaging] {
+		caps = append(caps, csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME)
+	}
+	return append(caps,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH,
-	}
+	)
 }
 
 func (c *controller) ControllerGetCapabilities(_ context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {

@@ -70,6 +70,11 @@ type Config struct {
 	// Recover is the operator's answer to a state directory whose records New refused;
 	// see Recover. Leave it empty otherwise.
 	Recover Recover
+	// Without lists capabilities to switch off (WithoutNames), for testing COs against
+	// drivers that lack them.
+	Without []string
+
+	off without
 }
 
 // driverNameRE is the CSI GetPluginInfo rule: at most 63 characters, alphanumeric at both
@@ -123,6 +128,15 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--recover %q: want %s or %s", c.Recover, RecoverAdopt, RecoverQuarantine)
 	}
+	off, err := parseWithout(c.Without)
+	if err != nil {
+		return err
+	}
+	if off[WithoutControllerExpansion] && c.Mode != ModeAll {
+		// The node grows the volume's bytes itself, so it must own the controller's records.
+		return fmt.Errorf("--without %s needs --mode all", WithoutControllerExpansion)
+	}
+	c.off = off
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}

@@ -21,37 +21,47 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if req.GetCapacityRange() == nil {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
 	}
-	v, err := c.lockVolumeForSpace(id)
+	size, nodeExpand, err := c.expand(ctx, id, req.GetCapacityRange(), req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+}
+
+// expand grows the volume's bytes to the range and returns its size and whether the node
+// must act.
+func (c *controller) expand(ctx context.Context, id string, rng *csi.CapacityRange, cp *csi.VolumeCapability) (int64, bool, error) {
+	v, err := c.lockVolumeForSpace(id)
+	if err != nil {
+		return 0, false, err
+	}
 	defer v.unlock()
-	if cp := req.GetVolumeCapability(); cp != nil {
-		if r := unsupportedReason(v.Type, cp); r != "" {
-			return nil, status.Error(codes.InvalidArgument, r)
+	if cp != nil {
+		if r := c.cfg.off.unsupported(v.Type, cp); r != "" {
+			return 0, false, status.Error(codes.InvalidArgument, r)
 		}
 	}
 	// An image needs the node to act: a staged loop device keeps its old size until the node
 	// refreshes it, and a filesystem on it must then grow. A dir volume needs nothing.
 	nodeExpand := v.Type == state.TypeBlock
-	size, err := volumeSize(req.GetCapacityRange(), minSize(v.Type, v.FsType))
+	size, err := volumeSize(rng, minSize(v.Type, v.FsType))
 	if err != nil {
-		return nil, err
+		return 0, false, err
 	}
 	if size <= v.CapacityBytes {
 		// CSI: a volume already at or above the requested size is OK.
-		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: nodeExpand}, nil
+		return v.CapacityBytes, nodeExpand, nil
 	}
 	if err := c.fitsLocked(v.Type, size-v.CapacityBytes); err != nil {
-		return nil, err
+		return 0, false, err
 	}
 	if err := c.backends[v.Type].ExpandVolume(id, size); err != nil {
-		return nil, status.Errorf(dataErrorCode(err), "expand volume data: %v", err)
+		return 0, false, status.Errorf(dataErrorCode(err), "expand volume data: %v", err)
 	}
 	v.CapacityBytes = size
 	if err := v.commit(); err != nil {
-		return nil, err
+		return 0, false, err
 	}
 	klogFrom(ctx, c.log).V(2).Info("Expanded volume", "volumeID", id, "bytes", size)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+	return size, nodeExpand, nil
 }

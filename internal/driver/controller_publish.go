@@ -32,7 +32,7 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if nodeID != c.cfg.NodeID {
 		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, c.cfg.NodeID)
 	}
-	if r := unsupportedReason(v.Type, req.GetVolumeCapability()); r != "" {
+	if r := c.cfg.off.unsupported(v.Type, req.GetVolumeCapability()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)
 	}
 	want := state.Attachment{

@@ -33,8 +33,11 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported: the driver has no MODIFY_VOLUME capability")
 	}
-	if r := firstUnsupported(params.typ, req.GetVolumeCapabilities()); r != "" {
+	if r := c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)
+	}
+	if req.GetVolumeContentSource().GetSnapshot() != nil && c.cfg.off[WithoutSnapshots] {
+		return nil, status.Error(codes.InvalidArgument, "a snapshot as content source: the driver runs --without snapshots")
 	}
 	source, sourceKey, err := contentSource(req.GetVolumeContentSource())
 	if err != nil {
@@ -282,7 +285,7 @@ func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.Vali
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	if r := firstUnsupported(v.Type, req.GetVolumeCapabilities()); r != "" {
+	if r := c.cfg.off.firstUnsupported(v.Type, req.GetVolumeCapabilities()); r != "" {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: r}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
@@ -341,7 +344,7 @@ func (c *controller) GetCapacity(_ context.Context, req *csi.GetCapacityRequest)
 	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 && seg[TopologyKey] != c.cfg.NodeID {
 		return &csi.GetCapacityResponse{}, nil
 	}
-	if firstUnsupported(params.typ, req.GetVolumeCapabilities()) != "" {
+	if c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()) != "" {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	c.mu.Lock()

@@ -98,6 +98,9 @@ func New(cfg Config) (*Driver, error) {
 		d.node.peer = ctrlHolds
 		if d.ctrl != nil {
 			d.ctrl.peer = d.node.holds
+			if d.cfg.off[WithoutControllerExpansion] {
+				d.node.grow = d.ctrl.expand
+			}
 		}
 	}
 	// Start-up repairs run once both sides are known, so that each sees the other's holds.
@@ -119,7 +122,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	d.ready.Store(true)
 	log.Info("Driver ready", "name", cfg.DriverName, "version", cfg.Version, "nodeID", cfg.NodeID,
-		"mode", cfg.Mode, "stateDir", cfg.StateDir, "attachRequired", cfg.AttachRequired)
+		"mode", cfg.Mode, "stateDir", cfg.StateDir, "attachRequired", cfg.AttachRequired, "without", d.cfg.off.String())
 	return d, nil
 }
 

@@ -28,12 +28,14 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 	expansion := func(t csi.PluginCapability_VolumeExpansion_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: t}}}
 	}
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
+	caps := []*csi.PluginCapability{
 		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 		service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-		expansion(csi.PluginCapability_VolumeExpansion_ONLINE),
-		expansion(csi.PluginCapability_VolumeExpansion_OFFLINE),
-	}}, nil
+	}
+	if !i.cfg.off[WithoutPluginExpansion] {
+		caps = append(caps, expansion(csi.PluginCapability_VolumeExpansion_ONLINE), expansion(csi.PluginCapability_VolumeExpansion_OFFLINE))
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 // Probe is ready once the state has been loaded and reconciled.

@@ -70,7 +70,12 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	logger.V(4).Info("Request", "request", redact.CSI(req))
 
 	d.metrics.inflight.Inc()
-	resp, err := d.faults.run(ctx, method, d.stopping, func() (any, error) { return handler(ctx, req) })
+	resp, err := d.faults.run(ctx, method, d.stopping, func() (any, error) {
+		if err := d.cfg.off.unimplemented(method); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	})
 	d.metrics.inflight.Dec()
 
 	rec.End = time.Now()

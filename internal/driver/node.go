@@ -46,6 +46,9 @@ type node struct {
 	// the controller's; peer reports what the controller's records hold.
 	pool *pool
 	peer func(typ string) []hold
+	// grow is the controller's expansion, set when the node expands volumes on its own
+	// (--without controller-expansion).
+	grow func(ctx context.Context, id string, rng *csi.CapacityRange, vc *csi.VolumeCapability) (int64, bool, error)
 }
 
 // ephemeralLayout is the node's own area for inline ephemeral volumes.
@@ -179,7 +182,7 @@ func (n *node) lockCapable(id string, vc *csi.VolumeCapability) (ref *volumeRef,
 	if ref, release, err = n.lockVolume(id); err != nil {
 		return nil, nil, err
 	}
-	if r := unsupportedReason(ref.typ, vc); r != "" {
+	if r := n.cfg.off.unsupported(ref.typ, vc); r != "" {
 		release()
 		return nil, nil, status.Error(codes.FailedPrecondition, r)
 	}

@@ -24,19 +24,29 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	if req.GetVolumeContext()[ContextEphemeral] == "true" {
 		return n.publishEphemeral(ctx, req)
 	}
+	stagingPath := req.GetStagingTargetPath()
+	ownStage := n.cfg.off[WithoutStaging]
 	// CSI: with STAGE_UNSTAGE_VOLUME, a publish without staging_target_path is
 	// FAILED_PRECONDITION.
-	if req.GetStagingTargetPath() == "" {
+	if stagingPath == "" && !ownStage {
 		return nil, status.Error(codes.FailedPrecondition, "staging_target_path is required: the volume must be staged first")
 	}
-	_, release, err := n.lockCapable(id, vc)
+	ref, release, err := n.lockCapable(id, vc)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	if ownStage {
+		// Without STAGE_UNSTAGE_VOLUME the CO never stages: the publish does what the stage
+		// would have done, at the driver's own path, and the last unpublish undoes it.
+		stagingPath = n.ownStagingPath(id)
+		if err := n.stageLocked(ctx, ref, stagingPath, vc); err != nil {
+			return nil, err
+		}
+	}
 	s := n.stage(id)
-	if s == nil || s.Phase != state.PhaseDone || s.StagingPath != filepath.Clean(req.GetStagingTargetPath()) {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s must be staged at %s before it is published", id, req.GetStagingTargetPath())
+	if s == nil || s.Phase != state.PhaseDone || s.StagingPath != filepath.Clean(stagingPath) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s must be staged at %s before it is published", id, stagingPath)
 	}
 	if s.Block != (vc.GetBlock() != nil) {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s was staged for %s access", id, accessName(s.Block))
@@ -52,7 +62,23 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 		Device:      s.Device,
 		Phase:       state.PhasePending,
 	}
-	return n.publishWith(ctx, want, func() error { return n.mountPublish(want) }, nil)
+	resp, err := n.publishWith(ctx, want, func() error { return n.mountPublish(want) }, nil)
+	if err != nil && ownStage {
+		n.releaseOwnStage(ctx, id)
+	}
+	return resp, err
+}
+
+// releaseOwnStage undoes the driver's own stage of id once no target uses it (--without
+// staging); the caller holds the volume's lock. A failure is logged: the stage stays
+// recorded, and the next publish or unpublish of the volume tries again.
+func (n *node) releaseOwnStage(ctx context.Context, id string) {
+	if len(n.publishesOf(id)) > 0 {
+		return
+	}
+	if err := n.unstageLocked(ctx, id, n.ownStagingPath(id)); err != nil {
+		klogFrom(ctx, n.log).Error(err, "Releasing the driver's own stage", "volumeID", id)
+	}
 }
 
 // publishWith runs the record-then-act sequence common to all publishes: the idempotency and
@@ -207,6 +233,9 @@ func (n *node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVo
 	}
 	if err := n.update(func(st *state.Node) { delete(st.Publishes, p.TargetPath) }); err != nil {
 		return nil, err
+	}
+	if n.cfg.off[WithoutStaging] && !p.Ephemeral {
+		n.releaseOwnStage(ctx, id)
 	}
 	klogFrom(ctx, n.log).V(2).Info("Unpublished volume", "volumeID", id, "target", p.TargetPath)
 	return &csi.NodeUnpublishVolumeResponse{}, nil

@@ -28,6 +28,15 @@ func (n *node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 		return nil, err
 	}
 	defer release()
+	if err := n.stageLocked(ctx, ref, path, vc); err != nil {
+		return nil, err
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageLocked stages ref at path; the caller holds the volume's lock.
+func (n *node) stageLocked(ctx context.Context, ref *volumeRef, path string, vc *csi.VolumeCapability) error {
+	id := ref.id
 	want := &state.Stage{
 		VolumeID:    id,
 		Type:        ref.typ,
@@ -43,38 +52,38 @@ func (n *node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequ
 	if have := n.stage(id); have != nil {
 		if have.Phase == state.PhaseDone {
 			if have.StagingPath != want.StagingPath {
-				return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, have.StagingPath)
+				return status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, have.StagingPath)
 			}
 			if !sameStage(have, want) {
-				return nil, status.Errorf(codes.AlreadyExists, "volume %s is staged at %s with a different capability", id, path)
+				return status.Errorf(codes.AlreadyExists, "volume %s is staged at %s with a different capability", id, path)
 			}
 			if err := n.repairStage(ctx, ref, have); err != nil {
-				return nil, status.Errorf(codes.Internal, "repair stage of %s: %v", id, err)
+				return status.Errorf(codes.Internal, "repair stage of %s: %v", id, err)
 			}
-			return &csi.NodeStageVolumeResponse{}, nil
+			return nil
 		}
 		// An earlier attempt failed half-way: undo what it did before starting over.
 		if err := n.teardownStage(ctx, ref, have); err != nil {
-			return nil, status.Errorf(codes.Internal, "undo earlier stage of %s: %v", id, err)
+			return status.Errorf(codes.Internal, "undo earlier stage of %s: %v", id, err)
 		}
 	}
 	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.doStage(ctx, ref, want); err != nil {
 		if terr := n.teardownStage(ctx, ref, want); terr != nil {
 			klogFrom(ctx, n.log).Error(terr, "Undoing a failed stage", "volumeID", id)
-			return nil, status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
+			return status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
 		}
 		_ = n.update(func(st *state.Node) { delete(st.Stages, id) })
-		return nil, status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
+		return status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
 	}
 	want.Phase = state.PhaseDone
 	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
-		return nil, err
+		return err
 	}
 	klogFrom(ctx, n.log).V(2).Info("Staged volume", "volumeID", id, "path", want.StagingPath, "device", want.Device)
-	return &csi.NodeStageVolumeResponse{}, nil
+	return nil
 }
 
 func sameStage(a, b *state.Stage) bool {
@@ -179,19 +188,24 @@ func (n *node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 		return nil, err
 	}
 	defer release()
+	if err := n.unstageLocked(ctx, id, path); err != nil {
+		return nil, err
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unstageLocked undoes the stage of id at path; the caller holds the volume's lock.
+func (n *node) unstageLocked(ctx context.Context, id, path string) error {
 	s := n.stage(id)
 	ref, rerr := n.resolve(id)
 	if s == nil {
-		if rerr != nil {
-			return nil, rerr
-		}
-		return &csi.NodeUnstageVolumeResponse{}, nil
+		return rerr
 	}
 	if s.StagingPath != filepath.Clean(path) {
-		return &csi.NodeUnstageVolumeResponse{}, nil
+		return nil
 	}
 	if pubs := n.publishesOf(id); len(pubs) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s", id, pubs[0].TargetPath)
+		return status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s", id, pubs[0].TargetPath)
 	}
 	if rerr != nil {
 		ref = nil // the bytes are gone; still release the mount and the device
@@ -200,14 +214,20 @@ func (n *node) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolume
 	// repairing the stage.
 	s.Phase = state.PhaseRemoving
 	if err := n.update(func(st *state.Node) { st.Stages[id] = s }); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.teardownStage(ctx, ref, s); err != nil {
-		return nil, status.Errorf(codes.Internal, "unstage volume %s: %v", id, err)
+		return status.Errorf(codes.Internal, "unstage volume %s: %v", id, err)
 	}
 	if err := n.update(func(st *state.Node) { delete(st.Stages, id) }); err != nil {
-		return nil, err
+		return err
 	}
 	klogFrom(ctx, n.log).V(2).Info("Unstaged volume", "volumeID", id, "path", s.StagingPath)
-	return &csi.NodeUnstageVolumeResponse{}, nil
+	return nil
+}
+
+// ownStagingPath is where a driver running --without staging stages a volume for its
+// NodePublishVolume: the CO gives it no staging path.
+func (n *node) ownStagingPath(id string) string {
+	return filepath.Join(n.cfg.StateDir, "publish-staging", id)
 }

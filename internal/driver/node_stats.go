@@ -89,13 +89,20 @@ func (n *node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 	if err := required("volume_id", id, "volume_path", path); err != nil {
 		return nil, err
 	}
+	if n.grow != nil && req.GetCapacityRange() != nil {
+		// Node-only expansion (--without controller-expansion): nobody called
+		// ControllerExpandVolume, so the node grows the volume's bytes first.
+		if _, _, err := n.grow(ctx, id, req.GetCapacityRange(), req.GetVolumeCapability()); err != nil {
+			return nil, err
+		}
+	}
 	ref, release, err := n.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	if vc := req.GetVolumeCapability(); vc != nil {
-		if r := unsupportedReason(ref.typ, vc); r != "" {
+		if r := n.cfg.off.unsupported(ref.typ, vc); r != "" {
 			return nil, status.Error(codes.InvalidArgument, r)
 		}
 	}

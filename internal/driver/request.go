@@ -167,10 +167,18 @@ func unsupportedReason(typ string, c *csi.VolumeCapability) string {
 	return ""
 }
 
+// unsupported is unsupportedReason plus the capabilities switched off.
+func (w without) unsupported(typ string, c *csi.VolumeCapability) string {
+	if r := w.refusedAccess(c); r != "" {
+		return r
+	}
+	return unsupportedReason(typ, c)
+}
+
 // firstUnsupported returns the reason the first unsupported capability fails, or "".
-func firstUnsupported(typ string, caps []*csi.VolumeCapability) string {
+func (w without) firstUnsupported(typ string, caps []*csi.VolumeCapability) string {
 	for _, c := range caps {
-		if r := unsupportedReason(typ, c); r != "" {
+		if r := w.unsupported(typ, c); r != "" {
 			return r
 		}
 	}

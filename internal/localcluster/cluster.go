@@ -230,6 +230,39 @@ func (c *Cluster) Restart(ctx context.Context, names ...string) error {
 	return nil
 }
 
+// Respawn starts the named component again, on the same ports and state, once its process
+// has exited, and waits until it is ready. Unlike Restart it holds no lock while it waits,
+// so that a supervisor can bring back several components at once, and Status keeps
+// answering meanwhile. It refuses a component that still runs, or a stopped cluster.
+func (c *Cluster) Respawn(ctx context.Context, name string) error {
+	steps := c.steps()
+	k := slices.IndexFunc(steps, func(s step) bool { return s.name == name })
+	if k < 0 {
+		return fmt.Errorf("localcluster: respawn: no component %q", name)
+	}
+	c.mu.Lock()
+	i := slices.IndexFunc(c.procs, func(p *proc.Process) bool { return p.Name == name })
+	if i < 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("localcluster: respawn %s: the cluster is stopped", name)
+	}
+	if !c.procs[i].Exited() {
+		c.mu.Unlock()
+		return fmt.Errorf("localcluster: respawn %s: it is still running", name)
+	}
+	p, err := proc.Start(name, c.opts.Binary, append([]string{name}, steps[k].args...), c.LogPath(name))
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.procs[i] = p
+	c.mu.Unlock()
+	if err := proc.WaitReady(ctx, p, c.opts.ReadyTimeout, steps[k].ready); err != nil {
+		return fmt.Errorf("%s: %w; last log lines (%s):\n%s", name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
+	}
+	return nil
+}
+
 // Stop terminates the components in reverse start order and waits for each to exit.
 // It is safe to call more than once.
 func (c *Cluster) Stop() error {
@@ -249,6 +282,18 @@ func (c *Cluster) PIDs() []int {
 		pids = append(pids, p.PID())
 	}
 	return pids
+}
+
+// Process is the named component's current process, or nil.
+func (c *Cluster) Process(name string) *proc.Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
 }
 
 // Dir is the state directory.
@@ -286,6 +331,8 @@ type ComponentStatus struct {
 	Running bool
 	Healthy bool
 	Detail  string
+	// Restarts counts the restarts of a supervised component.
+	Restarts int
 }
 
 // Status probes every component once.
@@ -310,7 +357,7 @@ func (c *Cluster) Status(ctx context.Context) []ComponentStatus {
 func StatusOf(ctx context.Context, p *proc.Process, probe func(context.Context) error) ComponentStatus {
 	s := ComponentStatus{Name: p.Name, PID: p.PID(), Running: !p.Exited()}
 	if !s.Running {
-		s.Detail = fmt.Sprintf("exited: %v", p.Err())
+		s.Detail = "exited: " + proc.ExitReason(p.Err())
 	} else if err := probe(ctx); err != nil {
 		s.Detail = err.Error()
 	} else {

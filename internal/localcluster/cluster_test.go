@@ -66,7 +66,25 @@ func TestStartStopRestart(t *testing.T) {
 	if err != nil || got.Data["k"] != "v" {
 		t.Fatalf("object lost across restart: %v %v", got, err)
 	}
+
+	// Respawn refuses a running component and brings back one that was killed.
+	if err := c2.Respawn(ctx, Scheduler); err == nil {
+		t.Error("Respawn of a running scheduler succeeded")
+	}
+	old := c2.Process(Scheduler)
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Respawn(ctx, Scheduler); err != nil {
+		t.Fatalf("Respawn after SIGKILL: %v", err)
+	}
+	if p := c2.Process(Scheduler); p == old || p.Exited() {
+		t.Error("Respawn did not replace the scheduler's process")
+	}
 	stopAndCheck(t, c2, c2.PIDs(), c2.Ports())
+	if err := c2.Respawn(ctx, Scheduler); err == nil {
+		t.Error("Respawn on a stopped cluster succeeded")
+	}
 	if err := c2.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is a started child process.
@@ -26,12 +28,20 @@ type Process struct {
 
 // Start runs path with args, appending its stdout and stderr to logPath under a header line.
 func Start(name, path string, args []string, logPath string) (*Process, error) {
+	return StartEnv(name, path, args, nil, logPath)
+}
+
+// StartEnv is Start with env ("KEY=value") added to this process's environment.
+func StartEnv(name, path string, args, env []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(logFile, "\n==== %s starting %s at %s ====\n", name, path, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(path, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -41,6 +51,7 @@ func Start(name, path string, args []string, logPath string) (*Process, error) {
 	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		fmt.Fprintf(logFile, "==== %s exited (%s) at %s ====\n", name, ExitReason(p.err), time.Now().Format(time.RFC3339))
 		logFile.Close()
 		close(p.done)
 	}()
@@ -144,4 +155,20 @@ func WaitReady(ctx context.Context, p *Process, timeout time.Duration, ready fun
 		case <-tick.C:
 		}
 	}
+}
+
+// ExitReason names how a process ended, from the error of its Wait: "exit code N" or
+// "signal SIGKILL".
+func ExitReason(err error) string {
+	var ee *exec.ExitError
+	if err == nil {
+		return "exit code 0"
+	}
+	if !errors.As(err, &ee) {
+		return err.Error()
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "signal " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit code %d", ee.ExitCode())
 }

@@ -64,6 +64,9 @@ func (r *Registrar) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("registration socket: %w", err)
 	}
+	// Another registrar of the same driver may replace the socket while this one serves;
+	// only our own socket is removed at the end.
+	mine, _ := os.Stat(path)
 	r.failed = make(chan error, 1)
 	srv := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(srv, r)
@@ -77,7 +80,9 @@ func (r *Registrar) Serve(ctx context.Context) error {
 	case result = <-served:
 	}
 	srv.Stop()
-	_ = os.Remove(path)
+	if now, err := os.Stat(path); err == nil && mine != nil && os.SameFile(mine, now) {
+		_ = os.Remove(path)
+	}
 	return result
 }
 

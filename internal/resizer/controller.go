@@ -11,19 +11,15 @@ package resizer
 import (
 	"context"
 	"fmt"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -39,15 +35,14 @@ type Config struct {
 
 // Controller expands the driver's volumes when their claims ask for more storage.
 type Controller struct {
-	cfg      Config
-	factory  informers.SharedInformerFactory
-	claims   corelisters.PersistentVolumeClaimLister
-	volumes  corelisters.PersistentVolumeLister
-	pods     cache.Indexer // nil unless HandleVolumeInUseError
-	synced   []cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
-	recorder record.EventRecorder
-	events   record.EventBroadcaster
+	cfg        Config
+	runner     *controller.Runner
+	claims     corelisters.PersistentVolumeClaimLister
+	volumes    corelisters.PersistentVolumeLister
+	pods       cache.Indexer // nil unless HandleVolumeInUseError
+	queue      *controller.Queue[string]
+	recorder   record.EventRecorder
+	stopEvents func()
 
 	// expands is false when the driver lacks EXPAND_VOLUME: then, like upstream's trivial
 	// resizer, the PV grows without a call and the node does the expansion.
@@ -58,36 +53,20 @@ type Controller struct {
 	// error, so nothing can still be in progress in the driver: only then may the user's
 	// smaller request replace allocatedResources (RecoverVolumeExpansionFailure). After a
 	// restart it is empty, and the resizer finishes allocatedResources first, the safe side.
-	finalErrors keySet
+	finalErrors controller.Writes[string]
 	// inUseErrors holds the claims whose last ControllerExpandVolume was refused with
 	// FAILED_PRECONDITION: while a pod uses one, the driver is not asked again (upstream's
 	// in-use error). After a restart it is empty, and the driver is asked once more.
-	inUseErrors keySet
+	inUseErrors controller.Writes[string]
 }
 
-// keySet is a set of claim keys that the workers share.
-type keySet struct {
-	mu   sync.Mutex
-	keys map[string]bool
-}
-
-func (s *keySet) set(key string, in bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !in {
-		delete(s.keys, key)
-		return
+// mark sets or clears key's mark in w.
+func mark(w *controller.Writes[string], key string, on bool) {
+	if on {
+		w.Expect(key, "")
+	} else {
+		w.Forget(key)
 	}
-	if s.keys == nil {
-		s.keys = map[string]bool{}
-	}
-	s.keys[key] = true
-}
-
-func (s *keySet) has(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.keys[key]
 }
 
 // New builds a Controller. It asks the driver for its capabilities once.
@@ -103,16 +82,15 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	claimInformer := factory.Core().V1().PersistentVolumeClaims()
 	pvInformer := factory.Core().V1().PersistentVolumes()
 
-	broadcaster, recorder := cfg.NewEvents(ctx, "kubevol-resizer")
+	recorder, stopEvents := cfg.NewEvents(ctx, "kubevol-resizer")
 	c := &Controller{
 		cfg:         cfg,
-		factory:     factory,
+		runner:      controller.NewRunner("resizer"),
 		claims:      claimInformer.Lister(),
 		volumes:     pvInformer.Lister(),
-		synced:      []cache.InformerSynced{claimInformer.Informer().HasSynced, pvInformer.Informer().HasSynced},
-		queue:       cfg.NewQueue("persistentvolumeclaims"),
+		queue:       sidecar.NewQueue[string](&cfg.ControllerConfig, "persistentvolumeclaims"),
 		recorder:    recorder,
-		events:      broadcaster,
+		stopEvents:  stopEvents,
 		expands:     caps.Controller[expandCapability],
 		multiWriter: caps.Controller[multiWriterCap],
 	}
@@ -137,53 +115,17 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
+	c.runner.AddSource(controller.Informers(factory))
+	controller.Handle(c.runner, c.queue, cfg.Workers, c.syncClaim)
 	return c, nil
 }
 
-// Run starts the informers and workers and blocks until ctx ends.
+// Run expands volumes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer runtime.HandleCrashWithContext(ctx)
-	defer c.queue.ShutDown()
-	defer c.events.Shutdown()
-	logger := klog.FromContext(ctx)
-	logger.Info("Starting resizer", "driver", c.cfg.DriverName, "controllerExpand", c.expands,
+	defer c.stopEvents()
+	klog.FromContext(ctx).Info("Starting resizer", "driver", c.cfg.DriverName, "controllerExpand", c.expands,
 		"watchPods", c.pods != nil, "workers", c.cfg.Workers)
-
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return ctx.Err()
-	}
-	for range c.cfg.Workers {
-		go wait.UntilWithContext(ctx, c.drain, time.Second)
-	}
-	<-ctx.Done()
-	logger.Info("Stopping resizer")
-	return nil
-}
-
-// drain handles claims until the queue shuts down.
-func (c *Controller) drain(ctx context.Context) {
-	for c.next(ctx) {
-	}
-}
-
-// next syncs one claim: a failure is retried with the claim's own exponential backoff, a
-// success forgets it.
-func (c *Controller) next(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.syncClaim(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	klog.FromContext(ctx).V(2).Info("Sync failed, will retry", "pvc", key, "err", err, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
+	return c.runner.Run(ctx)
 }
 
 func (c *Controller) enqueueClaim(obj any) {
@@ -225,8 +167,8 @@ func (c *Controller) claimDeleted(obj any) {
 		return
 	}
 	c.queue.Forget(key)
-	c.finalErrors.set(key, false)
-	c.inUseErrors.set(key, false)
+	c.finalErrors.Forget(key)
+	c.inUseErrors.Forget(key)
 }
 
 func (c *Controller) pvAdded(obj any) {

@@ -40,7 +40,6 @@ func (c *Controller) watchPods(factory informers.SharedInformerFactory) error {
 		return err
 	}
 	c.pods = inf.GetIndexer()
-	c.synced = append(c.synced, inf.HasSynced)
 	return nil
 }
 

@@ -30,7 +30,7 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 	}
 	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.finalErrors.set(key, false)
+		c.finalErrors.Forget(key)
 		return nil
 	}
 	if err != nil {
@@ -103,7 +103,7 @@ func (c *Controller) target(key string, pvc *corev1.PersistentVolumeClaim, pv *c
 		// lowered by the user since, is the new target.
 		return request, true
 	case corev1.PersistentVolumeClaimControllerResizeInProgress:
-		if c.finalErrors.has(key) {
+		if c.finalErrors.Pending(key) {
 			return request, true
 		}
 		// The last call may still be running in the driver (timeout, crash): it is
@@ -157,7 +157,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		// refuse it as OutOfRange at best: the same infeasible outcome, without the call.
 		return c.expandFailed(ctx, key, pvc, fmt.Errorf("cannot expand volume %s: %w", pv.Name, err), infeasible)
 	}
-	if c.inUseErrors.has(key) {
+	if c.inUseErrors.Pending(key) {
 		if pod := c.userOf(key); pod != "" {
 			// Upstream's --handle-volume-inuse-error: the driver refused this volume while it
 			// was in use, so it is not asked again until no pod uses it; the pod's end
@@ -168,7 +168,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 				klog.KObj(pvc), c.cfg.DriverName, pod)
 			return nil
 		}
-		c.inUseErrors.set(key, false)
+		c.inUseErrors.Forget(key)
 	}
 	// The claim says what is being done before the driver is asked, so that a crash in
 	// between leaves allocatedResources naming the size that may be in flight.
@@ -187,10 +187,10 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 	newSize, nodeExpand, called, err := c.controllerExpand(ctx, pv, size, bytes)
 	if err != nil {
 		// Upstream remembers FAILED_PRECONDITION as an in-use error only with the flag on.
-		c.inUseErrors.set(key, c.pods != nil && called && status.Code(err) == codes.FailedPrecondition)
+		mark(&c.inUseErrors, key, c.pods != nil && called && status.Code(err) == codes.FailedPrecondition)
 		return c.expandFailed(ctx, key, pvc, err, classify(err, called))
 	}
-	c.finalErrors.set(key, false)
+	c.finalErrors.Forget(key)
 	if err := c.growPV(ctx, pv, newSize); err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func (c *Controller) expandFailed(ctx context.Context, key string, pvc *corev1.P
 	logger := klog.FromContext(ctx)
 	logger.Error(cause, "Volume expansion failed", "final", kind != uncertain, "infeasible", kind == infeasible)
 	c.recorder.Event(pvc, corev1.EventTypeWarning, reasonFailed, cause.Error())
-	c.finalErrors.set(key, kind != uncertain)
+	mark(&c.finalErrors, key, kind != uncertain)
 	if kind == uncertain {
 		// ControllerResizeInProgress stays: the same size must be retried until the driver
 		// answers for good.

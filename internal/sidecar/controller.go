@@ -5,19 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csi"
 )
 
-// ControllerConfig is the part of a controller sidecar's configuration that the attacher and
-// the resizer share: the API client, the driver connection, and the standard worker and
-// retry flags of the kubernetes-csi sidecars.
+// ControllerConfig is the part of a controller's configuration that every sidecar's
+// controllers share: the API client, the driver connection, and the standard worker, retry
+// and resync flags of the kubernetes-csi sidecars.
 type ControllerConfig struct {
 	Client kubernetes.Interface
 	// CSI is the connection to the driver's controller service.
@@ -31,6 +29,9 @@ type ControllerConfig struct {
 	RetryIntervalStart, RetryIntervalMax time.Duration
 	// Resync is the informers' resync period: the safety net of level-triggered sync.
 	Resync time.Duration
+	// QueueMetrics receives the workqueue_* metrics of the controllers' queues; nil
+	// exports none.
+	QueueMetrics workqueue.MetricsProvider
 }
 
 // Complete checks the required fields and fills in the upstream defaults of the rest
@@ -51,20 +52,15 @@ func (c *ControllerConfig) Complete(component string) error {
 	return nil
 }
 
-// NewQueue returns a work queue whose items back off exponentially per item between
-// RetryIntervalStart and RetryIntervalMax, as the upstream sidecars' queues do.
-func (c *ControllerConfig) NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](c.RetryIntervalStart, c.RetryIntervalMax),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+// NewQueue returns a queue whose keys back off exponentially between RetryIntervalStart and
+// RetryIntervalMax, as the upstream sidecars' queues do, with the workqueue metrics.
+func NewQueue[K comparable](c *ControllerConfig, name string) *controller.Queue[K] {
+	return controller.NewQueue[K](name, controller.QueueConfig{
+		RetryIntervalStart: c.RetryIntervalStart, RetryIntervalMax: c.RetryIntervalMax, Metrics: c.QueueMetrics})
 }
 
-// NewEvents starts a broadcaster that logs events at level 3 and writes them to the API, and
-// returns it with a recorder whose source is component followed by the driver name. The
-// caller shuts the broadcaster down.
-func (c *ControllerConfig) NewEvents(ctx context.Context, component string) (record.EventBroadcaster, record.EventRecorder) {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
-	return b, b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component + " " + c.DriverName})
+// NewEvents returns a recorder whose events have component followed by the driver name as
+// their source, and the function that stops it.
+func (c *ControllerConfig) NewEvents(ctx context.Context, component string) (record.EventRecorder, func()) {
+	return controller.NewEventRecorder(ctx, c.Client, component+" "+c.DriverName)
 }

@@ -1,10 +1,14 @@
-// Package sidecar holds what every kubevol CSI controller sidecar shares with its upstream
-// counterparts: the standard flags (csi-lib-utils "standardflags" names and defaults), the
-// client config, leader election on a Lease, and the HTTP server for metrics and health.
+// Package sidecar is the bootstrap of kubevol's CSI sidecars: the controller processes
+// that run beside a CSI driver's controller service and act on its behalf in the API
+// (provisioner, attacher, resizer), as the kubernetes-csi external-* sidecars do. It holds
+// what they share with their upstream counterparts: the standard flags (csi-lib-utils
+// "standardflags" names and defaults), the client config, the connection to the driver
+// (Connect: dial, probe, driver name), leader election on a Lease and the HTTP server for
+// metrics and health (Sidecar.Run), and the configuration every controller of a sidecar
+// takes (ControllerConfig). The controllers themselves run on internal/controller.
 package sidecar
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -25,10 +29,13 @@ type LeaderElection struct {
 	Labels        map[string]string
 }
 
-// Options are the flags shared by the sidecars.
+// Options are the flags shared by the sidecars. Validate's errors name the fields (see
+// FieldError); FlagNames maps them to the flags AddFlags registers.
 type Options struct {
-	CSIAddress         string
-	Kubeconfig         string
+	CSIAddress string
+	Kubeconfig string
+	// Master overrides the API server address of the kubeconfig (upstream: provisioner only).
+	Master             string
 	Timeout            time.Duration
 	WorkerThreads      int
 	RetryIntervalStart time.Duration
@@ -39,6 +46,8 @@ type Options struct {
 	HTTPEndpoint       string
 	MetricsAddress     string // deprecated upstream alias of HTTPEndpoint
 	MetricsPath        string
+	// Resync is the informers' resync period: the safety net of level-triggered sync.
+	Resync time.Duration
 }
 
 // Defaults are the per-sidecar defaults of the shared flags.
@@ -47,6 +56,10 @@ type Defaults struct {
 	WorkerThreads int
 	KubeAPIQPS    float32
 	KubeAPIBurst  int
+	// Resync is the default of the resync flag, named ResyncFlag (upstream: --resync for
+	// the attacher, --resync-period for the resizer; the provisioner has none upstream).
+	Resync     time.Duration
+	ResyncFlag string
 }
 
 // AddFlags registers the shared flags under their upstream names.
@@ -68,60 +81,78 @@ func (o *Options) AddFlags(f *pflag.FlagSet, d Defaults) {
 	f.StringVar(&o.HTTPEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	f.StringVar(&o.MetricsAddress, "metrics-address", "", "(deprecated) TCP address of the metrics endpoint. Only one of --metrics-address and --http-endpoint can be set.")
 	f.StringVar(&o.MetricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	f.DurationVar(&o.Resync, d.ResyncFlag, d.Resync, "Resync period of the informers: how often every object is checked again.")
 }
 
-// Validate checks the shared flags and resolves the aliases. Its errors name the flag.
+// FlagNames maps the fields of Options, as Validate's errors name them, to the flags
+// AddFlags registered for them; resyncFlag is the sidecar's name of the resync flag.
+func FlagNames(resyncFlag string) map[string]string {
+	return map[string]string{
+		"CSIAddress": "--csi-address", "Timeout": "--timeout", "WorkerThreads": "--worker-threads",
+		"RetryIntervalStart": "--retry-interval-start", "RetryIntervalMax": "--retry-interval-max",
+		"KubeAPIQPS": "--kube-api-qps", "KubeAPIBurst": "--kube-api-burst",
+		"LeaderElection.LeaseDuration": "--leader-election-lease-duration",
+		"LeaderElection.RenewDeadline": "--leader-election-renew-deadline",
+		"LeaderElection.RetryPeriod":   "--leader-election-retry-period",
+		"HTTPEndpoint":                 "--http-endpoint", "MetricsAddress": "--metrics-address", "MetricsPath": "--metrics-path",
+		"Resync": "--" + resyncFlag,
+	}
+}
+
+// Validate checks the options and resolves the aliases. Its errors are *FieldError.
 func (o *Options) Validate() error {
 	if env := os.Getenv("KUBECONFIG"); env != "" {
 		o.Kubeconfig = env // as upstream: the environment wins over the flag
 	}
 	if o.CSIAddress == "" {
-		return errors.New("--csi-address must not be empty")
+		return Invalid("CSIAddress", "{CSIAddress} must not be empty")
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{
-		{"--timeout", o.Timeout}, {"--retry-interval-start", o.RetryIntervalStart}, {"--retry-interval-max", o.RetryIntervalMax},
-		{"--leader-election-lease-duration", o.LeaderElection.LeaseDuration},
-		{"--leader-election-renew-deadline", o.LeaderElection.RenewDeadline},
-		{"--leader-election-retry-period", o.LeaderElection.RetryPeriod},
+		{"Timeout", o.Timeout}, {"RetryIntervalStart", o.RetryIntervalStart}, {"RetryIntervalMax", o.RetryIntervalMax},
+		{"LeaderElection.LeaseDuration", o.LeaderElection.LeaseDuration},
+		{"LeaderElection.RenewDeadline", o.LeaderElection.RenewDeadline},
+		{"LeaderElection.RetryPeriod", o.LeaderElection.RetryPeriod},
+		{"Resync", o.Resync},
 	} {
 		if d.v <= 0 {
-			return fmt.Errorf("%s must be positive, got %s", d.name, d.v)
+			return Invalid(d.name, "{%s} must be positive, got %s", d.name, d.v)
 		}
 	}
 	if o.RetryIntervalMax < o.RetryIntervalStart {
-		return fmt.Errorf("--retry-interval-max (%s) must not be less than --retry-interval-start (%s)", o.RetryIntervalMax, o.RetryIntervalStart)
+		return Invalid("RetryIntervalMax", "{RetryIntervalMax} (%s) must not be less than {RetryIntervalStart} (%s)", o.RetryIntervalMax, o.RetryIntervalStart)
 	}
 	if le := o.LeaderElection; le.Enabled && (le.LeaseDuration <= le.RenewDeadline || float64(le.RenewDeadline) <= 1.2*float64(le.RetryPeriod)) {
-		return fmt.Errorf("leader election needs --leader-election-lease-duration (%s) > --leader-election-renew-deadline (%s) > 1.2 × --leader-election-retry-period (%s)",
+		return Invalid("LeaderElection.LeaseDuration", "leader election needs {LeaderElection.LeaseDuration} (%s) > {LeaderElection.RenewDeadline} (%s) > 1.2 × {LeaderElection.RetryPeriod} (%s)",
 			le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
 	}
 	if o.WorkerThreads < 1 || o.WorkerThreads > 10000 {
-		return fmt.Errorf("--worker-threads must be between 1 and 10000, got %d", o.WorkerThreads)
+		return Invalid("WorkerThreads", "{WorkerThreads} must be between 1 and 10000, got %d", o.WorkerThreads)
 	}
 	if o.KubeAPIQPS == 0 || o.KubeAPIQPS > 0 && o.KubeAPIBurst < 1 {
-		return fmt.Errorf("--kube-api-qps must be non-zero (negative disables client-side throttling) and --kube-api-burst at least 1; got %v and %d", o.KubeAPIQPS, o.KubeAPIBurst)
+		return Invalid("KubeAPIQPS", "{KubeAPIQPS} must be non-zero (negative disables client-side throttling) and {KubeAPIBurst} at least 1; got %v and %d", o.KubeAPIQPS, o.KubeAPIBurst)
 	}
 	if o.HTTPEndpoint != "" && o.MetricsAddress != "" {
-		return errors.New("only one of --metrics-address and --http-endpoint can be set")
+		return Invalid("MetricsAddress", "only one of {MetricsAddress} and {HTTPEndpoint} can be set")
 	}
 	if o.MetricsAddress != "" {
 		o.HTTPEndpoint = o.MetricsAddress
 	}
 	if !strings.HasPrefix(o.MetricsPath, "/") {
-		return fmt.Errorf("--metrics-path %q must start with /", o.MetricsPath)
+		return Invalid("MetricsPath", "{MetricsPath} %q must start with /", o.MetricsPath)
 	}
 	return nil
 }
 
-// RESTConfig builds the client config: the kubeconfig when given, else in-cluster.
+// RESTConfig builds the client config: the kubeconfig and master when given, else
+// in-cluster.
 func (o *Options) RESTConfig() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if o.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if o.Kubeconfig != "" || o.Master != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags(o.Master, o.Kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}

@@ -31,7 +31,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, reg *prome
 	if o.HTTPEndpoint != "" {
 		stop, err := serveHTTP(ctx, o.HTTPEndpoint, o.MetricsPath, reg, watchdog)
 		if err != nil {
-			return fmt.Errorf("--http-endpoint %s: %w", o.HTTPEndpoint, err)
+			return fmt.Errorf("HTTP endpoint %s: %w", o.HTTPEndpoint, err)
 		}
 		defer stop()
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,13 @@ type Options struct {
 	// AttachRequired runs the driver with --attach-required and installs its CSIDriver with
 	// attachRequired: true, so volumes go through VolumeAttachments and the attacher.
 	AttachRequired bool
+	// Drivers are the endpoints of external CSI drivers (unix:///path/csi.sock) to run
+	// beside the built-in one: registered, with their CSIDriver, StorageClass and sidecars.
+	Drivers []string
+	// DriverConfig overrides, by driver name, what up derives from a driver's capabilities.
+	DriverConfig map[string]DriverConfig
+	// Backoff of restarts of the components that exit; zero means DefaultBackoff.
+	Backoff Backoff
 }
 
 // Namespace is where the kubevol components keep their namespaced objects (leases, the
@@ -53,13 +61,16 @@ type Stack struct {
 	opts    Options
 	Cluster *localcluster.Cluster
 
-	mu    sync.Mutex
-	procs []*component
-}
+	mu      sync.Mutex
+	procs   []*component
+	drivers []*externalDriver
 
-type component struct {
-	p      *proc.Process
-	health string // URL of /healthz, or "" for none
+	events    chan string
+	failed    chan error
+	superStop context.CancelFunc
+	superDone chan struct{}
+	restarts  map[string]int // control plane components
+	logFiles  []*os.File
 }
 
 // Start brings everything up; on error nothing is left running.
@@ -82,6 +93,30 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	o.Dir = dir
+	if o.Backoff == (Backoff{}) {
+		o.Backoff = DefaultBackoff
+	}
+	// External drivers are asked who they are before anything starts: a wrong --driver
+	// fails at once.
+	var drivers []*externalDriver
+	for _, ep := range o.Drivers {
+		d, err := probeDriver(ctx, ep)
+		if err != nil {
+			closeDrivers(drivers)
+			return nil, err
+		}
+		d.cfg = o.DriverConfig[d.name]
+		drivers = append(drivers, d)
+	}
+	if err := checkDrivers(drivers); err != nil {
+		closeDrivers(drivers)
+		return nil, err
+	}
+	for name := range o.DriverConfig {
+		if !slices.ContainsFunc(drivers, func(d *externalDriver) bool { return d.name == name }) {
+			fmt.Fprintf(o.Progress, "note: --driver-config configures %s, which no --driver serves\n", name)
+		}
+	}
 	if marked, err := claimDir(o.Dir); err != nil {
 		return nil, fmt.Errorf("up: state directory: %w", err)
 	} else if !marked {
@@ -89,13 +124,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync})
 	if err != nil {
+		closeDrivers(drivers)
 		return nil, err
 	}
-	s := &Stack{opts: o, Cluster: cluster}
+	s := &Stack{opts: o, Cluster: cluster, drivers: drivers, events: make(chan string, 64), failed: make(chan error, 1), restarts: map[string]int{}}
 	if err := s.startComponents(ctx); err != nil {
 		_ = s.Stop()
 		return nil, err
 	}
+	s.startClusterSupervision()
 	return s, nil
 }
 
@@ -133,10 +170,11 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
 			// The node agent learns of the driver as the kubelet would, through its registry.
 			"--plugin-registration-dir", s.path("node", "plugins_registry")}},
-		{"provisioner", ports[1], []string{"provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace, "--intent-namespace", Namespace}},
-		{"attacher", ports[2], []string{"attacher", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
-		{"resizer", ports[3], []string{"resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
-		{"snapshotter", ports[5], []string{"snapshotter", "--csi-address", socket, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}},
+		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
+		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
+		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
+		// Both roles: the cluster's snapshot-controller and this driver's csi-snapshotter.
+		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket)},
 		{"node", ports[4], []string{"node", "--kubeconfig", kubeconfig, "--node-name", s.opts.NodeName, "--root-dir", s.path("node")}},
 	}
 	if s.opts.CallLog != "" {
@@ -152,56 +190,84 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			flag = "--metrics-address"
 		}
 		args := append(st.args, flag, addr)
-		p, err := proc.Start(st.name, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+st.name))
-		if err != nil {
+		c := newComponent("kubevol "+st.name, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+st.name), "http://"+addr+"/healthz")
+		if err := s.startComponent(ctx, c, &s.procs); err != nil {
 			return err
 		}
-		c := &component{p: p, health: "http://" + addr + "/healthz"}
-		s.mu.Lock()
-		s.procs = append(s.procs, c)
-		s.mu.Unlock()
-		if err := proc.WaitReady(ctx, p, time.Minute, c.probe); err != nil {
-			return fmt.Errorf("kubevol %s: %w; last log lines (%s):\n%s", st.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
-		}
-		fmt.Fprintf(s.opts.Progress, "kubevol %s ready\n", st.name)
 	}
+	return s.startDrivers(ctx, cs)
+}
+
+// startComponent starts c, adds it to list (for Stop, even if it never becomes healthy),
+// waits until it is healthy, and supervises it from then on.
+func (s *Stack) startComponent(ctx context.Context, c *component, list *[]*component) error {
+	if err := c.start(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	*list = append(*list, c)
+	s.mu.Unlock()
+	p := c.current()
+	if err := proc.WaitReady(ctx, p, time.Minute, c.probe); err != nil {
+		return fmt.Errorf("%s: %w; last log lines (%s):\n%s", c.name, err, p.LogPath, proc.LogTail(p.LogPath, 15))
+	}
+	go c.supervise(s.opts.Backoff, s.report)
+	fmt.Fprintf(s.opts.Progress, "%s ready\n", c.name)
 	return nil
 }
 
-// Stop stops the kubevol components, then the control plane.
+// Stop stops the sidecars of the external drivers and the kubevol components (the last
+// started first), then up's registrations of external drivers, then the control plane.
+// External drivers keep running.
 func (s *Stack) Stop() error {
-	s.mu.Lock()
-	var procs []*proc.Process
-	for _, c := range s.procs {
-		procs = append(procs, c.p)
+	if s.superStop != nil {
+		s.superStop()
+		<-s.superDone
 	}
-	s.procs = nil
+	s.mu.Lock()
+	procs := s.procs
+	drivers := s.drivers
+	for _, d := range drivers {
+		procs = append(procs, d.sidecars...)
+	}
+	s.procs, s.drivers = nil, nil
 	s.mu.Unlock()
-	return errors.Join(proc.StopAll(30*time.Second, procs...), s.Cluster.Stop())
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		errs = append(errs, procs[i].stop(30*time.Second))
+	}
+	for _, d := range drivers {
+		d.stopRegistration()
+	}
+	for _, f := range s.logFiles {
+		_ = f.Close()
+	}
+	return errors.Join(append(errs, s.Cluster.Stop())...)
 }
 
-// Status is the control plane's status followed by the components'.
+// Status is the control plane's status followed by the components', each external driver
+// followed by its sidecars.
 func (s *Stack) Status(ctx context.Context) []localcluster.ComponentStatus {
 	out := s.Cluster.Status(ctx)
+	var probes []func(context.Context) localcluster.ComponentStatus
 	s.mu.Lock()
-	procs := append([]*component(nil), s.procs...)
+	for i := range out {
+		out[i].Restarts = s.restarts[out[i].Name]
+	}
+	for _, c := range s.procs {
+		probes = append(probes, c.status)
+	}
+	for _, d := range s.drivers {
+		probes = append(probes, d.status)
+		for _, c := range d.sidecars {
+			probes = append(probes, c.status)
+		}
+	}
 	s.mu.Unlock()
-	for _, c := range procs {
-		out = append(out, localcluster.StatusOf(ctx, c.p, c.probe))
+	for _, probe := range probes {
+		out = append(out, probe(ctx))
 	}
 	return out
-}
-
-// Exited receives the name of the first component, of the cluster or of kubevol, to exit.
-func (s *Stack) Exited() <-chan string {
-	ch := make(chan string, 16)
-	go func() { ch <- <-s.Cluster.Exited() }()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.procs {
-		go func() { <-c.p.Done(); ch <- "kubevol " + c.p.Name }()
-	}
-	return ch
 }
 
 // LogPath is the log file of a component (cluster component names, or "kubevol <name>").

@@ -32,14 +32,22 @@ const (
 
 // MountedVolume is one volume of one pod in the actual state.
 type MountedVolume struct {
+	// Name is the unique volume name, as node.status.volumesInUse lists it.
 	Name       v1.UniqueVolumeName
 	PluginName string
 	PodUID     types.UID
 	// SpecName is the directory name under the pod's plugin directory.
 	SpecName string
+	// MountPath is what the pod's containers get: the directory the plugin set the volume
+	// up in (the mounter's Path), or the pod's device link of a block volume. Empty when
+	// the plugin has none (hostPath after a restart).
+	MountPath string
 	// Block: a block volume, mapped under the pod's volumeDevices directory.
-	Block           bool
-	State           MountState
+	Block bool
+	// State is VolumeMounted, or VolumeMountUncertain after a timeout, a failed teardown
+	// or a restart.
+	State MountState
+	// RemountRequired: the contents changed (a ConfigMap update) and SetUp runs again.
 	RemountRequired bool
 	// Reconstructed: found on disk after a restart. A final SetUp error does not downgrade
 	// it to not-mounted, so it is still torn down when no pod wants it.
@@ -50,12 +58,18 @@ type MountedVolume struct {
 
 // AttachedVolume is a volume in the actual state with its device state.
 type AttachedVolume struct {
-	Name            v1.UniqueVolumeName
-	PluginName      string
-	Spec            *volume.Spec
+	Name       v1.UniqueVolumeName
+	PluginName string
+	// Spec is shared with the manager and must not be modified.
+	Spec *volume.Spec
+	// DeviceMountable: the plugin mounts the volume once per node (CSI NodeStage) before
+	// each pod's SetUp; Attachable: it waits for the attach/detach controller first.
 	DeviceMountable bool
 	Attachable      bool
-	DevicePath      string
+	// DevicePath is where the attached device appeared ("" when nothing is attached).
+	DevicePath string
+	// DeviceMountPath is the global mount (the CSI staging path) of a device-mountable
+	// volume, and DeviceState its state.
 	DeviceMountPath string
 	DeviceState     DeviceState
 	// ExpandedTo is the size the node last expanded the volume to, so that an expansion is
@@ -69,20 +83,21 @@ type attachedVolume struct {
 }
 
 // ActualState records what is attached, device-mounted and mounted (upstream:
-// ActualStateOfWorld). It is safe for concurrent use.
+// ActualStateOfWorld). It is safe for concurrent use. Only the manager changes it: what
+// Manager.ActualState returns is a read-only view, whose methods return copies.
 type ActualState struct {
 	mu      sync.RWMutex
 	volumes map[v1.UniqueVolumeName]*attachedVolume
 	byPod   map[types.UID]map[v1.UniqueVolumeName]bool
 }
 
-// NewActualState returns an empty actual state.
-func NewActualState() *ActualState {
+// newActualState returns an empty actual state.
+func newActualState() *ActualState {
 	return &ActualState{volumes: map[v1.UniqueVolumeName]*attachedVolume{}, byPod: map[types.UID]map[v1.UniqueVolumeName]bool{}}
 }
 
-// MarkAttached adds the volume (attached, or verified as needing no attach).
-func (a *ActualState) MarkAttached(av AttachedVolume) {
+// markAttached adds the volume (attached, or verified as needing no attach).
+func (a *ActualState) markAttached(av AttachedVolume) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if cur := a.volumes[av.Name]; cur != nil {
@@ -119,8 +134,8 @@ func (a *ActualState) Volume(name v1.UniqueVolumeName) (AttachedVolume, bool) {
 	return av.AttachedVolume, true
 }
 
-// SetDeviceState records the device state and, when mounted, its path.
-func (a *ActualState) SetDeviceState(name v1.UniqueVolumeName, state DeviceState, deviceMountPath string) {
+// setDeviceState records the device state and, when mounted, its path.
+func (a *ActualState) setDeviceState(name v1.UniqueVolumeName, state DeviceState, deviceMountPath string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil {
@@ -131,8 +146,8 @@ func (a *ActualState) SetDeviceState(name v1.UniqueVolumeName, state DeviceState
 	}
 }
 
-// SetExpanded records that the node expanded the volume to size.
-func (a *ActualState) SetExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
+// setExpanded records that the node expanded the volume to size.
+func (a *ActualState) setExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil {
@@ -140,9 +155,9 @@ func (a *ActualState) SetExpanded(name v1.UniqueVolumeName, size resource.Quanti
 	}
 }
 
-// SetMountState records a pod's mount of an attached volume. VolumeNotMounted removes
+// setMountState records a pod's mount of an attached volume. VolumeNotMounted removes
 // it. A reconstructed entry keeps its flag.
-func (a *ActualState) SetMountState(mv MountedVolume) {
+func (a *ActualState) setMountState(mv MountedVolume) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	av := a.volumes[mv.Name]
@@ -159,8 +174,13 @@ func (a *ActualState) SetMountState(mv MountedVolume) {
 		}
 		return
 	}
-	if cur := av.pods[mv.PodUID]; cur != nil && cur.Reconstructed {
-		mv.Reconstructed = mv.State != VolumeMounted
+	if cur := av.pods[mv.PodUID]; cur != nil {
+		if cur.Reconstructed {
+			mv.Reconstructed = mv.State != VolumeMounted
+		}
+		if mv.MountPath == "" {
+			mv.MountPath = cur.MountPath
+		}
 	}
 	m := mv
 	av.pods[mv.PodUID] = &m
@@ -170,13 +190,13 @@ func (a *ActualState) SetMountState(mv MountedVolume) {
 	a.byPod[mv.PodUID][mv.Name] = true
 }
 
-// CompleteMount records a successful SetUp. stale means the contents changed while it ran,
+// completeMount records a successful SetUp. stale means the contents changed while it ran,
 // so the volume stays marked for remount.
-func (a *ActualState) CompleteMount(mv MountedVolume, stale bool) {
+func (a *ActualState) completeMount(mv MountedVolume, stale bool) {
 	mv.State = VolumeMounted
 	mv.RemountRequired = stale
 	mv.Reconstructed = false
-	a.SetMountState(mv)
+	a.setMountState(mv)
 }
 
 // PodVolume returns the pod's mount of the volume.
@@ -203,8 +223,8 @@ func (a *ActualState) PodVolumes(uid types.UID) []MountedVolume {
 	return out
 }
 
-// MarkRemountRequired flags the named volumes of the pod for a remount (a refresh).
-func (a *ActualState) MarkRemountRequired(uid types.UID, names []v1.UniqueVolumeName) {
+// markRemountRequired flags the named volumes of the pod for a remount (a refresh).
+func (a *ActualState) markRemountRequired(uid types.UID, names []v1.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, name := range names {
@@ -237,6 +257,31 @@ func (a *ActualState) UnusedVolumes() []AttachedVolume {
 	return out
 }
 
+// ActualVolume is a volume of the actual state with every pod's mount of it.
+type ActualVolume struct {
+	AttachedVolume
+	// Mounts are the pods' mounted or uncertain mounts of the volume, sorted by pod UID.
+	// A volume without mounts is on its way out (device unmount, detach) or on its way in.
+	Mounts []MountedVolume
+}
+
+// Volumes returns a copy of the whole actual state, taken at one instant, sorted by name.
+func (a *ActualState) Volumes() []ActualVolume {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]ActualVolume, 0, len(a.volumes))
+	for _, av := range a.volumes {
+		v := ActualVolume{AttachedVolume: av.AttachedVolume, Mounts: make([]MountedVolume, 0, len(av.pods))}
+		for _, mv := range av.pods {
+			v.Mounts = append(v.Mounts, *mv)
+		}
+		sort.Slice(v.Mounts, func(i, j int) bool { return v.Mounts[i].PodUID < v.Mounts[j].PodUID })
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 // VolumePods returns every pod's mount of the volume.
 func (a *ActualState) VolumePods(name v1.UniqueVolumeName) []MountedVolume {
 	a.mu.RLock()
@@ -262,8 +307,8 @@ func (a *ActualState) VolumeMountCount(name v1.UniqueVolumeName) int {
 	return 0
 }
 
-// Remove drops a volume with no pods (detached, or never device-mounted).
-func (a *ActualState) Remove(name v1.UniqueVolumeName) {
+// remove drops a volume with no pods (detached, or never device-mounted).
+func (a *ActualState) remove(name v1.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil && len(av.pods) == 0 {

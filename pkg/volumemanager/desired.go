@@ -16,14 +16,21 @@ import (
 // maxPodErrors bounds the errors kept per pod, as upstream.
 const maxPodErrors = 10
 
-// DesiredVolume is one volume one pod wants.
+// DesiredVolume is one volume one pod wants. Its pointers (Spec, Claim) are shared with the
+// manager and must not be modified.
 type DesiredVolume struct {
-	Name            v1.UniqueVolumeName
-	PluginName      string
-	Spec            *volume.Spec
-	OuterNames      []string // pod.spec.volumes[].name entries resolving to this volume
+	// Name is the unique volume name, as node.status.volumesInUse lists it.
+	Name       v1.UniqueVolumeName
+	PluginName string
+	// Spec is the resolved volume: the pod's inline volume, or the claim's PV.
+	Spec       *volume.Spec
+	OuterNames []string // pod.spec.volumes[].name entries resolving to this volume
+	// Attachable: the attach/detach controller attaches it first; DeviceMountable: the
+	// plugin mounts it once per node before each pod's SetUp.
 	Attachable      bool
 	DeviceMountable bool
+	// RequiresRemount: SetUp runs again when the contents change (ConfigMap, Secret,
+	// downward API, projected).
 	RequiresRemount bool
 	// Claim is the PVC of a writable PVC-backed volume: when its PV grew beyond the claim's
 	// status.capacity, the node finishes the expansion.
@@ -34,7 +41,8 @@ type DesiredVolume struct {
 }
 
 // DesiredState maps volumes to the pods that want them (upstream: DesiredStateOfWorld). It is
-// safe for concurrent use.
+// safe for concurrent use. Only the manager changes it: what Manager.DesiredState returns
+// is a read-only view, whose methods return copies.
 type DesiredState struct {
 	mu            sync.RWMutex
 	pods          map[types.UID]*desiredPod
@@ -48,8 +56,8 @@ type desiredPod struct {
 	errors  []string
 }
 
-// NewDesiredState returns an empty desired state.
-func NewDesiredState() *DesiredState {
+// newDesiredState returns an empty desired state.
+func newDesiredState() *DesiredState {
 	return &DesiredState{
 		pods:          map[types.UID]*desiredPod{},
 		byVolume:      map[v1.UniqueVolumeName]map[types.UID]bool{},
@@ -57,10 +65,10 @@ func NewDesiredState() *DesiredState {
 	}
 }
 
-// SetPod replaces the volumes pod wants, keeping the request times of volumes it already
+// setPod replaces the volumes pod wants, keeping the request times of volumes it already
 // wanted, and records errors (volumes that could not be resolved). It is a refresh: the pod
 // object is updated every time.
-func (d *DesiredState) SetPod(pod *v1.Pod, volumes []DesiredVolume, errs []string) {
+func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, errs []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.pods[pod.UID]
@@ -97,8 +105,8 @@ func (d *DesiredState) SetPod(pod *v1.Pod, volumes []DesiredVolume, errs []strin
 	d.pods[pod.UID] = dp
 }
 
-// DeletePod removes every volume of the pod.
-func (d *DesiredState) DeletePod(uid types.UID) {
+// deletePod removes every volume of the pod.
+func (d *DesiredState) deletePod(uid types.UID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dp := d.pods[uid]
@@ -119,7 +127,7 @@ func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
 	}
 }
 
-// Pod returns the pod object last recorded, or nil.
+// Pod returns the pod object last recorded, or nil. It is shared and must not be modified.
 func (d *DesiredState) Pod(uid types.UID) *v1.Pod {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -144,15 +152,10 @@ func (d *DesiredState) PodVolumes(uid types.UID) []DesiredVolume {
 	if dp == nil {
 		return nil
 	}
-	out := make([]DesiredVolume, 0, len(dp.volumes))
-	for _, v := range dp.volumes {
-		out = append(out, *v)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return dp.sortedVolumes()
 }
 
-// PodErrors returns the errors recorded for the pod at its last SetPod.
+// PodErrors returns the errors recorded for the pod at its last setPod.
 func (d *DesiredState) PodErrors(uid types.UID) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -160,6 +163,43 @@ func (d *DesiredState) PodErrors(uid types.UID) []string {
 		return append([]string(nil), dp.errors...)
 	}
 	return nil
+}
+
+// DesiredPod is one pod of the desired state and what it wants.
+type DesiredPod struct {
+	// Pod is the last object the populator saw; shared with the manager, do not modify.
+	Pod *v1.Pod
+	// Volumes are the volumes the pod wants, sorted by name.
+	Volumes []DesiredVolume
+	// Errors say why other volumes of the pod could not be resolved (at most 10).
+	Errors []string
+}
+
+// Pods returns a copy of the whole desired state, taken at one instant, sorted by pod UID.
+// A pod that is deleted, terminating or terminal wants nothing and is not listed.
+func (d *DesiredState) Pods() []DesiredPod {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]DesiredPod, 0, len(d.pods))
+	for _, dp := range d.pods {
+		out = append(out, dp.copy())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod.UID < out[j].Pod.UID })
+	return out
+}
+
+func (dp *desiredPod) copy() DesiredPod {
+	return DesiredPod{Pod: dp.pod, Volumes: dp.sortedVolumes(), Errors: slices.Clone(dp.errors)}
+}
+
+// sortedVolumes copies the pod's volumes, sorted by name.
+func (dp *desiredPod) sortedVolumes() []DesiredVolume {
+	out := make([]DesiredVolume, 0, len(dp.volumes))
+	for _, v := range dp.volumes {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // PodWantsVolume reports whether the pod wants the volume.
@@ -205,9 +245,9 @@ func (d *DesiredState) AttachableVolumes() []v1.UniqueVolumeName {
 	return sortedNames(seen)
 }
 
-// MarkReportedInUse records the volumes that node.status.volumesInUse now lists: only
+// markReportedInUse records the volumes that node.status.volumesInUse now lists: only
 // those may be mounted, so the attach/detach controller never detaches a volume in use.
-func (d *DesiredState) MarkReportedInUse(names []v1.UniqueVolumeName) {
+func (d *DesiredState) markReportedInUse(names []v1.UniqueVolumeName) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	set := map[v1.UniqueVolumeName]bool{}

@@ -103,7 +103,7 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 				m.recorder.Event(pod, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
 				m.recorder.Event(pvc, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
 			default:
-				m.asw.SetExpanded(dv.Name, size)
+				m.asw.setExpanded(dv.Name, size)
 				msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", outer, m.cfg.NodeName)
 				logger.V(2).Info("Volume expanded on the node")
 				m.recorder.Event(pod, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
@@ -183,6 +183,8 @@ func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolum
 	if m.cfg.Client == nil {
 		return nil
 	}
+	// The cached claim is stale once written: the next pass reads it again.
+	defer m.claims.forget(pvc.Namespace, pvc.Name)
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{})

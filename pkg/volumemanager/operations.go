@@ -62,6 +62,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	seq := m.remountSeqOf(uid)
 	prev, hadPrev := m.asw.PodVolume(uid, dv.Name)
 	var refreshAt time.Time
+	var mountPath string
 	outer := dv.OuterNames[0]
 	block := dv.Spec.Block()
 	ops := opsOf(block)
@@ -76,6 +77,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			if err != nil {
 				return err
 			}
+			mountPath = mounter.Path()
 			args := mounterArgs(pod)
 			if err := mounter.SetUp(ctx, args); err != nil {
 				return fmt.Errorf("%s failed for volume %q: %w", ops.setUp, outer, err)
@@ -88,11 +90,15 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			return nil
 		},
 		Done: func(err error) {
-			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name(), Block: block}
+			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name(),
+				MountPath: mountPath, Block: block}
 			switch {
 			case err == nil:
 				mv.RefreshAt = refreshAt
-				m.asw.CompleteMount(mv, m.remountSeqOf(uid) != seq)
+				// The sequence counts changes of any of the pod's objects: only a volume
+				// that refreshes can have gone stale (a CSI volume without requiresRepublish
+				// must not be published again because a ConfigMap of its pod changed).
+				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq)
 				m.records.setOpError(uid, dv.Name, "")
 				if !hadPrev {
 					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))
@@ -116,11 +122,11 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				logger.Error(err, "Volume mount failed")
 				if volume.IsUncertain(err) {
 					mv.State = VolumeMountUncertain
-					m.asw.SetMountState(mv)
+					m.asw.setMountState(mv)
 				} else if hadPrev && prev.State == VolumeMountUncertain && !prev.Reconstructed {
 					// A final error after an uncertain one: nothing is mounted (upstream rule).
 					mv.State = VolumeNotMounted
-					m.asw.SetMountState(mv)
+					m.asw.setMountState(mv)
 				}
 			}
 			m.podQueue.Add(uid)
@@ -195,7 +201,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 			return "", fmt.Errorf("MountVolume.WaitForAttach failed for volume %q: %w", dv.OuterNames[0], err)
 		}
 	}
-	m.asw.MarkAttached(av)
+	m.asw.markAttached(av)
 	if !dv.DeviceMountable || av.DeviceState == DeviceMounted {
 		return av.DevicePath, nil
 	}
@@ -214,14 +220,14 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, mounterArgs(pod)); err != nil {
 		switch {
 		case volume.IsUncertain(err):
-			m.asw.SetDeviceState(dv.Name, DeviceMountUncertain, path)
+			m.asw.setDeviceState(dv.Name, DeviceMountUncertain, path)
 		case volume.IsTransient(err):
 		case av.DeviceState == DeviceMountUncertain:
-			m.asw.SetDeviceState(dv.Name, DeviceNotMounted, "")
+			m.asw.setDeviceState(dv.Name, DeviceNotMounted, "")
 		}
 		return "", fmt.Errorf("MountVolume.MountDevice failed for volume %q: %w", dv.OuterNames[0], err)
 	}
-	m.asw.SetDeviceState(dv.Name, DeviceMounted, path)
+	m.asw.setDeviceState(dv.Name, DeviceMounted, path)
 	return av.DevicePath, nil
 }
 
@@ -249,11 +255,11 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 			if err != nil {
 				logger.Error(err, "Volume unmount failed")
 				mv.State = VolumeMountUncertain
-				m.asw.SetMountState(mv)
+				m.asw.setMountState(mv)
 			} else {
 				logger.V(4).Info("Volume unmounted")
 				mv.State = VolumeNotMounted
-				m.asw.SetMountState(mv)
+				m.asw.setMountState(mv)
 				m.records.setOpError(mv.PodUID, mv.Name, "")
 				m.deviceQueue.Add(mv.Name)
 			}
@@ -289,16 +295,21 @@ func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) tim
 		Done: func(err error) {
 			if err != nil {
 				logger.Error(err, "Device unmount failed")
-				m.asw.SetDeviceState(av.Name, DeviceMountUncertain, "")
+				m.asw.setDeviceState(av.Name, DeviceMountUncertain, "")
 			} else {
-				m.asw.SetDeviceState(av.Name, DeviceNotMounted, "")
-				m.asw.Remove(av.Name)
+				m.asw.setDeviceState(av.Name, DeviceNotMounted, "")
+				m.asw.remove(av.Name)
 				if av.Attachable {
 					// The node status drops it now, so that the volume can be detached.
 					m.volumesInUseChanged()
 				}
 			}
 			m.deviceQueue.Add(av.Name)
+			// A pod that wanted the volume while its device was being unmounted was refused
+			// (the operation was pending) and waits for this one, as for a pod unmount.
+			for _, uid := range m.dsw.VolumeUsers(av.Name) {
+				m.podQueue.Add(uid)
+			}
 		},
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,10 @@ type sharedPlugin struct {
 	log  []string
 	// setUpErrs are returned by the next SetUp calls, in order.
 	setUpErrs []error
+	// gate, if set, holds every SetUp until it is closed.
+	gate chan struct{}
+	// unstageGate, if set, holds UnmountDevice (after its "unstage" record) until closed.
+	unstageGate chan struct{}
 }
 
 func (p *sharedPlugin) nextSetUpErr() error {
@@ -86,7 +91,13 @@ func (d sharedDevice) MountDevice(context.Context, *volume.Spec, string, string,
 	d.p.record("stage")
 	return nil
 }
-func (d sharedDevice) UnmountDevice(context.Context, string) error { d.p.record("unstage"); return nil }
+func (d sharedDevice) UnmountDevice(context.Context, string) error {
+	d.p.record("unstage")
+	if d.p.unstageGate != nil {
+		<-d.p.unstageGate
+	}
+	return nil
+}
 
 type sharedMounter struct {
 	p   *sharedPlugin
@@ -98,6 +109,9 @@ func (m *sharedMounter) Path() string                  { return m.dir }
 func (m *sharedMounter) Attributes() volume.Attributes { return volume.Attributes{} }
 func (m *sharedMounter) SetUp(context.Context, volume.MounterArgs) error {
 	m.p.record("setup " + m.pod)
+	if m.p.gate != nil {
+		<-m.p.gate
+	}
 	if err := m.p.nextSetUpErr(); err != nil {
 		return err
 	}
@@ -162,6 +176,30 @@ func TestUnmountBeforeMountAndDeviceTeardown(t *testing.T) {
 	}
 	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
 	h.eventually("volume forgotten", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol1") })
+}
+
+// A pod that arrives while the device of its volume is being unmounted (the last user just
+// went) is mounted as soon as that unmount ends: the device unmount wakes the volume's users
+// as a pod unmount does, instead of leaving the pod to the next resync.
+func TestMountAfterDeviceUnmount(t *testing.T) {
+	sp := &sharedPlugin{unstageGate: make(chan struct{})}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{sp}
+	h.start()
+	h.create(pod("old", "uid-old", sharedVolume("data")))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+	old, _ := h.client.CoreV1().Pods("ns").Get(context.Background(), "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(context.Background(), old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("unstage started", func() bool { return countOf(sp.events(), "unstage") == 1 })
+	h.create(pod("new", "uid-new", sharedVolume("data")))
+	// Let the manager try the new pod's mount while the unmount holds the volume.
+	time.Sleep(300 * time.Millisecond)
+	close(sp.unstageGate)
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
 }
 
 // attachablePlugin is sharedPlugin with a controller-side attach, as CSI with attachRequired.

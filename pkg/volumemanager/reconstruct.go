@@ -105,8 +105,12 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 			}
 		}
 	}
-	m.asw.MarkAttached(av)
-	m.asw.SetMountState(MountedVolume{Name: name, PluginName: pluginName, PodUID: uid, SpecName: specName,
-		Block: e.block, State: VolumeMountUncertain, Reconstructed: true})
+	mv := MountedVolume{Name: name, PluginName: pluginName, PodUID: uid, SpecName: specName,
+		Block: e.block, State: VolumeMountUncertain, Reconstructed: true}
+	if u, err := m.newUnmounter(pluginName, specName, uid, e.block); err == nil {
+		mv.MountPath = u.Path()
+	}
+	m.asw.markAttached(av)
+	m.asw.setMountState(mv)
 	return nil
 }

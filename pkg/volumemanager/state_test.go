@@ -14,9 +14,9 @@ import (
 )
 
 func TestDesiredState(t *testing.T) {
-	d := NewDesiredState()
+	d := newDesiredState()
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}}
-	d.SetPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}, {Name: "b", PluginName: "x", Attachable: true}}, nil)
+	d.setPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}, {Name: "b", PluginName: "x", Attachable: true}}, nil)
 	first := d.PodVolumes("p1")[0].RequestTime
 	if !d.PodWantsVolume("p1", "a") || !d.VolumeWanted("b") || d.PodWantsVolume("p2", "a") {
 		t.Fatal("wants")
@@ -25,7 +25,7 @@ func TestDesiredState(t *testing.T) {
 		t.Errorf("attachable %v", got)
 	}
 	time.Sleep(time.Millisecond)
-	d.SetPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}}, []string{"boom"})
+	d.setPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}}, []string{"boom"})
 	if vols := d.PodVolumes("p1"); len(vols) != 1 || !vols[0].RequestTime.Equal(first) {
 		t.Errorf("refresh lost the request time or kept b: %+v", vols)
 	}
@@ -35,40 +35,40 @@ func TestDesiredState(t *testing.T) {
 	if errs := d.PodErrors("p1"); len(errs) != 1 {
 		t.Errorf("errors %v", errs)
 	}
-	d.SetPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p2"}}, []DesiredVolume{{Name: "a", PluginName: "x"}}, nil)
+	d.setPod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p2"}}, []DesiredVolume{{Name: "a", PluginName: "x"}}, nil)
 	if users := d.VolumeUsers("a"); len(users) != 2 {
 		t.Errorf("users %v", users)
 	}
 	if c := d.Counts()["x"]; c != 2 {
 		t.Errorf("count %d", c)
 	}
-	d.DeletePod("p1")
+	d.deletePod("p1")
 	if d.HasPod("p1") || !d.VolumeWanted("a") {
 		t.Error("delete")
 	}
 }
 
 func TestActualState(t *testing.T) {
-	a := NewActualState()
-	a.MarkAttached(AttachedVolume{Name: "v", PluginName: "x"})
-	a.SetMountState(MountedVolume{Name: "v", PodUID: "p1", State: VolumeMountUncertain, Reconstructed: true})
-	a.MarkRemountRequired("p1", []v1.UniqueVolumeName{"v"})
+	a := newActualState()
+	a.markAttached(AttachedVolume{Name: "v", PluginName: "x"})
+	a.setMountState(MountedVolume{Name: "v", PodUID: "p1", State: VolumeMountUncertain, Reconstructed: true})
+	a.markRemountRequired("p1", []v1.UniqueVolumeName{"v"})
 	if mv, _ := a.PodVolume("p1", "v"); !mv.RemountRequired || !mv.Reconstructed {
 		t.Errorf("%+v", mv)
 	}
-	a.CompleteMount(MountedVolume{Name: "v", PodUID: "p1"}, true)
+	a.completeMount(MountedVolume{Name: "v", PodUID: "p1"}, true)
 	if mv, _ := a.PodVolume("p1", "v"); mv.State != VolumeMounted || !mv.RemountRequired || mv.Reconstructed {
 		t.Errorf("stale completion: %+v", mv)
 	}
-	a.Remove("v")
+	a.remove("v")
 	if !a.IsAttached("v") {
 		t.Error("removed a volume with a mounted pod")
 	}
-	a.SetMountState(MountedVolume{Name: "v", PodUID: "p1", State: VolumeNotMounted})
+	a.setMountState(MountedVolume{Name: "v", PodUID: "p1", State: VolumeNotMounted})
 	if len(a.PodVolumes("p1")) != 0 || len(a.UnusedVolumes()) != 1 {
 		t.Error("unmount")
 	}
-	a.Remove("v")
+	a.remove("v")
 	if a.IsAttached("v") {
 		t.Error("not removed")
 	}

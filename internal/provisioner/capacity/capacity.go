@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,16 +20,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/provisioner/params"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // Labels on every CSIStorageCapacity object, as upstream.
@@ -54,26 +54,25 @@ type Options struct {
 
 // Config is everything the capacity controller needs.
 type Config struct {
-	Client   kubernetes.Interface
-	CSI      *csi.Conn
-	Driver   string
+	// ControllerConfig is the client (its own, throttled by --kube-api-capacity-qps), the
+	// driver and its name, and the retry intervals; one worker does all the work.
+	sidecar.ControllerConfig
 	Options  Options
 	Topology bool
 	Classes  storageinformers.StorageClassInformer
 	Nodes    coreinformers.NodeInformer
 	CSINodes storageinformers.CSINodeInformer
-
-	QueueMetrics                         workqueue.MetricsProvider
-	RetryIntervalStart, RetryIntervalMax time.Duration
 }
 
 // Controller is the capacity controller. All work is one level-triggered item, "sync":
 // compute the desired objects from the current classes and segments and converge to them.
 type Controller struct {
 	cfg    Config
-	queue  workqueue.TypedRateLimitingInterface[string]
+	queue  *controller.Queue[string]
 	synced []cache.InformerSynced
-	owner  *metav1.OwnerReference
+	// owner is looked up by the first sync, once the caches have synced.
+	ownerOnce sync.Once
+	owner     *metav1.OwnerReference
 }
 
 const syncKey = "sync"
@@ -81,13 +80,11 @@ const syncKey = "sync"
 // New wires the controller to its informers.
 func New(cfg Config) (*Controller, error) {
 	if cfg.Options.Namespace == "" {
-		return nil, fmt.Errorf("--enable-capacity needs the namespace for CSIStorageCapacity objects: set the NAMESPACE environment variable")
+		return nil, sidecar.Invalid("Options.Namespace", "{Options.Namespace} is required: the namespace for CSIStorageCapacity objects (the NAMESPACE environment variable)")
 	}
 	c := &Controller{
-		cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csistoragecapacity", MetricsProvider: cfg.QueueMetrics}),
+		cfg:    cfg,
+		queue:  sidecar.NewQueue[string](&cfg.ControllerConfig, "csistoragecapacity"),
 		synced: []cache.InformerSynced{cfg.Classes.Informer().HasSynced, cfg.Nodes.Informer().HasSynced, cfg.CSINodes.Informer().HasSynced},
 	}
 	h := cache.ResourceEventHandlerFuncs{
@@ -103,48 +100,40 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Run keeps the objects current until ctx ends.
+// Register adds the controller to r: one worker converges the objects, on every change of
+// a class, a node or a CSINode and every poll interval.
+func (c *Controller) Register(r *controller.Runner) {
+	r.AddSource(controller.Synced(c.synced...))
+	r.Every(c.cfg.Options.PollInterval, func(context.Context) { c.queue.Add(syncKey) })
+	controller.Handle(r, c.queue, 1, func(ctx context.Context, _ string) error {
+		logger := klog.FromContext(ctx).WithName("capacity")
+		ctx = klog.NewContext(ctx, logger)
+		c.ownerOnce.Do(func() { c.findOwner(ctx) })
+		err := c.sync(ctx)
+		if err != nil {
+			logger.Error(err, "Updating CSIStorageCapacity objects failed; will retry")
+		}
+		return err
+	})
+}
+
+// Run runs the controller alone, on informers the caller starts, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx).WithName("capacity")
-	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+	r := controller.NewRunner("capacity")
+	c.Register(r)
+	_ = r.Run(ctx)
+}
+
+// findOwner finds the owner of the objects; without one they are created ownerless.
+func (c *Controller) findOwner(ctx context.Context) {
+	if c.cfg.Options.OwnerrefLevel < 0 {
 		return
 	}
-	if c.cfg.Options.OwnerrefLevel >= 0 {
-		owner, err := lookupOwner(ctx, c.cfg.Client, c.cfg.Options.Namespace, c.cfg.Options.PodName, c.cfg.Options.OwnerrefLevel)
-		if err != nil {
-			logger.Error(err, "Cannot determine the owner of the CSIStorageCapacity objects; creating them without one")
-		}
-		c.owner = owner
+	owner, err := lookupOwner(ctx, c.cfg.Client, c.cfg.Options.Namespace, c.cfg.Options.PodName, c.cfg.Options.OwnerrefLevel)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot determine the owner of the CSIStorageCapacity objects; creating them without one")
 	}
-	go func() {
-		t := time.NewTicker(c.cfg.Options.PollInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.queue.Add(syncKey)
-			}
-		}
-	}()
-	c.queue.Add(syncKey)
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		if err := c.sync(ctx); err != nil {
-			logger.Error(err, "Updating CSIStorageCapacity objects failed; will retry")
-			c.queue.AddRateLimited(key)
-		} else {
-			c.queue.Forget(key)
-		}
-		c.queue.Done(key)
-	}
+	c.owner = owner
 }
 
 type want struct {
@@ -173,7 +162,7 @@ func (c *Controller) segments() ([]map[string]string, error) {
 	seen := map[string]map[string]string{}
 	for _, cn := range csiNodes {
 		for _, d := range cn.Spec.Drivers {
-			if d.Name != c.cfg.Driver || len(d.TopologyKeys) == 0 {
+			if d.Name != c.cfg.DriverName || len(d.TopologyKeys) == 0 {
 				continue
 			}
 			node, err := c.cfg.Nodes.Lister().Get(cn.Name)
@@ -207,7 +196,7 @@ func (c *Controller) sync(ctx context.Context) error {
 	desired := map[string]want{}
 	for _, sc := range classes {
 		late := sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
-		if sc.Provisioner != c.cfg.Driver || (!late && !c.cfg.Options.ForImmediateBinding) {
+		if sc.Provisioner != c.cfg.DriverName || (!late && !c.cfg.Options.ForImmediateBinding) {
 			continue
 		}
 		for _, s := range segs {
@@ -246,7 +235,7 @@ func (c *Controller) sync(ctx context.Context) error {
 }
 
 func (c *Controller) labels() map[string]string {
-	return map[string]string{LabelDriverName: c.cfg.Driver, LabelManagedBy: ManagedBy}
+	return map[string]string{LabelDriverName: c.cfg.DriverName, LabelManagedBy: ManagedBy}
 }
 
 func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStorageCapacity) error {
@@ -326,7 +315,7 @@ func quantityEqual(a, b *resource.Quantity) bool {
 // lookupOwner walks up the controller owner references from the pod, level steps.
 func lookupOwner(ctx context.Context, client kubernetes.Interface, ns, pod string, level int) (*metav1.OwnerReference, error) {
 	if pod == "" {
-		return nil, fmt.Errorf("--capacity-ownerref-level=%d needs the POD_NAME environment variable", level)
+		return nil, fmt.Errorf("OwnerrefLevel %d needs PodName, the POD_NAME environment variable", level)
 	}
 	p, err := client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {

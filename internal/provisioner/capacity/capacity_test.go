@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const driverName = "fake.csi.kubevol.io"
@@ -69,10 +70,10 @@ func TestCapacityObjectsFollowClassesAndSegments(t *testing.T) {
 	}
 	defer conn.Close()
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	c, err := New(Config{Client: cs, CSI: conn, Driver: driverName, Topology: true,
+	c, err := New(Config{ControllerConfig: sidecar.ControllerConfig{Client: cs, CSI: conn, DriverName: driverName,
+		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond}, Topology: true,
 		Options: Options{Enabled: true, PollInterval: 100 * time.Millisecond, OwnerrefLevel: -1, Namespace: "kube-system"},
-		Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes(),
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond})
+		Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const driverName = "fake.csi.kubevol.io"
@@ -60,11 +61,12 @@ func newFixture(t *testing.T) *fixture {
 	go f.journal.Run(ctx)
 	factory := informers.NewSharedInformerFactory(f.cs, 0)
 	f.ctl, err = New(Config{
-		Client: f.cs, Recorder: f.recorder, CSI: conn, Caps: caps, Driver: driverName, Identity: "test",
+		ControllerConfig: sidecar.ControllerConfig{Client: f.cs, CSI: conn, DriverName: driverName,
+			RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond},
+		Recorder: f.recorder, Caps: caps, Identity: "test",
 		Journal: f.journal, Metrics: metrics.New(nil, nil),
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
-		Classes: factory.Storage().V1().StorageClasses(), VolumeNamePrefix: "pvc", VolumeNameUUIDLength: -1,
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond,
+		Classes: factory.Storage().V1().StorageClasses(), Options: Options{VolumeNamePrefix: "pvc", VolumeNameUUIDLength: -1},
 	})
 	if err != nil {
 		t.Fatal(err)

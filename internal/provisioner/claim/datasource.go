@@ -74,7 +74,7 @@ func (c *Controller) contentSource(ctx context.Context, claim *corev1.Persistent
 
 func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
 	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CLONE_VOLUME] {
-		return nil, fmt.Errorf("CSI driver %s does not support cloning (no CLONE_VOLUME capability)", c.cfg.Driver)
+		return nil, fmt.Errorf("CSI driver %s does not support cloning (no CLONE_VOLUME capability)", c.cfg.DriverName)
 	}
 	src, err := c.claimsLister().PersistentVolumeClaims(claim.Namespace).Get(name)
 	if err != nil {
@@ -104,7 +104,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 	case pvspec.IsBlock(src) != pvspec.IsBlock(claim):
 		return nil, fmt.Errorf("the clone and its source %s must have the same volumeMode", name)
 	}
-	if !hasFinalizer(src.Finalizers, pvspec.CloneFinalizer) {
+	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
 		patch := []byte(`{"metadata":{"finalizers":["` + pvspec.CloneFinalizer + `"]}}`)
 		if _, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(src.Namespace).Patch(ctx, src.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return nil, fmt.Errorf("protect clone source %s: %w", name, err)
@@ -116,7 +116,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 // releaseCloneSource removes the cloning-protection finalizer once no clone of src is
 // still waiting for its volume (upstream CloningProtectionController).
 func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.PersistentVolumeClaim) error {
-	if !hasFinalizer(src.Finalizers, pvspec.CloneFinalizer) {
+	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
 		return nil
 	}
 	all, err := c.claimsLister().PersistentVolumeClaims(src.Namespace).List(labels.Everything())
@@ -149,7 +149,7 @@ func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.Persist
 
 func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
 	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
-		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.Driver)
+		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.DriverName)
 	}
 	if c.cfg.Snapshots == nil || !c.snapshotAPIInstalled() {
 		return nil, fmt.Errorf("claim restores VolumeSnapshot %s, but the snapshot.storage.k8s.io/v1 CRDs are not installed: install the external-snapshotter CRDs, or remove the data source", name)

@@ -49,7 +49,7 @@ func (e *rescheduleError) Unwrap() error { return e.err }
 func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) (*prepared, error) {
 	caps := c.cfg.Caps
 	if !caps.Plugin[csipb.PluginCapability_Service_CONTROLLER_SERVICE] || !caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
-		return nil, fmt.Errorf("CSI driver %s does not support dynamic provisioning (no CONTROLLER_SERVICE with CREATE_DELETE_VOLUME)", c.cfg.Driver)
+		return nil, fmt.Errorf("CSI driver %s does not support dynamic provisioning (no CONTROLLER_SERVICE with CREATE_DELETE_VOLUME)", c.cfg.DriverName)
 	}
 	if claim.Spec.Selector != nil {
 		return nil, errors.New("claim Selector is not supported: remove spec.selector to provision dynamically, or create a matching PersistentVolume by hand")
@@ -99,14 +99,14 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 	}
 	if vacName := claim.Spec.VolumeAttributesClassName; vacName != nil && *vacName != "" {
 		if !caps.Controller[csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME] {
-			return nil, fmt.Errorf("claim names VolumeAttributesClass %q but CSI driver %s does not support MODIFY_VOLUME", *vacName, c.cfg.Driver)
+			return nil, fmt.Errorf("claim names VolumeAttributesClass %q but CSI driver %s does not support MODIFY_VOLUME", *vacName, c.cfg.DriverName)
 		}
 		vac, err := c.cfg.Client.StorageV1().VolumeAttributesClasses().Get(ctx, *vacName, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("VolumeAttributesClass %q: %w", *vacName, err)
 		}
-		if vac.DriverName != c.cfg.Driver {
-			return nil, fmt.Errorf("VolumeAttributesClass %q is for driver %s, not %s", *vacName, vac.DriverName, c.cfg.Driver)
+		if vac.DriverName != c.cfg.DriverName {
+			return nil, fmt.Errorf("VolumeAttributesClass %q is for driver %s, not %s", *vacName, vac.DriverName, c.cfg.DriverName)
 		}
 		out.req.MutableParameters = vac.Parameters
 	}
@@ -115,7 +115,7 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 
 func (c *Controller) requirements(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, selectedNode string) (*csipb.TopologyRequirement, error) {
 	in := topology.Input{
-		Driver: c.cfg.Driver, AllowedTopologies: class.AllowedTopologies,
+		Driver: c.cfg.DriverName, AllowedTopologies: class.AllowedTopologies,
 		Strict: c.cfg.StrictTopology, Immediate: c.cfg.ImmediateTopology, ClaimName: claim.Name,
 	}
 	if selectedNode != "" {
@@ -127,7 +127,7 @@ func (c *Controller) requirements(claim *corev1.PersistentVolumeClaim, class *st
 		}
 		csiNode, err := c.csiNodes.Get(selectedNode)
 		if apierrors.IsNotFound(err) {
-			return nil, &rescheduleError{fmt.Errorf("selected node %s has no CSINode: the %s node plugin is not registered there", selectedNode, c.cfg.Driver)}
+			return nil, &rescheduleError{fmt.Errorf("selected node %s has no CSINode: the %s node plugin is not registered there", selectedNode, c.cfg.DriverName)}
 		} else if err != nil {
 			return nil, err
 		}

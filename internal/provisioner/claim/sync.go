@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
@@ -38,45 +39,45 @@ func (c *Controller) addressedToUs(pvc *corev1.PersistentVolumeClaim) bool {
 	if !ok {
 		p = pvc.Annotations[pvspec.AnnBetaStorageProvisioner]
 	}
-	return p == c.cfg.Driver || pvc.Annotations[pvspec.AnnMigratedTo] == c.cfg.Driver
+	return p == c.cfg.DriverName || pvc.Annotations[pvspec.AnnMigratedTo] == c.cfg.DriverName
 }
 
-func (c *Controller) sync(ctx context.Context, uid types.UID) result {
+func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	claim := c.claimByUID(uid)
 	rec, inFlight := c.cfg.Journal.Get(uid)
 	if claim == nil || claim.DeletionTimestamp != nil {
-		if claim != nil && hasFinalizer(claim.Finalizers, pvspec.CloneFinalizer) {
+		if claim != nil && pvspec.HasFinalizer(claim, pvspec.CloneFinalizer) {
 			if err := c.releaseCloneSource(ctx, claim); err != nil {
-				return result{err: err}
+				return err
 			}
 		}
 		if inFlight {
-			return result{err: c.cleanup(ctx, rec)}
+			return c.cleanup(ctx, rec)
 		}
-		return result{}
+		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KObj(claim))
 	ctx = klog.NewContext(ctx, logger)
 
 	if claim.Spec.VolumeName != "" || !c.addressedToUs(claim) {
 		if inFlight {
-			return result{err: c.cleanup(ctx, rec)}
+			return c.cleanup(ctx, rec)
 		}
-		return result{}
+		return nil
 	}
 	className := pvspec.ClaimClass(claim)
 	class, err := c.classes.Get(className)
 	if err != nil {
 		// The PV controller only hands us claims with a class; it may still be on its way.
 		logger.V(2).Info("StorageClass not found; waiting for it", "storageClass", className)
-		return result{err: fmt.Errorf("storageclass %q: %w", className, err)}
+		return fmt.Errorf("storageclass %q: %w", className, err)
 	}
-	if class.Provisioner != c.cfg.Driver {
-		return result{}
+	if class.Provisioner != c.cfg.DriverName {
+		return nil
 	}
 	selectedNode := claim.Annotations[pvspec.AnnSelectedNode]
 	if class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer && selectedNode == "" {
-		return result{} // the scheduler picks a node first
+		return nil // the scheduler picks a node first
 	}
 
 	pvName := pvspec.VolumeName(c.cfg.VolumeNamePrefix, claim.UID, c.cfg.VolumeNameUUIDLength)
@@ -84,16 +85,16 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) result {
 	// another --volume-name-prefix its early exit for an existing PV never fires.
 	if _, err := c.volumes.Get(pvName); err == nil {
 		c.cfg.Journal.Remove(uid)
-		c.forgetSaved(uid)
-		return result{}
+		c.saved.Forget(uid)
+		return nil
 	}
-	if wait := c.savedRecently(uid); wait > 0 {
-		return result{after: wait} // our PV is on its way into the cache
+	if wait := c.saved.Remaining(uid); wait > 0 {
+		return controller.RetryAfter(wait) // our PV is on its way into the cache
 	}
 	return c.provision(ctx, claim, class, pvName, selectedNode)
 }
 
-func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) result {
+func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) error {
 	logger := klog.FromContext(ctx).WithValues("pv", pvName)
 	ctx = klog.NewContext(ctx, logger)
 	start := time.Now()
@@ -105,7 +106,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	if err != nil {
 		var stop *stopError
 		if errors.As(err, &stop) {
-			return result{}
+			return nil
 		}
 		c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
 		var inf *infeasibleError
@@ -113,29 +114,29 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 			// As upstream's infeasible errors: a slow retry, as the claim's size cannot change.
 			err = fmt.Errorf("cannot provision volume with StorageClass %q: %w; retries will be delayed by %s", class.Name, err, c.cfg.RetryIntervalMax)
 			c.failed(ctx, claim, err)
-			return result{after: c.cfg.RetryIntervalMax}
+			return controller.RetryAfter(c.cfg.RetryIntervalMax)
 		}
 		var rs *rescheduleError
 		if errors.As(err, &rs) && selectedNode != "" {
 			c.failed(ctx, claim, err)
-			return result{err: c.reschedule(ctx, claim, err)}
+			return c.reschedule(ctx, claim, err)
 		}
 		c.failed(ctx, claim, err)
-		return result{err: err}
+		return err
 	}
 
 	reqNoSecrets := proto.Clone(p.req).(*csipb.CreateVolumeRequest)
 	reqNoSecrets.Secrets = nil
 	raw, err := proto.Marshal(reqNoSecrets)
 	if err != nil {
-		return result{err: err}
+		return err
 	}
 	if err := c.cfg.Journal.Add(ctx, intent.Record{
 		ClaimUID: claim.UID, Namespace: claim.Namespace, Claim: claim.Name, PVName: pvName,
 		Request: raw, Secret: p.secrets.Provisioner,
 	}); err != nil {
 		logger.Error(err, "Cannot record the provisioning intent; not calling CreateVolume")
-		return result{err: err}
+		return err
 	}
 
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
@@ -152,30 +153,32 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	if vol.GetCapacityBytes() != 0 && vol.GetCapacityBytes() < p.requestedBytes {
 		err := fmt.Errorf("created volume capacity %d is less than the requested %d bytes: the driver is at fault; the volume was deleted", vol.GetCapacityBytes(), p.requestedBytes)
 		c.failed(ctx, claim, err)
-		return result{err: errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))}
+		return errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))
 	}
 	if p.req.GetVolumeContentSource() != nil && vol.GetContentSource() == nil {
 		err := errors.New("the driver ignored the volume data source; the empty volume was deleted")
 		c.failed(ctx, claim, err)
-		return result{err: errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))}
+		return errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))
 	}
 
 	// The claim may have gone while CreateVolume ran (upstream #486): delete the volume now
 	// instead of making a PV for nobody.
 	if cur := c.claimByUID(claim.UID); cur == nil || cur.DeletionTimestamp != nil {
 		logger.Info("Claim was deleted while its volume was being created; deleting the volume")
-		return result{err: c.cleanup(ctx, c.mustRecord(claim.UID))}
+		return c.cleanup(ctx, c.mustRecord(claim.UID))
 	}
 
 	pv := pvspec.Build(pvspec.Input{
-		Name: pvName, Driver: c.cfg.Driver, Identity: c.cfg.Identity, Claim: claim, Class: class,
+		Name: pvName, Driver: c.cfg.DriverName, Identity: c.cfg.Identity, Claim: claim, Class: class,
 		Volume: vol, RequestedBytes: p.requestedBytes, FSType: p.fsType, Secrets: p.secrets,
 		Topology: c.topology, ControllerPublishReadOnly: c.cfg.ControllerPublishReadOnly,
 	})
 	if err := c.savePV(ctx, claim, pv); err != nil {
-		return result{err: err}
+		return err
 	}
-	c.markSaved(claim.UID, pvName)
+	// The informer stores the PV before it calls the handler that forgets the mark, so
+	// checking the cache under the tracker's lock cannot miss that handler.
+	c.saved.ExpectUnless(claim.UID, "", func() bool { _, err := c.volumes.Get(pvName); return err == nil })
 	c.cfg.Journal.Remove(claim.UID)
 	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()
 	c.cfg.Metrics.ProvisionDuration.WithLabelValues(class.Name, source).Observe(time.Since(start).Seconds())
@@ -189,7 +192,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 			}
 		}
 	}
-	return result{}
+	return nil
 }
 
 func (c *Controller) mustRecord(uid types.UID) intent.Record {
@@ -214,7 +217,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 	if gerr != nil {
 		return fmt.Errorf("PersistentVolume %s exists but cannot be read: %w", pv.Name, gerr)
 	}
-	if mismatch := pvspec.SameVolume(existing, c.cfg.Driver, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
+	if mismatch := pvspec.SameVolume(existing, c.cfg.DriverName, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
 		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
 		if existing.Spec.CSI != nil && existing.Spec.CSI.VolumeHandle == pv.Spec.CSI.VolumeHandle && existing.DeletionTimestamp == nil {
 			// Same backend volume, now owned by that PV: deleting it would destroy its data.
@@ -227,7 +230,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 	return nil
 }
 
-func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, err error) result {
+func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, err error) error {
 	logger := klog.FromContext(ctx)
 	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
 	if !csi.MayBeInProgress(err) {
@@ -237,7 +240,7 @@ func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentV
 	switch {
 	case code == codes.ResourceExhausted && c.topology && selectedNode != "":
 		c.failed(ctx, claim, fmt.Errorf("failed to provision volume with StorageClass %q: %w", class.Name, err))
-		return result{err: c.reschedule(ctx, claim, err)}
+		return c.reschedule(ctx, claim, err)
 	case code == codes.InvalidArgument:
 		// Infeasible until someone changes the class or the claim. Upstream waits a fixed
 		// 5 minutes here, ignoring --retry-interval-max (its slowSet bug).
@@ -245,10 +248,10 @@ func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentV
 			"failed to provision volume with StorageClass %q: %v; this is an infeasible error, retries will be delayed by %s: check the StorageClass parameters and the claim",
 			class.Name, err, c.cfg.RetryIntervalMax)
 		logger.Info("CreateVolume refused the request as infeasible", "err", err, "retryIn", c.cfg.RetryIntervalMax)
-		return result{after: c.cfg.RetryIntervalMax}
+		return controller.RetryAfter(c.cfg.RetryIntervalMax)
 	}
 	c.failed(ctx, claim, fmt.Errorf("failed to provision volume with StorageClass %q: %w", class.Name, err))
-	return result{err: err}
+	return err
 }
 
 func (c *Controller) failed(ctx context.Context, claim *corev1.PersistentVolumeClaim, err error) {
@@ -325,7 +328,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 // ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,
 // so that the volume is the PV's to delete and not the journal's.
 func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) bool {
-	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.Driver) &&
+	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.DriverName) &&
 		(rec.VolumeID == "" || pv.Spec.CSI.VolumeHandle == rec.VolumeID) &&
 		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == rec.ClaimUID
 }
@@ -333,35 +336,3 @@ func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) 
 // savedWindow is how long a saved PV may take to reach the cache before the claim is
 // provisioned again (CreateVolume is idempotent, so that is safe, only wasteful).
 const savedWindow = 30 * time.Second
-
-// markSaved remembers a saved PV unless the cache already has it. The informer stores an
-// object before it calls the handler that forgets it, so checking under the lock cannot miss
-// that handler.
-func (c *Controller) markSaved(uid types.UID, pvName string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, err := c.volumes.Get(pvName); err != nil {
-		c.saved[uid] = time.Now()
-	}
-}
-
-func (c *Controller) forgetSaved(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.saved, uid)
-}
-
-// savedRecently returns how long to wait for the cache to show the claim's saved PV.
-func (c *Controller) savedRecently(uid types.UID) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	at, ok := c.saved[uid]
-	if !ok {
-		return 0
-	}
-	if left := savedWindow - time.Since(at); left > 0 {
-		return left
-	}
-	delete(c.saved, uid)
-	return 0
-}

@@ -234,3 +234,9 @@ func SameVolume(existing *corev1.PersistentVolume, driver string, claim *corev1.
 	}
 	return nil
 }
+
+// HasFinalizer reports whether obj carries the finalizer f (the contract's Finalizer on a
+// PV, CloneFinalizer on a clone source claim).
+func HasFinalizer(obj metav1.Object, f string) bool {
+	return slices.Contains(obj.GetFinalizers(), f)
+}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -20,40 +19,34 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csi"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // ReasonVolumeFailedDelete is the upstream event reason on the PV.
 const ReasonVolumeFailedDelete = "VolumeFailedDelete"
 
-const attachmentIndex = "pv"
-
 // Config is everything the volume controller needs.
 type Config struct {
-	Client   kubernetes.Interface
+	// ControllerConfig is the client, the driver and its name, and the retry intervals;
+	// the worker count is Register's.
+	sidecar.ControllerConfig
 	Recorder record.EventRecorder
-	CSI      *csi.Conn
-	Driver   string
 	Metrics  *metrics.Metrics
 
 	Volumes coreinformers.PersistentVolumeInformer
 	// Attachments is nil when the driver has no PUBLISH_UNPUBLISH_VOLUME capability.
 	Attachments storageinformers.VolumeAttachmentInformer
-
-	RetryIntervalStart, RetryIntervalMax time.Duration
 }
 
 // Controller is the volume controller.
@@ -61,13 +54,12 @@ type Controller struct {
 	cfg         Config
 	volumes     corelisters.PersistentVolumeLister
 	attachments cache.Indexer
-	queue       workqueue.TypedRateLimitingInterface[string]
+	queue       *controller.Queue[string]
 	synced      []cache.InformerSynced
 
 	// deleted holds the PVs whose backend volume is gone, until the informer sees the PV go:
 	// a stale cache must not send DeleteVolume twice (upstream #1235).
-	mu      sync.Mutex
-	deleted map[types.UID]bool
+	deleted controller.Writes[types.UID]
 }
 
 // New wires the controller to its informers. Call it before the informers start.
@@ -75,14 +67,11 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:     cfg,
 		volumes: cfg.Volumes.Lister(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes", MetricsProvider: cfg.Metrics.Queue}),
+		queue:   sidecar.NewQueue[string](&cfg.ControllerConfig, "volumes"),
 		synced:  []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
-		deleted: map[types.UID]bool{},
 	}
 	enqueue := func(obj any) {
-		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.Driver) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.DriverName) {
 			c.queue.Add(pv.Name)
 		}
 	}
@@ -94,9 +83,7 @@ func New(cfg Config) (*Controller, error) {
 				obj = t.Obj
 			}
 			if pv, ok := obj.(*corev1.PersistentVolume); ok {
-				c.mu.Lock()
-				delete(c.deleted, pv.UID)
-				c.mu.Unlock()
+				c.deleted.Forget(pv.UID)
 			}
 		},
 	}); err != nil {
@@ -106,12 +93,7 @@ func New(cfg Config) (*Controller, error) {
 		// An index by PV name, so a deletion does not scan every VolumeAttachment (upstream
 		// lists them all on every delete).
 		inf := cfg.Attachments.Informer()
-		if err := inf.AddIndexers(cache.Indexers{attachmentIndex: func(obj any) ([]string, error) {
-			if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Source.PersistentVolumeName != nil {
-				return []string{*va.Spec.Source.PersistentVolumeName}, nil
-			}
-			return nil, nil
-		}}); err != nil {
+		if err := sidecar.IndexAttachmentsByPV(inf); err != nil {
 			return nil, err
 		}
 		// A detach may be what a Released PV waits for.
@@ -131,45 +113,17 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Run processes volumes with the given number of workers until ctx ends.
+// Register adds the controller to r: it waits for its caches, then workers sync volumes.
+func (c *Controller) Register(r *controller.Runner, workers int) {
+	r.AddSource(controller.Synced(c.synced...))
+	controller.Handle(r, c.queue, workers, c.sync)
+}
+
+// Run runs the controller alone, on informers the caller starts, until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
-		return
-	}
-	klog.FromContext(ctx).Info("Starting volume workers", "workers", workers)
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.processNext(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		klog.FromContext(ctx).V(2).Info("Volume sync failed; will retry", "pv", name, "err", err)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
-}
-
-func hasFinalizer(pv *corev1.PersistentVolume) bool {
-	for _, f := range pv.Finalizers {
-		if f == pvspec.Finalizer {
-			return true
-		}
-	}
-	return false
+	r := controller.NewRunner("volumes")
+	c.Register(r, workers)
+	_ = r.Run(ctx)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -186,14 +140,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 	// The finalizer follows the policy: only Delete volumes need to outlive their PV object.
 	switch {
-	case !policyDelete && hasFinalizer(pv):
+	case !policyDelete && pvspec.HasFinalizer(pv, pvspec.Finalizer):
 		return c.patchFinalizer(ctx, pv, false)
-	case policyDelete && !hasFinalizer(pv) && !deleting && pv.Status.Phase == corev1.VolumeBound:
+	case policyDelete && !pvspec.HasFinalizer(pv, pvspec.Finalizer) && !deleting && pv.Status.Phase == corev1.VolumeBound:
 		if err := c.patchFinalizer(ctx, pv, true); err != nil {
 			return err
 		}
 	}
-	if !policyDelete || pv.Status.Phase != corev1.VolumeReleased || (deleting && !hasFinalizer(pv)) {
+	if !policyDelete || pv.Status.Phase != corev1.VolumeReleased || (deleting && !pvspec.HasFinalizer(pv, pvspec.Finalizer)) {
 		return nil
 	}
 	return c.delete(ctx, pv)
@@ -207,23 +161,19 @@ func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) er
 	logger = logger.WithValues("volumeID", pv.Spec.CSI.VolumeHandle)
 	start := time.Now()
 	if c.attachments != nil {
-		if vas, _ := c.attachments.ByIndex(attachmentIndex, pv.Name); len(vas) > 0 {
-			va := vas[0].(*storagev1.VolumeAttachment)
+		if vas, _ := sidecar.AttachmentsOfPV(c.attachments, pv.Name); len(vas) > 0 {
+			va := vas[0]
 			err := fmt.Errorf("persistentvolume %s is still attached to node %s (VolumeAttachment %s): it is deleted after the detach", pv.Name, va.Spec.NodeName, va.Name)
 			c.cfg.Recorder.Event(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, err.Error())
 			return err
 		}
 	}
-	c.mu.Lock()
-	done := c.deleted[pv.UID]
-	c.mu.Unlock()
+	done := c.deleted.Pending(pv.UID)
 	if !done {
 		if err := c.deleteVolume(ctx, pv); err != nil {
 			return err
 		}
-		c.mu.Lock()
-		c.deleted[pv.UID] = true
-		c.mu.Unlock()
+		c.deleted.Expect(pv.UID, "")
 		logger.V(2).Info("Deleted volume")
 	}
 	err := c.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
@@ -259,7 +209,7 @@ func (c *Controller) patchFinalizer(ctx context.Context, pv *corev1.PersistentVo
 	patch := `{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + pvspec.Finalizer + `"]}}`
 	if add {
 		patch = `{"metadata":{"finalizers":["` + pvspec.Finalizer + `"]}}`
-	} else if !hasFinalizer(pv) {
+	} else if !pvspec.HasFinalizer(pv, pvspec.Finalizer) {
 		return nil
 	}
 	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})

@@ -21,6 +21,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csi/csitest"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const driverName = "fake.csi.kubevol.io"
@@ -56,9 +57,10 @@ func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
 	defer conn.Close()
 	recorder := record.NewFakeRecorder(100)
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	c, err := New(Config{Client: cs, Recorder: recorder, CSI: conn, Driver: driverName, Metrics: metrics.New(nil, nil),
-		Volumes: factory.Core().V1().PersistentVolumes(), Attachments: factory.Storage().V1().VolumeAttachments(),
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 50 * time.Millisecond})
+	c, err := New(Config{ControllerConfig: sidecar.ControllerConfig{Client: cs, CSI: conn, DriverName: driverName,
+		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 50 * time.Millisecond},
+		Recorder: recorder, Metrics: metrics.New(nil, nil),
+		Volumes: factory.Core().V1().PersistentVolumes(), Attachments: factory.Storage().V1().VolumeAttachments()})
 	if err != nil {
 		t.Fatal(err)
 	}

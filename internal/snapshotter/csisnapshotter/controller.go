@@ -40,8 +40,6 @@ type Config struct {
 	UUIDLength int
 	// ExtraCreateMetadata adds the snapshot's and the content's names to the parameters.
 	ExtraCreateMetadata bool
-	// QueueMetrics exports the workqueue_* metrics; nil for none.
-	QueueMetrics *kvcontroller.QueueMetrics
 }
 
 // Controller is the csi-snapshotter of one driver.
@@ -77,11 +75,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
 	vsc := factory.Snapshot().V1().VolumeSnapshotContents()
 	class := factory.Snapshot().V1().VolumeSnapshotClasses()
-	rec, stop := kvcontroller.NewEventRecorder(ctx, cfg.Client, "csi-snapshotter "+cfg.DriverName)
+	rec, stop := cfg.NewEvents(ctx, "csi-snapshotter")
 	c := &Controller{
 		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter"), contents: vsc.Lister(), classes: class.Lister(),
-		queue: kvcontroller.NewQueue[string]("csi-snapshotter-content", kvcontroller.QueueConfig{
-			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.QueueMetrics}),
+		queue:      sidecar.NewQueue[string](&cfg.ControllerConfig, "csi-snapshotter-content"),
 		stopEvents: stop,
 		recorder:   rec,
 		lists:      caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],

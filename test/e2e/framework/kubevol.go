@@ -23,11 +23,6 @@ var (
 func KubevolBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := localcluster.FindModuleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
 		dir, err := os.MkdirTemp("", "kubevol-bin-")
 		if err != nil {
 			buildErr = err
@@ -35,16 +30,26 @@ func KubevolBinary(t testing.TB) string {
 		}
 		addProcessCleanup(func() { os.RemoveAll(dir) })
 		binPath = filepath.Join(dir, "kubevol")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/kubevol")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/kubevol: %v\n%s", err, out)
-		}
+		buildErr = BuildKubevol(binPath)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// BuildKubevol builds cmd/kubevol of this source tree into path.
+func BuildKubevol(path string) error {
+	root, err := localcluster.FindModuleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", path, "./cmd/kubevol")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/kubevol: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // Process is a kubevol subcommand run by a test. It is killed when the test ends, and it can

@@ -19,63 +19,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 func TestUpThenInterrupt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("kubevol up needs root (mounts); run the tests as root")
 	}
-	root, err := localcluster.FindModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "kubevol")
-	if out, err := exec.Command("go", "build", "-C", root, "-o", bin, "./cmd/kubevol").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := kubevolBinary(t)
 	dir := t.TempDir()
-	stderr, err := os.Create(filepath.Join(t.TempDir(), "up.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "up", "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			log, _ := os.ReadFile(stderr.Name())
-			t.Logf("kubevol up output:\n%s", log)
-		}
-	})
-
-	// The one line on stdout is the exact command to run.
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case err := <-exited:
-		t.Fatalf("kubevol up exited before it was ready: %v", err)
-	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
-		t.Fatal("kubevol up never printed its kubectl line")
-	}
+	r := startUp(t, bin, "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
+	cmd, line := r.cmd, r.line
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if want := "kubectl --kubeconfig " + kubeconfig + " get nodes"; line != want {
 		t.Errorf("stdout line = %q, want %q", line, want)
@@ -115,17 +69,7 @@ func TestUpThenInterrupt(t *testing.T) {
 		t.Errorf("kubevol up runs %d processes, want at least 8 (4 control plane + 4 kubevol): %v", len(pids), pids)
 	}
 
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
-	}
+	r.interrupt(t)
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process %d outlived kubevol up", pid)
@@ -133,6 +77,77 @@ func TestUpThenInterrupt(t *testing.T) {
 	}
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("mounts under %s left after kubevol up stopped", dir)
+	}
+}
+
+// upRun is a `kubevol up` started by a test, killed when the test ends.
+type upRun struct {
+	cmd    *exec.Cmd
+	exited chan error // receives the exit once
+	log    string     // its stderr
+	line   string     // the one line on stdout, printed once the stack is ready
+}
+
+// startUp runs `kubevol up args...` and waits until it is ready: the one line on stdout is
+// the exact command to run.
+func startUp(t *testing.T, bin string, args ...string) *upRun {
+	t.Helper()
+	r := &upRun{log: filepath.Join(t.TempDir(), "up.log"), exited: make(chan error, 1)}
+	stderr, err := os.Create(r.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stderr.Close() })
+	r.cmd = exec.Command(bin, append([]string{"up"}, args...)...)
+	r.cmd.Stderr = stderr
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.exited <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("kubevol up output:\n%s", proc.LogTail(r.log, 150))
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case r.line = <-lines:
+	case err := <-r.exited:
+		t.Fatalf("kubevol up exited before it was ready: %v", err)
+	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
+		t.Fatal("kubevol up never printed its kubectl line")
+	}
+	return r
+}
+
+// interrupt sends SIGINT, as Ctrl-C does, and expects up to stop everything and exit 0.
+func (r *upRun) interrupt(t *testing.T) {
+	t.Helper()
+	if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.exited:
+		if err != nil {
+			t.Errorf("kubevol up exited with %v after SIGINT, want 0", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("kubevol up did not exit within 2 minutes of SIGINT")
 	}
 }
 

@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubevol/kubevol/internal/csi/csitest"
+)
+
+// TestUpDriverFlags: a --driver or --driver-config that cannot work exits 2 with one line
+// naming it, before anything starts.
+func TestUpDriverFlags(t *testing.T) {
+	dir := t.TempDir()
+	badConfig := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badConfig, []byte("a.example.com:\n  atachRequired: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := csitest.Start(t, &csitest.Driver{Name: "Bad_Name"})
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"not unix", []string{"--driver", "tcp://127.0.0.1:1"}, `--driver "tcp://127.0.0.1:1": want unix:///path/csi.sock`},
+		{"relative", []string{"--driver", "unix://csi.sock"}, "want unix:///path/csi.sock"},
+		{"missing config", []string{"--driver-config", filepath.Join(dir, "none.yaml")}, "--driver-config: open"},
+		{"misspelt config", []string{"--driver-config", badConfig}, `unknown field "atachRequired"`},
+		{"invalid driver name", []string{"--driver", bad.Address}, "--driver " + bad.Address + `: GetPluginInfo returned the invalid driver name "Bad_Name"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"up", "--dir", filepath.Join(dir, "up")}, tc.args...)
+			if code := Execute(args, &stdout, &stderr); code != exitUsage {
+				t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, exitUsage, stderr.String())
+			}
+			if first, _, _ := strings.Cut(stderr.String(), "\n"); !strings.Contains(first, tc.wantErr) {
+				t.Errorf("first stderr line %q does not contain %q", first, tc.wantErr)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "up")); len(entries) > 0 {
+		t.Errorf("a refused --driver left %d entries in the state directory", len(entries))
+	}
+}

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kubevol/kubevol/internal/verify"
+)
+
+type verifyOptions struct {
+	o               verify.Options
+	junit           string
+	blockParameters string
+}
+
+// errCasesFailed makes verify exit 1 after printing its table.
+var errCasesFailed = errors.New("verify: some cases failed")
+
+func newVerifyCommand() *cobra.Command {
+	o := verifyOptions{}
+	cmd := &cobra.Command{
+		Use:   "verify [--driver NAME | --storage-class NAME] [--dir UP_DIR | --kubeconfig FILE] [--junit FILE]",
+		Short: "Check a CSI driver's whole Kubernetes volume lifecycle against a running kubevol up",
+		Long: `verify runs, against a running ` + "`kubevol up`" + `, the Kubernetes volume lifecycle that a CSI driver's
+capabilities allow, each case in a namespace of its own that it deletes afterwards: provisioning
+(Immediate and WaitForFirstConsumer, with topology), data through the pod's mount path read back by
+the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inline and generic
+ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
+restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
+reclaim Delete and Retain, and nothing left behind.
+
+The driver's capabilities come from its CSIDriver object and, when its socket is on this machine,
+from the driver itself. A case they do not allow is "not applicable", with the reason; so is a case
+that needs the node's host (mount paths, processes) when the cluster is not a kubevol up of this
+machine (--kubeconfig). It prints a table, exits 1 when a case failed, and writes JUnit XML with
+--junit. Cases: ` + strings.Join(verify.CaseNames(), ", ") + `. See docs/verify.md.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("dir") && o.o.Kubeconfig != "" {
+				return usageErrorf("give --dir or --kubeconfig, not both")
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.o.Driver, "driver", "", "CSI driver to verify (its StorageClass: the default class if it is the driver's, else the first by name)")
+	f.StringVar(&o.o.StorageClass, "storage-class", "", "StorageClass whose provisioner is the driver to verify, and whose parameters the cases use")
+	f.StringVar(&o.o.Dir, "dir", "/var/lib/kubevol/up", "state directory of the kubevol up to verify against, as kubevol up takes it")
+	f.StringVar(&o.o.Kubeconfig, "kubeconfig", "", "kubeconfig of a cluster that is not a kubevol up of this machine (the host cases are then not applicable)")
+	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
+	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
+	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
+	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
+	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
+	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
+	f.StringSliceVar(&o.o.Only, "only", nil, "run only the cases whose name contains one of these strings")
+	return cmd
+}
+
+func (o *verifyOptions) validate() error {
+	if (o.o.Driver == "") == (o.o.StorageClass == "") {
+		return usageErrorf("give exactly one of --driver and --storage-class")
+	}
+	if o.o.Parallel < 1 {
+		return usageErrorf("--parallel must be at least 1, got %d", o.o.Parallel)
+	}
+	if o.o.Timeout <= 0 {
+		return usageErrorf("--timeout must be positive, got %s", o.o.Timeout)
+	}
+	if o.o.Wait <= 0 {
+		return usageErrorf("--wait must be positive, got %s", o.o.Wait)
+	}
+	if o.blockParameters != "" {
+		o.o.BlockParameters = map[string]string{}
+		for _, kv := range strings.Split(o.blockParameters, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return usageErrorf("--block-parameters %q: want key=value,...", o.blockParameters)
+			}
+			o.o.BlockParameters[k] = v
+		}
+	}
+	return nil
+}
+
+func (o *verifyOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	o.o.Progress = stderr
+	rep, err := verify.Run(ctx, o.o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if o.junit != "" {
+		if err := rep.WriteJUnit(o.junit); err != nil {
+			return fmt.Errorf("--junit: %w", err)
+		}
+	}
+	if rep.Failed() {
+		return errCasesFailed
+	}
+	return nil
+}

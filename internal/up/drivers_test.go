@@ -1,0 +1,163 @@
+package up
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// fakeDriver answers the identity and node calls up makes when it meets a driver.
+type fakeDriver struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedControllerServer
+	csipb.UnimplementedNodeServer
+	name   string
+	nodeID string
+	ctrl   []csipb.ControllerServiceCapability_RPC_Type
+	node   []csipb.NodeServiceCapability_RPC_Type
+}
+
+func (f *fakeDriver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{Name: f.name, VendorVersion: "1"}, nil
+}
+
+func (f *fakeDriver) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	return &csipb.ProbeResponse{}, nil
+}
+
+func (f *fakeDriver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	return &csipb.GetPluginCapabilitiesResponse{Capabilities: []*csipb.PluginCapability{{Type: &csipb.PluginCapability_Service_{
+		Service: &csipb.PluginCapability_Service{Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE}}}}}, nil
+}
+
+func (f *fakeDriver) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
+	rsp := &csipb.ControllerGetCapabilitiesResponse{}
+	for _, c := range f.ctrl {
+		rsp.Capabilities = append(rsp.Capabilities, &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: c}}})
+	}
+	return rsp, nil
+}
+
+func (f *fakeDriver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
+	rsp := &csipb.NodeGetCapabilitiesResponse{}
+	for _, c := range f.node {
+		rsp.Capabilities = append(rsp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: c}}})
+	}
+	return rsp, nil
+}
+
+func (f *fakeDriver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	return &csipb.NodeGetInfoResponse{NodeId: f.nodeID}, nil
+}
+
+func serveFake(t *testing.T, f *fakeDriver) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	csipb.RegisterIdentityServer(srv, f)
+	csipb.RegisterControllerServer(srv, f)
+	csipb.RegisterNodeServer(srv, f)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return "unix://" + sock
+}
+
+func TestProbeDriver(t *testing.T) {
+	old := driverWait
+	driverWait = 500 * time.Millisecond
+	t.Cleanup(func() { driverWait = old })
+	ctx := context.Background()
+
+	ep := serveFake(t, &fakeDriver{name: "ext.example.com", nodeID: "n1",
+		ctrl: []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME},
+		node: []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}})
+	d, err := probeDriver(ctx, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.conn.Close()
+	if d.name != "ext.example.com" || d.nodeID != "n1" || !d.hasController() || !d.canExpand() {
+		t.Errorf("probed %s node %s controller %v expand %v", d.name, d.nodeID, d.hasController(), d.canExpand())
+	}
+	spec := d.csiDriverSpec()
+	if !*spec.AttachRequired || *spec.StorageCapacity || !*spec.PodInfoOnMount || *spec.FSGroupPolicy != storagev1.FileFSGroupPolicy ||
+		len(spec.VolumeLifecycleModes) != 1 || spec.VolumeLifecycleModes[0] != storagev1.VolumeLifecyclePersistent {
+		t.Errorf("derived spec %+v", spec)
+	}
+	no, policy := false, storagev1.NoneFSGroupPolicy
+	d.cfg = DriverConfig{AttachRequired: &no, FSGroupPolicy: &policy, VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}
+	spec = d.csiDriverSpec()
+	if *spec.AttachRequired || *spec.FSGroupPolicy != policy || spec.VolumeLifecycleModes[0] != storagev1.VolumeLifecycleEphemeral || !*spec.PodInfoOnMount {
+		t.Errorf("overridden spec %+v", spec)
+	}
+
+	for _, tc := range []struct {
+		name, endpoint, want string
+	}{
+		{"empty name", serveFake(t, &fakeDriver{nodeID: "n1"}), `invalid driver name ""`},
+		{"invalid name", serveFake(t, &fakeDriver{name: "Not_A_Name", nodeID: "n1"}), `invalid driver name "Not_A_Name"`},
+		{"no node ID", serveFake(t, &fakeDriver{name: "ok.example.com"}), "empty node ID"},
+		{"no socket", "unix://" + filepath.Join(t.TempDir(), "none.sock"), "no socket at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := probeDriver(ctx, tc.endpoint)
+			var de *DriverError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %v, want a *DriverError", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.endpoint) || !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q does not name the socket and %q", msg, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDriverConfig(t *testing.T) {
+	cfg, err := ParseDriverConfig([]byte("a.example.com:\n  attachRequired: true\n  volumeLifecycleModes: [Persistent, Ephemeral]\n  storageClass:\n    volumeBindingMode: Immediate\n    parameters: {type: fast}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg["a.example.com"]
+	if a.AttachRequired == nil || !*a.AttachRequired || len(a.VolumeLifecycleModes) != 2 || *a.StorageClass.VolumeBindingMode != storagev1.VolumeBindingImmediate || a.StorageClass.Parameters["type"] != "fast" {
+		t.Errorf("parsed %+v", a)
+	}
+	if cfg, err := ParseDriverConfig(nil); err != nil || len(cfg) != 0 {
+		t.Errorf("empty file: %v, %v", cfg, err)
+	}
+	for _, bad := range []string{
+		"a.example.com:\n  attachRequire: true\n", // misspelt
+		"a.example.com:\n  fsGroupPolicy: Sometimes\n",
+		"a.example.com:\n  volumeLifecycleModes: [Forever]\n",
+		"a.example.com:\n  storageClass: {volumeBindingMode: Later}\n",
+		"Bad_Name:\n  attachRequired: true\n",
+		"- a list\n",
+	} {
+		if _, err := ParseDriverConfig([]byte(bad)); err == nil {
+			t.Errorf("ParseDriverConfig(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestCheckDrivers(t *testing.T) {
+	if err := checkDrivers([]*externalDriver{{name: "a.example.com"}, {name: "b.example.com"}}); err != nil {
+		t.Error(err)
+	}
+	if err := checkDrivers([]*externalDriver{{name: "a.example.com", endpoint: "unix:///1.sock"}, {name: "a.example.com", endpoint: "unix:///2.sock"}}); err == nil || !strings.Contains(err.Error(), "unix:///2.sock") {
+		t.Errorf("duplicate driver: %v", err)
+	}
+	if err := checkDrivers([]*externalDriver{{name: DriverName}}); err == nil {
+		t.Error("a driver with the built-in driver's name was accepted")
+	}
+}

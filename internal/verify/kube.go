@@ -1,0 +1,398 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+)
+
+// volumesReady is the pod condition the node agent sets once every volume is set up (the
+// kubelet has no such condition: it starts the containers instead).
+const volumesReady = "kubevol.io/VolumesReady"
+
+// waitTimeout bounds one wait of a case; the case's own timeout bounds the whole.
+const waitTimeout = 2 * time.Minute
+
+func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
+}
+
+// caseEnv is one case's namespace and what it created there.
+type caseEnv struct {
+	*env
+	ctx context.Context
+	ns  string
+}
+
+func (e *env) newCaseEnv(ctx context.Context, name string) (*caseEnv, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   "verify-" + strings.ReplaceAll(name, "/", "-") + "-" + rand.String(5),
+		Labels: map[string]string{runLabel: e.runID},
+	}}
+	if len(ns.Name) > 63 {
+		ns.Name = ns.Name[:57] + rand.String(6)
+	}
+	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create namespace: %w", err)
+	}
+	return &caseEnv{env: e, ctx: ctx, ns: ns.Name}, nil
+}
+
+// claim creates a PVC.
+func (k *caseEnv) claim(name, class, size string, mode corev1.PersistentVolumeMode, access corev1.PersistentVolumeAccessMode, source *corev1.TypedLocalObjectReference) (*corev1.PersistentVolumeClaim, error) {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{access},
+			StorageClassName: ptr(k.classes[class]),
+			VolumeMode:       &mode,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+			DataSource:       source,
+		},
+	}
+	out, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Create(k.ctx, pvc, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create claim %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// fsClaim is a ReadWriteOnce filesystem claim of the default size.
+func (k *caseEnv) fsClaim(name, class string) (*corev1.PersistentVolumeClaim, error) {
+	return k.claim(name, class, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil)
+}
+
+const defaultSize = "16Mi"
+
+func claimVolume(name, claim string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+// pod creates a pod on the driver's node that mounts mounts and maps devices; mutate, if
+// set, adjusts it first. The node agent sets up its volumes; nothing runs in it.
+func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+	c := corev1.Container{Name: "app", Image: "verify.kubevol.io/none"}
+	for _, v := range mounts {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+	}
+	for _, v := range devices {
+		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: k.node},
+			Containers:   []corev1.Container{c},
+			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
+			// A grace period of 0 would let the API server delete the pod at once; with the
+			// default one the node agent finishes the deletion once the volumes are down.
+			AutomountServiceAccountToken: ptr(false),
+		},
+	}
+	if mutate != nil {
+		mutate(pod)
+	}
+	var created *corev1.Pod
+	var lastErr error
+	// The ServiceAccount admission plugin refuses pods until the namespace's default
+	// ServiceAccount exists.
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		created, lastErr = k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return lastErr == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s: %v", name, lastErr)
+	}
+	k.mu.Lock()
+	k.uids = append(k.uids, created.UID)
+	k.mu.Unlock()
+	return created, nil
+}
+
+// ready waits for the node agent to report the pod's volumes set up.
+func (k *caseEnv) ready(pod *corev1.Pod) (*corev1.Pod, error) {
+	var cur *corev1.Pod
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		var err error
+		if cur, err = k.cs.CoreV1().Pods(k.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		return podCondition(cur, volumesReady) == corev1.ConditionTrue, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("volumes of pod %s not ready: %w", pod.Name, err)
+	}
+	return cur, nil
+}
+
+// runPod creates a pod and waits for its volumes.
+func (k *caseEnv) runPod(name string, mounts, devices []corev1.Volume, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+	p, err := k.pod(name, mounts, devices, mutate)
+	if err != nil {
+		return nil, err
+	}
+	return k.ready(p)
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// deletePod deletes a pod and waits until the node agent, having torn its volumes down,
+// finished the deletion.
+func (k *caseEnv) deletePod(name string) error {
+	if err := k.cs.CoreV1().Pods(k.ns).Delete(k.ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		_, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s not deleted (its volumes were not torn down): %w", name, err)
+	}
+	return nil
+}
+
+// boundPV waits for the claim to be bound and returns its PV.
+func (k *caseEnv) boundPV(claim string) (*corev1.PersistentVolume, error) {
+	var pvName string
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
+			return false, nil
+		}
+		pvName = pvc.Spec.VolumeName
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s not bound: %w", claim, err)
+	}
+	return k.cs.CoreV1().PersistentVolumes().Get(k.ctx, pvName, metav1.GetOptions{})
+}
+
+// waitPVGone waits for a PV to be deleted (and so its volume, by the provisioner).
+func (k *caseEnv) waitPVGone(name string) error {
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		_, err := k.cs.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("PV %s not deleted: %w", name, err)
+	}
+	return nil
+}
+
+// deleteClaim deletes a claim and, for reclaim policy Delete, waits for its PV to go.
+func (k *caseEnv) deleteClaim(name string) error {
+	pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(k.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Delete(k.ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	if pvc.Spec.VolumeName == "" {
+		return nil
+	}
+	return k.waitPVGone(pvc.Spec.VolumeName)
+}
+
+// expand asks for a bigger claim.
+func (k *caseEnv) expand(claim, size string) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
+	_, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Patch(k.ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// waitCapacity waits for the claim's status.capacity to reach size with no resize left.
+func (k *caseEnv) waitCapacity(claim, size string) error {
+	want := resource.MustParse(size)
+	var last string
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		last = fmt.Sprintf("capacity %s, conditions %v, resize status %v", got.String(), conditionTypes(pvc), pvc.Status.AllocatedResourceStatuses)
+		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("claim %s not expanded to %s: %w (last: %s)", claim, size, err, last)
+	}
+	return nil
+}
+
+func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func conditionTypes(pvc *corev1.PersistentVolumeClaim) []string {
+	var out []string
+	for _, c := range pvc.Status.Conditions {
+		out = append(out, string(c.Type))
+	}
+	return out
+}
+
+// mountPath is where the node agent mounted a claim's PV for the pod, in the kubelet's layout.
+func (k *caseEnv) mountPath(pod *corev1.Pod, pv string) string {
+	return filepath.Join(volume.Paths{Root: k.root}.PodVolumeDir(pod.UID, "kubernetes.io/csi", pv), "mount")
+}
+
+// devicePath is the pod's link to a raw block PV.
+func (k *caseEnv) devicePath(pod *corev1.Pod, pv string) string {
+	return filepath.Join(k.root, "pods", string(pod.UID), "volumeDevices", "kubernetes.io~csi", pv)
+}
+
+// claimPath is the mount of the claim's volume in the pod.
+func (k *caseEnv) claimPath(pod *corev1.Pod, claim string) (string, error) {
+	pv, err := k.boundPV(claim)
+	if err != nil {
+		return "", err
+	}
+	return k.mountPath(pod, pv.Name), nil
+}
+
+// writeProof writes a file unique to the case through the mount.
+func (k *caseEnv) writeProof(dir string) (string, error) {
+	data := "written by kubevol verify in " + k.ns + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "proof.txt"), []byte(data), 0o644); err != nil {
+		return "", fmt.Errorf("write through the mount path: %w", err)
+	}
+	return data, nil
+}
+
+func readProof(dir, want string) error {
+	got, err := os.ReadFile(filepath.Join(dir, "proof.txt"))
+	if err != nil {
+		return fmt.Errorf("read back through the mount path: %w", err)
+	}
+	if string(got) != want {
+		return fmt.Errorf("read back %q through the mount path, want %q", got, want)
+	}
+	return nil
+}
+
+// explain gathers what Kubernetes said about a failure: the Warning events of the case's
+// namespace and of its PVs' VolumeAttachments, and pods whose volumes are not ready. The
+// CSI errors reach users this way (ProvisioningFailed, FailedMount, FailedAttachVolume...).
+func (k *caseEnv) explain() string {
+	if k == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var lines []string
+	if evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
+		sort.Slice(evs.Items, func(i, j int) bool { return eventTime(evs.Items[i]).Before(eventTime(evs.Items[j])) })
+		seen := map[string]bool{}
+		for _, ev := range evs.Items {
+			line := fmt.Sprintf("event %s on %s/%s: %s", ev.Reason, strings.ToLower(ev.InvolvedObject.Kind), ev.InvolvedObject.Name, ev.Message)
+			if !seen[line] {
+				seen[line] = true
+				lines = append(lines, line)
+			}
+		}
+	}
+	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if (c.Type == volumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue && c.Message != "" {
+					lines = append(lines, fmt.Sprintf("pod %s %s: %s: %s", p.Name, c.Type, c.Reason, c.Message))
+				}
+			}
+		}
+	}
+	if len(lines) > 4 {
+		lines = lines[len(lines)-4:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func eventTime(ev corev1.Event) time.Time {
+	if !ev.LastTimestamp.IsZero() {
+		return ev.LastTimestamp.Time
+	}
+	if !ev.EventTime.IsZero() {
+		return ev.EventTime.Time
+	}
+	return ev.CreationTimestamp.Time
+}
+
+// cleanup removes what the case made, in the order Kubernetes needs: pods (so volumes are
+// unmounted), snapshots, claims (so PVs and volumes are deleted, Retain ones too), then the
+// namespace. It never removes anything outside the case's namespace but the PVs bound to
+// its claims.
+func (k *caseEnv) cleanup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k.ctx = ctx
+	var errs []error
+	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, p := range pods.Items {
+			if err := k.deletePod(p.Name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := k.deleteSnapshots(); err != nil {
+		errs = append(errs, err)
+	}
+	pvcs, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, c := range pvcs.Items {
+			if c.Spec.VolumeName != "" {
+				if err := k.deleteRetained(c.Spec.VolumeName); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if err := k.deleteClaim(c.Name); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := k.cs.CoreV1().Namespaces().Delete(ctx, k.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteRetained switches a Retain PV of the case to Delete, so that the provisioner deletes
+// its volume through the driver once the claim is gone.
+func (k *caseEnv) deleteRetained(pvName string) error {
+	pv, err := k.cs.CoreV1().PersistentVolumes().Get(k.ctx, pvName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
+		return nil
+	}
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`)
+	_, err = k.cs.CoreV1().PersistentVolumes().Patch(k.ctx, pvName, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}

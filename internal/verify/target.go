@@ -1,0 +1,449 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/kubevol/kubevol/internal/csi"
+)
+
+// DefaultBlockParameters are the extra StorageClass parameters of the raw block and
+// filesystem expansion cases for kubevol's own driver (any driver named *.kubevol.io): its
+// default "dir" volumes are directories, which have neither a device nor a filesystem of
+// their own. Other drivers get none unless --block-parameters says otherwise.
+var DefaultBlockParameters = map[string]string{"type": "block"}
+
+// fsTypeParameter is the StorageClass parameter the provisioner passes as the capability's
+// fs_type.
+const fsTypeParameter = "csi.storage.k8s.io/fstype"
+
+// env is what every case shares: clients, the driver and what it can do, the node and, on a
+// kubevol up of this machine, the node agent's root directory.
+type env struct {
+	o         Options
+	cs        kubernetes.Interface
+	dyn       dynamic.Interface
+	driver    string
+	csiDriver *storagev1.CSIDriver
+	base      *storagev1.StorageClass // nil: the driver has no StorageClass; verify makes its own
+	node      string
+	// topology is the node's segment of the driver's topology keys.
+	topology map[string]string
+	// root is the node agent's --root-dir on this machine, "" elsewhere.
+	root string
+	// conn is a connection to the driver's socket when this host has it.
+	conn *csi.Conn
+	caps capabilities
+	// runID names what this run creates.
+	runID   string
+	classes map[string]string // variant → StorageClass name
+	// volumesBefore are the driver's volumes before the run (ListVolumes), or nil.
+	volumesBefore map[string]bool
+	snapshotClass string
+
+	// mu guards uids, the pods of the run, whose mounts must all be gone at the end.
+	mu   sync.Mutex
+	uids []types.UID
+}
+
+// capabilities are what the driver advertises; known is false when its socket is not
+// reachable from here, and then every case runs.
+type capabilities struct {
+	known       bool
+	controller  map[csipb.ControllerServiceCapability_RPC_Type]bool
+	node        map[csipb.NodeServiceCapability_RPC_Type]bool
+	online      bool
+	offline     bool
+	endpoint    string
+	pluginError string
+}
+
+func newEnv(ctx context.Context, o Options) (*env, error) {
+	if (o.Driver == "") == (o.StorageClass == "") {
+		return nil, errors.New("verify: give exactly one of a driver or a StorageClass")
+	}
+	kubeconfig := o.Kubeconfig
+	e := &env{o: o, runID: rand.String(5), classes: map[string]string{}}
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(o.Dir, "kubeconfig")
+		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
+			e.root = filepath.Join(o.Dir, "node")
+		}
+	}
+	// `kubevol up &` followed by `kubevol verify` is the usual CI script: wait for up to
+	// write its kubeconfig and for the API to answer.
+	var cfg *rest.Config
+	var lastErr error
+	err := poll(ctx, o.Wait, func(ctx context.Context) (bool, error) {
+		if cfg, lastErr = clientcmd.BuildConfigFromFlags("", kubeconfig); lastErr != nil {
+			return false, nil
+		}
+		cfg.QPS, cfg.Burst = 100, 200
+		if e.cs, lastErr = kubernetes.NewForConfig(cfg); lastErr != nil {
+			return false, lastErr
+		}
+		_, lastErr = e.cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return lastErr == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("verify: no ready cluster behind %s within %s: %v (is kubevol up running with this --dir?)", kubeconfig, o.Wait, lastErr)
+	}
+	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if o.StorageClass != "" {
+		sc, err := e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("verify: StorageClass %s: %w", o.StorageClass, err)
+		}
+		e.base, e.driver = sc, sc.Provisioner
+	} else {
+		e.driver = o.Driver
+		if e.base, err = e.defaultClass(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if e.csiDriver, err = e.cs.StorageV1().CSIDrivers().Get(ctx, e.driver, metav1.GetOptions{}); err != nil {
+		return nil, fmt.Errorf("verify: CSIDriver %s: %w", e.driver, err)
+	}
+	if err := e.findNode(ctx); err != nil {
+		return nil, err
+	}
+	e.askDriver(ctx)
+	if e.o.BlockParameters == nil && strings.HasSuffix(e.driver, ".kubevol.io") {
+		e.o.BlockParameters = DefaultBlockParameters
+	}
+	if err := e.createClasses(ctx); err != nil {
+		_ = e.removeClasses()
+		return nil, err
+	}
+	if e.caps.controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] {
+		if e.volumesBefore, err = e.listVolumes(ctx); err != nil {
+			return nil, fmt.Errorf("verify: ListVolumes: %w", err)
+		}
+	}
+	return e, nil
+}
+
+// defaultClass is the driver's StorageClass: the default class if it is the driver's, else
+// the first by name.
+func (e *env) defaultClass(ctx context.Context) (*storagev1.StorageClass, error) {
+	list, err := e.cs.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("verify: list StorageClasses: %w", err)
+	}
+	var mine []storagev1.StorageClass
+	for _, sc := range list.Items {
+		if sc.Provisioner == e.driver && !strings.HasPrefix(sc.Name, "kubevol-verify-") {
+			if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+				return &sc, nil
+			}
+			mine = append(mine, sc)
+		}
+	}
+	if len(mine) == 0 {
+		return nil, nil
+	}
+	sort.Slice(mine, func(i, j int) bool { return mine[i].Name < mine[j].Name })
+	return &mine[0], nil
+}
+
+func (e *env) baseName() string {
+	if e.base == nil {
+		return "(none: verify's own, no parameters)"
+	}
+	return e.base.Name
+}
+
+// findNode picks the node where the driver is registered, and its topology segment.
+func (e *env) findNode(ctx context.Context) error {
+	var keys []string
+	err := poll(ctx, e.o.Wait, func(ctx context.Context) (bool, error) {
+		list, err := e.cs.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cn := range list.Items {
+			for _, d := range cn.Spec.Drivers {
+				if d.Name == e.driver {
+					e.node, keys = cn.Name, d.TopologyKeys
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("verify: driver %s is registered on no node (no CSINode lists it): is it running and registered with the node agent?", e.driver)
+	}
+	node, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("verify: node %s: %w", e.node, err)
+	}
+	e.topology = map[string]string{}
+	for _, k := range keys {
+		if v, ok := node.Labels[k]; ok {
+			e.topology[k] = v
+		}
+	}
+	return nil
+}
+
+// askDriver finds the driver's socket through the node agent's plugin registry (what
+// node-driver-registrar announced) and reads its capabilities.
+func (e *env) askDriver(ctx context.Context) {
+	if e.root == "" {
+		return
+	}
+	endpoint, err := registeredEndpoint(ctx, filepath.Join(e.root, "plugins_registry"), e.driver)
+	if err != nil || endpoint == "" {
+		return
+	}
+	conn, err := csi.Dial(csi.Config{Address: endpoint, Timeout: 10 * time.Second})
+	if err != nil {
+		return
+	}
+	caps, err := readCapabilities(ctx, conn)
+	if err != nil {
+		_ = conn.Close()
+		e.caps.pluginError = err.Error()
+		return
+	}
+	caps.endpoint = endpoint
+	e.conn, e.caps = conn, *caps
+}
+
+func readCapabilities(ctx context.Context, conn *csi.Conn) (*capabilities, error) {
+	cctx, cancel := conn.WithTimeout(ctx)
+	defer cancel()
+	caps := &capabilities{known: true, controller: map[csipb.ControllerServiceCapability_RPC_Type]bool{}}
+	prsp, err := conn.Identity.GetPluginCapabilities(cctx, &csipb.GetPluginCapabilitiesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	hasController := false
+	for _, c := range prsp.GetCapabilities() {
+		if c.GetService().GetType() == csipb.PluginCapability_Service_CONTROLLER_SERVICE {
+			hasController = true
+		}
+		switch c.GetVolumeExpansion().GetType() {
+		case csipb.PluginCapability_VolumeExpansion_ONLINE:
+			caps.online = true
+		case csipb.PluginCapability_VolumeExpansion_OFFLINE:
+			caps.offline = true
+		}
+	}
+	if hasController {
+		crsp, err := conn.Controller.ControllerGetCapabilities(cctx, &csipb.ControllerGetCapabilitiesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range crsp.GetCapabilities() {
+			caps.controller[c.GetRpc().GetType()] = true
+		}
+	}
+	if caps.node, err = conn.NodeCapabilities(ctx); err != nil {
+		return nil, err
+	}
+	return caps, nil
+}
+
+// registeredEndpoint asks each registration socket in dir for its plugin and returns the
+// CSI endpoint of driver, as the kubelet's plugin watcher learns it.
+func registeredEndpoint(ctx context.Context, dir, driver string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, ent := range entries {
+		if ent.Type()&os.ModeSocket == 0 {
+			continue
+		}
+		cc, err := grpc.NewClient("unix://"+filepath.Join(dir, ent.Name()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := registerapi.NewRegistrationClient(cc).GetInfo(cctx, &registerapi.InfoRequest{})
+		cancel()
+		_ = cc.Close()
+		if err == nil && info.Name == driver {
+			return info.Endpoint, nil
+		}
+	}
+	return "", nil
+}
+
+func (e *env) describe() string {
+	var parts []string
+	if e.root != "" {
+		parts = append(parts, "host checks through "+e.root)
+	} else {
+		parts = append(parts, "no host checks")
+	}
+	if e.caps.known {
+		parts = append(parts, "capabilities from "+e.caps.endpoint)
+	} else {
+		parts = append(parts, "driver socket not reachable from here: capability-dependent cases all run")
+	}
+	parts = append(parts, fmt.Sprintf("attachRequired=%v", e.attachRequired()))
+	return strings.Join(parts, ", ")
+}
+
+func (e *env) attachRequired() bool {
+	return e.csiDriver.Spec.AttachRequired == nil || *e.csiDriver.Spec.AttachRequired
+}
+
+// has reports a controller capability; unknown capabilities count as present.
+func (e *env) has(c csipb.ControllerServiceCapability_RPC_Type) bool {
+	return !e.caps.known || e.caps.controller[c]
+}
+
+// lacks says that the driver is known not to advertise a controller capability, or "".
+func (e *env) lacks(c csipb.ControllerServiceCapability_RPC_Type) string {
+	if e.has(c) {
+		return ""
+	}
+	return "the driver does not advertise " + c.String()
+}
+
+func (e *env) hasNode(c csipb.NodeServiceCapability_RPC_Type) bool {
+	return !e.caps.known || e.caps.node[c]
+}
+
+// Class variants the cases use, all derived from the driver's StorageClass.
+const (
+	classWFFC      = "wffc"
+	classImmediate = "immediate"
+	classRetain    = "retain"
+	classBlock     = "block"
+	classFS        = "xfs"
+)
+
+// createClasses makes verify's StorageClasses: the base class's parameters with the binding
+// mode, reclaim policy and expansion each case needs.
+func (e *env) createClasses(ctx context.Context) error {
+	params := map[string]string{}
+	var mountOptions []string
+	if e.base != nil {
+		maps.Copy(params, e.base.Parameters)
+		mountOptions = e.base.MountOptions
+	}
+	blockParams := maps.Clone(params)
+	maps.Copy(blockParams, e.o.BlockParameters)
+	fsParams := maps.Clone(blockParams)
+	fsParams[fsTypeParameter] = "xfs"
+	wffc, immediate := storagev1.VolumeBindingWaitForFirstConsumer, storagev1.VolumeBindingImmediate
+	del, retain := corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRetain
+	var allowed []corev1.TopologySelectorTerm
+	if len(e.topology) > 0 {
+		var exprs []corev1.TopologySelectorLabelRequirement
+		for k, v := range e.topology {
+			exprs = append(exprs, corev1.TopologySelectorLabelRequirement{Key: k, Values: []string{v}})
+		}
+		allowed = []corev1.TopologySelectorTerm{{MatchLabelExpressions: exprs}}
+	}
+	for _, v := range []struct {
+		name    string
+		params  map[string]string
+		binding storagev1.VolumeBindingMode
+		reclaim corev1.PersistentVolumeReclaimPolicy
+		allowed []corev1.TopologySelectorTerm
+	}{
+		{classWFFC, params, wffc, del, nil},
+		{classImmediate, params, immediate, del, allowed},
+		{classRetain, params, immediate, retain, allowed},
+		{classBlock, blockParams, wffc, del, nil},
+		{classFS, fsParams, wffc, del, nil},
+	} {
+		name := fmt.Sprintf("kubevol-verify-%s-%s", e.runID, v.name)
+		sc := &storagev1.StorageClass{
+			ObjectMeta:           metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: e.runID}},
+			Provisioner:          e.driver,
+			Parameters:           v.params,
+			MountOptions:         mountOptions,
+			ReclaimPolicy:        &v.reclaim,
+			VolumeBindingMode:    &v.binding,
+			AllowVolumeExpansion: ptr(true),
+			AllowedTopologies:    v.allowed,
+		}
+		if _, err := e.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("verify: create StorageClass %s: %w", name, err)
+		}
+		e.classes[v.name] = name
+	}
+	return nil
+}
+
+// removeClasses deletes the StorageClasses and the VolumeSnapshotClass of the run.
+func (e *env) removeClasses() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, name := range e.classes {
+		if err := e.cs.StorageV1().StorageClasses().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	e.classes = map[string]string{}
+	if e.snapshotClass != "" {
+		if err := e.dyn.Resource(snapshotClassGVR).Delete(ctx, e.snapshotClass, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+		e.snapshotClass = ""
+	}
+	return errors.Join(errs...)
+}
+
+func (e *env) close() {
+	if e.conn != nil {
+		_ = e.conn.Close()
+	}
+}
+
+// listVolumes is the driver's ListVolumes, all pages.
+func (e *env) listVolumes(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	token := ""
+	for {
+		cctx, cancel := e.conn.WithTimeout(ctx)
+		rsp, err := e.conn.Controller.ListVolumes(cctx, &csipb.ListVolumesRequest{StartingToken: token})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range rsp.GetEntries() {
+			out[v.GetVolume().GetVolumeId()] = true
+		}
+		if token = rsp.GetNextToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+const runLabel = "kubevol.io/verify-run"
+
+func ptr[T any](v T) *T { return &v }

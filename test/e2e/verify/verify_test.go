@@ -1,0 +1,322 @@
+// Package verify runs `kubevol verify` as a driver author would in CI: one `kubevol up` with
+// kubevol's driver in four capability profiles attached as external drivers (`--driver`),
+// then `kubevol verify --driver NAME` against each, with JUnit output.
+package verify
+
+import (
+	"bufio"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/localcluster"
+)
+
+const node = "verify-e2e"
+
+// profile is one capability set of `kubevol driver`, as a third-party driver might have.
+type profile struct {
+	name string
+	args []string
+	// outcomes are cases whose outcome the profile decides; every other case must pass or
+	// be not applicable, and none may fail.
+	outcomes map[string]string
+	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
+	// never have succeeded (false): the profile really was exercised as switched.
+	calls map[string]bool
+}
+
+var profiles = []profile{
+	{name: "default", outcomes: map[string]string{
+		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
+		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
+		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
+	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false}},
+	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
+		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
+		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
+	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
+	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity"}, outcomes: map[string]string{
+		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
+	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false}},
+	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots"}, outcomes: map[string]string{
+		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
+	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
+}
+
+func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
+
+func TestVerifyProfiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("kubevol verify needs root (mounts, loop devices); run the tests as root")
+	}
+	bin := build(t)
+	// Not t.TempDir: unix socket paths must stay under 108 bytes.
+	tmp, err := os.MkdirTemp("", "kvverify-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		left, _ := drivertest.Leftovers(tmp)
+		for _, l := range left {
+			t.Errorf("leaked: %s", l)
+		}
+		_ = drivertest.Release(tmp)
+		_ = os.RemoveAll(tmp)
+	})
+
+	// The drivers run first and outlive up, as a driver author's own driver does. The
+	// default profile runs under a loop that restarts it, so verify can restart it.
+	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s"}
+	config := ""
+	for _, p := range profiles {
+		dir := filepath.Join(tmp, p.name)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"driver", "--endpoint", "unix://" + filepath.Join(dir, "csi.sock"), "--node-id", node,
+			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
+		if p.name == "default" {
+			startLoop(t, bin, args, filepath.Join(dir, "pid"), filepath.Join(dir, "driver.log"))
+			config = driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+		} else {
+			start(t, bin, args, filepath.Join(dir, "driver.log"))
+		}
+		upArgs = append(upArgs, "--driver", "unix://"+filepath.Join(dir, "csi.sock"))
+	}
+	cfgFile := filepath.Join(tmp, "drivers.yaml")
+	if err := os.WriteFile(cfgFile, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upArgs = append(upArgs, "--driver-config", cfgFile)
+	runUp(t, bin, upArgs, filepath.Join(tmp, "up.log"))
+
+	for _, p := range profiles {
+		t.Run(p.name, func(t *testing.T) {
+			args := []string{"--driver", driverName(p), "--dir", filepath.Join(tmp, "up")}
+			if p.name == "default" {
+				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
+			}
+			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), args...)
+			for name, want := range p.outcomes {
+				if got[name] != want {
+					t.Errorf("case %s: %s, want %s", name, got[name], want)
+				}
+			}
+			for name, o := range got {
+				if o == "failed" {
+					t.Errorf("case %s failed", name)
+				}
+			}
+			ok := succeededCalls(t, filepath.Join(tmp, p.name, "calls.jsonl"))
+			for method, want := range p.calls {
+				if (ok[method] > 0) != want {
+					t.Errorf("driver %s: %d successful %s calls; want some: %v", driverName(p), ok[method], method, want)
+				}
+			}
+		})
+	}
+
+	// Through a kubeconfig, as for a cluster elsewhere, and by StorageClass: the cases that
+	// need this machine are not applicable, the others run.
+	t.Run("kubeconfig", func(t *testing.T) {
+		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), "--storage-class", driverName(profiles[2]),
+			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
+		want := map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
+			"data/persist": "skipped", "crash/node-agent": "skipped"}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("case %s: %s, want %s", name, got[name], w)
+			}
+		}
+	})
+}
+
+// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes.
+func runVerify(t *testing.T, bin, junit string, args ...string) map[string]string {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
+	t.Logf("kubevol verify %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
+	if err != nil {
+		t.Errorf("kubevol verify: %v", err)
+	}
+	return readJUnit(t, junit)
+}
+
+// succeededCalls counts the successful calls per method in a driver's call log.
+func succeededCalls(t *testing.T, path string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var c struct{ Method, Code string }
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Code == "OK" {
+			out[c.Method]++
+		}
+	}
+	return out
+}
+
+// readJUnit maps each case of a verify JUnit file to passed, failed or skipped.
+func readJUnit(t *testing.T, path string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("--junit file: %v", err)
+	}
+	var doc struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string    `xml:"name,attr"`
+				Failure *struct{} `xml:"failure"`
+				Skipped *struct{} `xml:"skipped"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("--junit file is not JUnit XML: %v", err)
+	}
+	out := map[string]string{}
+	for _, s := range doc.Suites {
+		for _, c := range s.Cases {
+			switch {
+			case c.Failure != nil:
+				out[c.Name] = "failed"
+			case c.Skipped != nil:
+				out[c.Name] = "skipped"
+			default:
+				out[c.Name] = "passed"
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("--junit file has no test case:\n%s", raw)
+	}
+	return out
+}
+
+func build(t *testing.T) string {
+	t.Helper()
+	root, err := localcluster.FindModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "kubevol")
+	if out, err := exec.Command("go", "build", "-C", root, "-o", bin, "./cmd/kubevol").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// start runs a process that dies with the test binary and is stopped (SIGTERM, then
+// SIGKILL) when the test ends.
+func start(t *testing.T, bin string, args []string, logPath string) *exec.Cmd {
+	t.Helper()
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		log.Close()
+		if t.Failed() {
+			tail, _ := exec.Command("tail", "-n", "30", logPath).Output()
+			t.Logf("%s:\n%s", logPath, tail)
+		}
+	})
+	return cmd
+}
+
+// startLoop runs the driver under a shell loop that starts it again whenever it exits, with
+// its pid in pidFile: what `--restart-driver "kill $(cat pidFile)"` needs. The loop's own
+// SIGTERM stops the driver and the loop.
+func startLoop(t *testing.T, bin string, args []string, pidFile, logPath string) {
+	t.Helper()
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + a + "'"
+	}
+	script := fmt.Sprintf(`trap 'kill $(cat %[1]s); exit 0' TERM
+while :; do %[2]s %[3]s & echo $! > %[1]s; wait $!; done`, pidFile, bin, strings.Join(quoted, " "))
+	start(t, "/bin/sh", []string{"-c", script}, logPath)
+}
+
+// runUp starts kubevol up and waits for its kubectl line; SIGINT stops it at the end.
+func runUp(t *testing.T, bin string, args []string, logPath string) {
+	t.Helper()
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Kill()
+		}
+		log.Close()
+		if t.Failed() {
+			tail, _ := exec.Command("tail", "-n", "40", logPath).Output()
+			t.Logf("kubevol up:\n%s", tail)
+		}
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ready <- sc.Scan()
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("kubevol up printed nothing")
+		}
+	case err := <-done:
+		tail, _ := exec.Command("tail", "-n", "40", logPath).Output()
+		t.Fatalf("kubevol up exited before it was ready: %v\n%s", err, tail)
+	case <-time.After(45 * time.Minute): // a cold first run builds the control plane
+		t.Fatal("kubevol up never became ready")
+	}
+}
