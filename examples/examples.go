@@ -15,3 +15,9 @@ const PodName = "demo"
 //
 //go:embed *.yaml
 var Manifests embed.FS
+
+// Snapshot holds snapshot/: a VolumeSnapshot of the demo's claim, and a claim restored
+// from it with a pod that mounts it (`kubevol up --demo` applies them after the first part).
+//
+//go:embed snapshot/*.yaml
+var Snapshot embed.FS

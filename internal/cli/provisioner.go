@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,7 +83,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.DurationVar(&o.snapshotSweep, "snapshot-orphan-sweep-interval", 5*time.Minute, "Accepted for compatibility; kubevol sets no snapshot finalizers that could be orphaned.")
 	f.Float32Var(&c.CapacityQPS, "kube-api-capacity-qps", 1, "QPS to use for storage capacity updates while communicating with the kubernetes apiserver.")
 	f.IntVar(&c.CapacityBurst, "kube-api-capacity-burst", 5, "Burst to use for storage capacity updates while communicating with the kubernetes apiserver.")
-	f.Var(newGatesValue(&o.featureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList())
+	f.Var(newGatesValue(&o.featureGates, provisionerFeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList(provisionerFeatureGates))
 	f.BoolVar(&c.StrictTopology, "strict-topology", false, "Late binding: pass only the selected node's topology to CreateVolume.")
 	f.BoolVar(&c.ImmediateTopology, "immediate-topology", true, "Immediate binding: pass the aggregated cluster topologies to CreateVolume. If false, pass no topology unless the StorageClass has allowedTopologies.")
 	f.BoolVar(&c.ExtraCreateMetadata, "extra-create-metadata", false, "If set, add pv/pvc metadata to plugin create requests as parameters.")
@@ -162,11 +164,14 @@ func (o *provisionerOptions) validate(flags *pflag.FlagSet) error {
 }
 
 // gatesValue parses --feature-gates key=bool,key=bool into a map of known gates.
-type gatesValue struct{ m *map[string]bool }
+type gatesValue struct {
+	m     *map[string]bool
+	known map[string]bool // the gates and their defaults
+}
 
-func newGatesValue(m *map[string]bool) *gatesValue {
+func newGatesValue(m *map[string]bool, known map[string]bool) *gatesValue {
 	*m = map[string]bool{}
-	return &gatesValue{m: m}
+	return &gatesValue{m: m, known: known}
 }
 
 func (g *gatesValue) String() string { return fmt.Sprint(*g.m) }
@@ -180,8 +185,8 @@ func (g *gatesValue) Set(s string) error {
 		if !ok {
 			return fmt.Errorf("missing bool value for %s", k)
 		}
-		if _, known := provisionerFeatureGates[k]; !known {
-			return fmt.Errorf("unrecognized feature gate: %s (known: %s)", k, gateList())
+		if _, known := g.known[k]; !known {
+			return fmt.Errorf("unrecognized feature gate: %s (known: %s)", k, gateList(g.known))
 		}
 		switch strings.ToLower(v) {
 		case "true":
@@ -195,10 +200,10 @@ func (g *gatesValue) Set(s string) error {
 	return nil
 }
 
-func gateList() string {
+func gateList(known map[string]bool) string {
 	var out []string
-	for _, k := range []string{"CrossNamespaceVolumeDataSource", "ReleaseLeaderElectionOnExit", "Topology", "VolumeAttributesClass"} {
-		out = append(out, fmt.Sprintf("%s=true|false (default %v)", k, provisionerFeatureGates[k]))
+	for _, k := range slices.Sorted(maps.Keys(known)) {
+		out = append(out, fmt.Sprintf("%s=true|false (default %v)", k, known[k]))
 	}
 	return strings.Join(out, ", ")
 }

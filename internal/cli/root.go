@@ -60,6 +60,7 @@ func NewRootCommand() *cobra.Command {
 		newProvisionerCommand(),
 		newAttacherCommand(),
 		newResizerCommand(),
+		newSnapshotterCommand(),
 		newNodeCommand(),
 		newCSRApproverCommand(),
 		newDriverCommand(),

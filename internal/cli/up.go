@@ -39,7 +39,7 @@ func newUpCommand() *cobra.Command {
 		Short: "Run a local single-node cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) with the kubevol components",
 		Long: `up starts a real single-node Kubernetes control plane on loopback, built from upstream
 Kubernetes ` + localcluster.UpstreamVersion + ` (built once, on first run), then the kubevol components (driver,
-provisioner, attacher, resizer and node agent) with a default StorageClass "` + up.DefaultStorageClass + `".
+provisioner, attacher, resizer, snapshotter and node agent) with a default StorageClass "` + up.DefaultStorageClass + `".
 State is kept in --dir, so a second start is fast and keeps its objects; --reset wipes it.
 
 --driver unix:///path/csi.sock (repeatable) adds a CSI driver that runs on its own: up asks it

@@ -6,13 +6,13 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -73,9 +73,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if p.capacity, err = sc.NewClient(cfg.CapacityQPS, cfg.CapacityBurst); err != nil {
 		return err
 	}
-	// VolumeSnapshots are CRDs, served only as JSON: the dynamic client copies the config
-	// and sets JSON on the copy (dynamic.ConfigFor).
-	if p.dynamic, err = dynamic.NewForConfig(rest.CopyConfig(sc.RESTConfig)); err != nil {
+	// VolumeSnapshots are CRDs, served only as JSON.
+	snapCfg := rest.CopyConfig(sc.RESTConfig)
+	snapCfg.ContentType, snapCfg.AcceptContentTypes = "application/json", "application/json"
+	if p.snapshots, err = snapclient.NewForConfig(snapCfg); err != nil {
 		return err
 	}
 	p.metrics = metrics.New(sc.Registry, func() float64 { return float64(p.journal.Len()) })
@@ -87,7 +88,7 @@ type instance struct {
 	cfg              Config
 	sc               *sidecar.Sidecar
 	events, capacity kubernetes.Interface
-	dynamic          dynamic.Interface
+	snapshots        snapclient.Interface
 	caps             *csi.Capabilities
 	identity         string
 	hostname         string
@@ -114,7 +115,7 @@ func (p *instance) lead(ctx context.Context) error {
 	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
 		ControllerConfig: cc, Options: cfg.Options, Recorder: recorder, Caps: caps, Identity: p.identity,
-		Journal: p.journal, Metrics: m, Dynamic: p.dynamic,
+		Journal: p.journal, Metrics: m, Snapshots: p.snapshots,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
 		Classes: factory.Storage().V1().StorageClasses(),
 	}

@@ -96,9 +96,12 @@ func runElected(ctx context.Context, le LeaderElection, client kubernetes.Interf
 	}
 }
 
+// healthChecker is a leader election watchdog (one Lease, or several).
+type healthChecker interface{ Check(*http.Request) error }
+
 // serveHTTP serves metrics, /healthz and /healthz/leader-election, as the upstream sidecars'
 // --http-endpoint does.
-func serveHTTP(ctx context.Context, addr, metricsPath string, reg *prometheus.Registry, watchdog *leaderelection.HealthzAdaptor) (func(), error) {
+func serveHTTP(ctx context.Context, addr, metricsPath string, reg *prometheus.Registry, watchdog healthChecker) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle(metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })

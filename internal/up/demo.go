@@ -88,6 +88,9 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("demo: the data did not survive the pod: %w", err)
 	}
 	fmt.Fprintf(out, "new pod %s mounts the same volume at %s; hello.txt still says: %s", second.UID, dataDir, got)
+	if err := s.demoSnapshot(ctx, cs, out); err != nil {
+		return err
+	}
 	kc := s.Cluster.KubeconfigPath()
 	fmt.Fprintf(out, "\ninspect it:\n  kubectl --kubeconfig %s -n %s get pod,pvc -o wide\n  kubectl --kubeconfig %s get pv,volumeattachments,csinodes\n  kubectl --kubeconfig %s -n %s describe pod %s\n",
 		kc, examples.Namespace, kc, kc, examples.Namespace, pod.Name)
@@ -95,13 +98,17 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 }
 
 // demoObjects decodes every manifest, cluster-scoped and configuration objects first.
-func demoObjects() ([]runtime.Object, error) {
+func demoObjects() ([]runtime.Object, error) { return decodeManifests(examples.Manifests) }
+
+// decodeManifests decodes the manifests of fsys, cluster-scoped and configuration objects
+// first, pods last.
+func decodeManifests(fsys fs.ReadFileFS) ([]runtime.Object, error) {
 	var objs []runtime.Object
-	err := fs.WalkDir(examples.Manifests, ".", func(path string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		raw, err := examples.Manifests.ReadFile(path)
+		raw, err := fsys.ReadFile(path)
 		if err != nil {
 			return err
 		}

@@ -300,6 +300,9 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	if d.canExpand() {
 		kinds = append(kinds, "resizer")
 	}
+	if d.controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
+		kinds = append(kinds, "snapshotter")
+	}
 	ports, err := localcluster.FreePorts(len(kinds))
 	if err != nil {
 		return err
@@ -307,6 +310,10 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	for i, kind := range kinds {
 		addr := "127.0.0.1:" + strconv.Itoa(ports[i])
 		args := append(s.sidecarArgs(kind, d.endpoint), "--http-endpoint", addr)
+		if kind == "snapshotter" {
+			// Only its csi-snapshotter: the cluster's snapshot-controller runs with kubevol's driver.
+			args = append(args, "--snapshot-controller=false")
+		}
 		c := newComponent(d.name+" "+kind, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+d.name+"-"+kind), "http://"+addr+"/healthz")
 		if kind == "provisioner" && d.storageCapacity {
 			// As external-provisioner deployed with --enable-capacity; the objects live in

@@ -148,12 +148,15 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err := installObjects(ctx, cs, s.opts.AttachRequired); err != nil {
 		return fmt.Errorf("install kubevol objects: %w", err)
 	}
+	if err := installSnapshotObjects(ctx, s.Cluster.RESTConfig()); err != nil {
+		return fmt.Errorf("install snapshot CRDs and class: %w", err)
+	}
 	for _, d := range []string{s.path("csi"), s.path("driver"), s.path("node")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}
 	}
-	ports, err := localcluster.FreePorts(5)
+	ports, err := localcluster.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -175,6 +178,8 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
 		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
 		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
+		// Both roles: the cluster's snapshot-controller and this driver's csi-snapshotter.
+		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket)},
 		{"node", ports[4], []string{"node", "--kubeconfig", s.path("node.kubeconfig"), "--bootstrap-kubeconfig", bootstrap, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
 			// Only kubevol uses this node: it takes the cluster's pods, untainted.
 			"--register-with-taints="}},

@@ -248,51 +248,23 @@ func summarize(byUID map[types.UID]*claimTimes, start time.Time) (*report.Run, t
 }
 
 func createClaims(ctx context.Context, cs kubernetes.Interface, ns, class string, n int, created func(types.UID, string, time.Time)) error {
-	const workers = 32
-	next := make(chan int)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				pvc := &corev1.PersistentVolumeClaim{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%05d", i)},
-					Spec: corev1.PersistentVolumeClaimSpec{
-						StorageClassName: &class,
-						AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-						Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-					},
-				}
-				at := time.Now()
-				out, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
-				if err != nil {
-					errs <- err
-					return
-				}
-				created(out.UID, out.Name, at)
-			}
-		}()
-	}
-	var err error
-loop:
-	for i := range n {
-		select {
-		case next <- i:
-		case err = <-errs:
-			break loop
+	return report.Parallel(n, 32, func(i int) error {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%05d", i)},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: &class,
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+			},
 		}
-	}
-	close(next)
-	wg.Wait()
-	if err == nil {
-		select {
-		case err = <-errs:
-		default:
+		at := time.Now()
+		out, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	return err
+		created(out.UID, out.Name, at)
+		return nil
+	})
 }
 
 func cleanup(ctx context.Context, cs kubernetes.Interface, ns string, sut *system) error {

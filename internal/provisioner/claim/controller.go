@@ -8,10 +8,10 @@ package claim
 import (
 	"context"
 	"fmt"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -52,8 +52,8 @@ type Config struct {
 	Identity string
 	Journal  *intent.Journal
 	Metrics  *metrics.Metrics
-	// Dynamic reads VolumeSnapshots; nil disables snapshot data sources.
-	Dynamic dynamic.Interface
+	// Snapshots reads VolumeSnapshots and their contents; nil disables snapshot data sources.
+	Snapshots snapclient.Interface
 
 	Claims   coreinformers.PersistentVolumeClaimInformer
 	Volumes  coreinformers.PersistentVolumeInformer

@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"fmt"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -10,9 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
@@ -27,11 +26,6 @@ const (
 	snapshotAPI  = "snapshot.storage.k8s.io"
 	// AnnAllowVolumeModeChange on a VolumeSnapshotContent allows restoring into another mode.
 	AnnAllowVolumeModeChange = "snapshot.storage.k8s.io/allow-volume-mode-change"
-)
-
-var (
-	snapshotsGVR = schema.GroupVersionResource{Group: snapshotAPI, Version: "v1", Resource: "volumesnapshots"}
-	contentsGVR  = schema.GroupVersionResource{Group: snapshotAPI, Version: "v1", Resource: "volumesnapshotcontents"}
 )
 
 // claimDataSource is spec.dataSource, else spec.dataSourceRef, as upstream normalizes it.
@@ -157,54 +151,54 @@ func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.Persisten
 	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
 		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.DriverName)
 	}
-	if c.cfg.Dynamic == nil || !c.snapshotAPIInstalled() {
+	if c.cfg.Snapshots == nil || !c.snapshotAPIInstalled() {
 		return nil, fmt.Errorf("claim restores VolumeSnapshot %s, but the snapshot.storage.k8s.io/v1 CRDs are not installed: install the external-snapshotter CRDs, or remove the data source", name)
 	}
-	vs, err := c.cfg.Dynamic.Resource(snapshotsGVR).Namespace(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+	vs, err := c.cfg.Snapshots.SnapshotV1().VolumeSnapshots(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("VolumeSnapshot %s/%s: %w", claim.Namespace, name, err)
 	}
-	if vs.GetDeletionTimestamp() != nil {
+	if vs.DeletionTimestamp != nil {
 		return nil, fmt.Errorf("VolumeSnapshot %s is being deleted", name)
 	}
-	contentName, _, _ := unstructured.NestedString(vs.Object, "status", "boundVolumeSnapshotContentName")
+	contentName := ""
+	if vs.Status != nil && vs.Status.BoundVolumeSnapshotContentName != nil {
+		contentName = *vs.Status.BoundVolumeSnapshotContentName
+	}
 	if contentName == "" {
 		return nil, fmt.Errorf("VolumeSnapshot %s is not bound to a VolumeSnapshotContent yet", name)
 	}
-	vsc, err := c.cfg.Dynamic.Resource(contentsGVR).Get(ctx, contentName, metav1.GetOptions{})
+	vsc, err := c.cfg.Snapshots.SnapshotV1().VolumeSnapshotContents().Get(ctx, contentName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("VolumeSnapshotContent %s of snapshot %s: %w", contentName, name, err)
 	}
-	refName, _, _ := unstructured.NestedString(vsc.Object, "spec", "volumeSnapshotRef", "name")
-	refNS, _, _ := unstructured.NestedString(vsc.Object, "spec", "volumeSnapshotRef", "namespace")
-	refUID, _, _ := unstructured.NestedString(vsc.Object, "spec", "volumeSnapshotRef", "uid")
-	driver, _, _ := unstructured.NestedString(vsc.Object, "spec", "driver")
-	ready, _, _ := unstructured.NestedBool(vsc.Object, "status", "readyToUse")
-	handle, hasHandle, _ := unstructured.NestedString(vsc.Object, "status", "snapshotHandle")
-	restoreSize, hasSize, _ := unstructured.NestedInt64(vsc.Object, "status", "restoreSize")
-	srcMode, _, _ := unstructured.NestedString(vsc.Object, "spec", "sourceVolumeMode")
+	ref := vsc.Spec.VolumeSnapshotRef
+	st := vsc.Status
+	if st == nil {
+		st = &snapv1.VolumeSnapshotContentStatus{}
+	}
 	switch {
-	case refName != name || refNS != claim.Namespace || (refUID != "" && refUID != string(vs.GetUID())):
+	case ref.Name != name || ref.Namespace != claim.Namespace || (ref.UID != "" && ref.UID != vs.UID):
 		return nil, fmt.Errorf("VolumeSnapshotContent %s does not point back to snapshot %s/%s", contentName, claim.Namespace, name)
-	case driver != class.Provisioner:
-		return nil, fmt.Errorf("snapshot %s was taken by driver %s, not %s", name, driver, class.Provisioner)
-	case !ready || !hasHandle || handle == "":
+	case vsc.Spec.Driver != class.Provisioner:
+		return nil, fmt.Errorf("snapshot %s was taken by driver %s, not %s", name, vsc.Spec.Driver, class.Provisioner)
+	case st.ReadyToUse == nil || !*st.ReadyToUse || st.SnapshotHandle == nil || *st.SnapshotHandle == "":
 		return nil, fmt.Errorf("snapshot %s is not ready to use yet", name)
-	case hasSize && requested < restoreSize:
-		return nil, fmt.Errorf("the claim requests %d bytes but snapshot %s needs at least %d: request its restore size or more", requested, name, restoreSize)
+	case st.RestoreSize != nil && requested < *st.RestoreSize:
+		return nil, fmt.Errorf("the claim requests %d bytes but snapshot %s needs at least %d: request its restore size or more", requested, name, *st.RestoreSize)
 	}
-	mode := string(corev1.PersistentVolumeFilesystem)
+	mode := corev1.PersistentVolumeFilesystem
 	if pvspec.IsBlock(claim) {
-		mode = string(corev1.PersistentVolumeBlock)
+		mode = corev1.PersistentVolumeBlock
 	}
-	if c.cfg.PreventVolumeModeConversion && srcMode != "" && srcMode != mode && vsc.GetAnnotations()[AnnAllowVolumeModeChange] != "true" {
-		return nil, fmt.Errorf("snapshot %s was taken from a %s volume and cannot be restored as %s unless its VolumeSnapshotContent has %s: \"true\"", name, srcMode, mode, AnnAllowVolumeModeChange)
+	if srcMode := vsc.Spec.SourceVolumeMode; c.cfg.PreventVolumeModeConversion && srcMode != nil && *srcMode != "" && *srcMode != mode && vsc.Annotations[AnnAllowVolumeModeChange] != "true" {
+		return nil, fmt.Errorf("snapshot %s was taken from a %s volume and cannot be restored as %s unless its VolumeSnapshotContent has %s: \"true\"", name, *srcMode, mode, AnnAllowVolumeModeChange)
 	}
-	return &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: handle}}}, nil
+	return &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: *st.SnapshotHandle}}}, nil
 }
 
 func (c *Controller) snapshotAPIInstalled() bool {
-	_, err := c.cfg.Client.Discovery().ServerResourcesForGroupVersion(snapshotsGVR.GroupVersion().String())
+	_, err := c.cfg.Client.Discovery().ServerResourcesForGroupVersion(snapv1.SchemeGroupVersion.String())
 	return err == nil
 }
 

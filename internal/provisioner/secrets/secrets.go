@@ -68,23 +68,31 @@ func Ref(k Kind, params map[string]string, c Claim) (*corev1.SecretReference, er
 	}
 	// The namespace cannot come from anything the claim's author controls beyond its own
 	// namespace, or a user could read another namespace's secrets.
-	ns, err := resolve(nsTmpl, map[string]string{"pv.name": c.PVName, "pvc.namespace": c.Namespace})
+	nameVars := map[string]string{"pv.name": c.PVName, "pvc.name": c.Name, "pvc.namespace": c.Namespace}
+	for key, v := range c.Annotations {
+		nameVars["pvc.annotations['"+key+"']"] = v
+	}
+	return Template(k.Name, nameTmpl, nsTmpl, nameVars, map[string]string{"pv.name": c.PVName, "pvc.namespace": c.Namespace})
+}
+
+// Template resolves a secret reference from its name and namespace templates: ${...}
+// tokens of the name come from nameVars, those of the namespace from nsVars, and the results
+// must be a valid secret name and namespace. what names the secret in errors. The
+// snapshotter's secrets follow the same rules with other variables.
+func Template(what, nameTmpl, nsTmpl string, nameVars, nsVars map[string]string) (*corev1.SecretReference, error) {
+	ns, err := resolve(nsTmpl, nsVars)
 	if err != nil {
-		return nil, fmt.Errorf("%s secret namespace template %q: %w", k.Name, nsTmpl, err)
+		return nil, fmt.Errorf("%s secret namespace template %q: %w", what, nsTmpl, err)
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return nil, fmt.Errorf("%s secret namespace %q (from template %q) is not a valid namespace name: %s", k.Name, ns, nsTmpl, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("%s secret namespace %q (from template %q) is not a valid namespace name: %s", what, ns, nsTmpl, strings.Join(errs, "; "))
 	}
-	vars := map[string]string{"pv.name": c.PVName, "pvc.name": c.Name, "pvc.namespace": c.Namespace}
-	for key, v := range c.Annotations {
-		vars["pvc.annotations['"+key+"']"] = v
-	}
-	name, err := resolve(nameTmpl, vars)
+	name, err := resolve(nameTmpl, nameVars)
 	if err != nil {
-		return nil, fmt.Errorf("%s secret name template %q: %w", k.Name, nameTmpl, err)
+		return nil, fmt.Errorf("%s secret name template %q: %w", what, nameTmpl, err)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, fmt.Errorf("%s secret name %q (from template %q) is not a valid secret name: %s", k.Name, name, nameTmpl, strings.Join(errs, "; "))
+		return nil, fmt.Errorf("%s secret name %q (from template %q) is not a valid secret name: %s", what, name, nameTmpl, strings.Join(errs, "; "))
 	}
 	return &corev1.SecretReference{Name: name, Namespace: ns}, nil
 }

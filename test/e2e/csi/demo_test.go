@@ -14,7 +14,8 @@ import (
 )
 
 // `kubevol up --demo` as a user runs it: it applies examples/, lists the demo pod's volumes
-// with where they are mounted, and shows the PVC's data survived recreating the pod.
+// with where they are mounted, shows the PVC's data survived recreating the pod, then takes
+// a VolumeSnapshot of the claim and shows the data in a claim restored from it.
 func TestUpDemo(t *testing.T) {
 	t.Parallel()
 	dir, err := os.MkdirTemp("", "kvdemo-")
@@ -38,14 +39,15 @@ func TestUpDemo(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
 		raw, _ := os.ReadFile(p.LogPath)
 		out = string(raw)
-		return strings.Contains(out, "hello.txt still says") || p.Exited(), nil
+		return strings.Contains(out, "the restored claim is mounted at") || p.Exited(), nil
 	})
-	if err != nil || !strings.Contains(out, "hello.txt still says: written at") {
+	if err != nil || !strings.Contains(out, "hello.txt still says: written at") || !strings.Contains(out, "hello.txt says: written at") {
 		t.Fatalf("demo did not finish (%v); output:\n%s", err, out)
 	}
 	for _, want := range []string{
 		"volumes/kubernetes.io~csi/pvc-", "volumes/kubernetes.io~configmap/config", "volumes/kubernetes.io~secret/secret",
 		"volumes/kubernetes.io~empty-dir/scratch", "volumes/kubernetes.io~csi/inline/mount", "mounted: ",
+		"ready to use after", "class kubevol-local",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)

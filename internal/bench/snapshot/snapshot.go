@@ -1,0 +1,221 @@
+// Package snapshot is `kubevol bench snapshot`: it creates N VolumeSnapshots of one claim and
+// measures the time from each VolumeSnapshot's creation to readyToUse (the snapshot-controller,
+// the csi-snapshotter and the driver together), and the throughput.
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubevol/kubevol/internal/bench/report"
+	"github.com/kubevol/kubevol/internal/bench/target"
+	"github.com/kubevol/kubevol/internal/up"
+)
+
+// Config is what one run measures.
+type Config struct {
+	Count int
+	// Kubeconfig of a cluster running kubevol (driver, provisioner, snapshotter); empty means
+	// the `kubevol up` cluster if one runs, else a throwaway `kubevol up` stack.
+	Kubeconfig string
+	// Binary is the kubevol executable for a throwaway stack.
+	Binary  string
+	OutDir  string
+	Timeout time.Duration
+	Out     io.Writer
+}
+
+// Run runs the benchmark and prints its figures to cfg.Out.
+func Run(ctx context.Context, cfg Config) error {
+	out := cfg.Out
+	restCfg, stop, err := pickCluster(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	restCfg.QPS, restCfg.Burst = -1, 0 // the benchmark client must not be the bottleneck
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	jsonCfg := rest.CopyConfig(restCfg)
+	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
+	snap, err := snapclient.NewForConfig(jsonCfg)
+	if err != nil {
+		return err
+	}
+	ns := "bench-snapshot-" + rand.String(5)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) }()
+	// An Immediate class of the kubevol driver, so the source claim binds without a pod.
+	immediate := storagev1.VolumeBindingImmediate
+	sc, err := cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Provisioner: up.DriverName, VolumeBindingMode: &immediate, Parameters: map[string]string{"type": "dir"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+	}()
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		StorageClassName: &sc.Name, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}}}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "source", metav1.DeleteOptions{})
+	}()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "source", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.ClaimBound, nil
+	})
+	if err != nil {
+		return fmt.Errorf("source claim not bound (is kubevol provisioner running?): %w", err)
+	}
+
+	var mu sync.Mutex
+	created, ready := map[string]time.Time{}, map[string]time.Time{}
+	progress := report.NewProgress(out, "ready", cfg.Count)
+	factory := snapinformers.NewSharedInformerFactoryWithOptions(snap, 0, snapinformers.WithNamespace(ns))
+	onSnapshot := func(obj any) {
+		vs := obj.(*snapv1.VolumeSnapshot)
+		if vs.Status == nil || vs.Status.ReadyToUse == nil || !*vs.Status.ReadyToUse {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		if _, ok := ready[vs.Name]; !ok {
+			ready[vs.Name] = now
+			progress.Set(len(ready))
+		}
+		mu.Unlock()
+	}
+	_, _ = factory.Snapshot().V1().VolumeSnapshots().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onSnapshot, UpdateFunc: func(_, o any) { onSnapshot(o) }})
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	defer factory.Shutdown()
+
+	fmt.Fprintf(out, "creating %d VolumeSnapshots of one claim in namespace %s\n", cfg.Count, ns)
+	start := time.Now()
+	if err := createSnapshots(ctx, snap, ns, cfg.Count, func(name string, at time.Time) {
+		mu.Lock()
+		created[name] = at
+		mu.Unlock()
+	}); err != nil {
+		return err
+	}
+	createDur := time.Since(start)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ready) >= cfg.Count, nil
+	})
+	progress.Finish()
+	mu.Lock()
+	run := &report.Run{Series: []string{"volumesnapshot_to_ready"}}
+	var last time.Duration
+	for name, at := range created {
+		lat := time.Duration(-1)
+		if r, ok := ready[name]; ok {
+			lat = r.Sub(at)
+			last = max(last, r.Sub(start))
+		}
+		run.Samples = append(run.Samples, report.Sample{Name: name, Start: at.Sub(start), Values: []time.Duration{lat}})
+	}
+	nReady := len(ready)
+	mu.Unlock()
+	if err != nil {
+		fmt.Fprintf(out, "timed out: %d of %d ready\n", nReady, cfg.Count)
+	}
+	fmt.Fprintf(out, "\nsnapshots created in %s (%.0f/s)\n", report.Round(createDur), float64(cfg.Count)/createDur.Seconds())
+	fmt.Fprintf(out, "all %d ready after %s: %.1f snapshots/s\n", nReady, report.Round(last), float64(nReady)/last.Seconds())
+	run.WriteTable(out)
+	if err := run.WriteFiles(cfg.OutDir, "snapshot", fmt.Sprintf("kubevol snapshot: %d VolumeSnapshots, latency to readyToUse", cfg.Count), out); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "cleaning up")
+	delStart := time.Now()
+	if err := snap.SnapshotV1().VolumeSnapshots(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cfg.Timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := snap.SnapshotV1().VolumeSnapshots(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("snapshots not deleted: %w", err)
+	}
+	fmt.Fprintf(out, "cleanup (snapshots, contents and backend snapshots deleted) took %s\n", report.Round(time.Since(delStart)))
+	return nil
+}
+
+func createSnapshots(ctx context.Context, snap snapclient.Interface, ns string, n int, created func(string, time.Time)) error {
+	source := "source"
+	return report.Parallel(n, 32, func(i int) error {
+		name := fmt.Sprintf("snap-%05d", i)
+		at := time.Now()
+		vs := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{PersistentVolumeClaimName: &source}}}
+		if _, err := snap.SnapshotV1().VolumeSnapshots(ns).Create(ctx, vs, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		created(name, at)
+		return nil
+	})
+}
+
+// pickCluster uses the cluster of cfg.Kubeconfig or of `kubevol up`, else starts a
+// throwaway `kubevol up` stack (control plane, driver, provisioner, snapshotter, node).
+func pickCluster(ctx context.Context, cfg Config) (*rest.Config, func(), error) {
+	kc := cfg.Kubeconfig
+	if kc == "" {
+		if _, err := os.Stat(target.UpKubeconfig); err == nil {
+			kc = target.UpKubeconfig
+		}
+	}
+	if kc != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kc)
+		return c, func() {}, err
+	}
+	dir, err := os.MkdirTemp("", "kubevol-bench-snapshot-")
+	if err != nil {
+		return nil, nil, err
+	}
+	host, _ := os.Hostname()
+	fmt.Fprintln(cfg.Out, "starting a throwaway kubevol up stack for the benchmark")
+	s, err := up.Start(ctx, up.Options{Dir: dir, KubevolBinary: cfg.Binary, NodeName: nodeName(host), Progress: cfg.Out, UnsafeNoFsync: true})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s.Cluster.RESTConfig(), func() { _ = s.Stop(); os.RemoveAll(dir) }, nil
+}
+
+func nodeName(host string) string {
+	if host == "" {
+		return "bench-node"
+	}
+	return host
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/controller"
+	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
+)
+
+// snapshotterFeatureGates are the gates of the upstream snapshot-controller and
+// csi-snapshotter; group snapshots are not implemented, so the gate only is accepted.
+var snapshotterFeatureGates = map[string]bool{
+	"CSIVolumeGroupSnapshot":      true,
+	"ReleaseLeaderElectionOnExit": false,
+}
+
+type snapshotterOptions struct {
+	sidecar             sidecar.Options
+	controllerRole      bool
+	sidecarRole         bool
+	namePrefix          string
+	uuidLength          int
+	groupPrefix         string
+	groupUUIDLength     int
+	extraCreateMetadata bool
+	nodeDeployment      bool
+	distributed         bool
+	preventModeChange   bool
+	retryCRDMax         time.Duration
+	featureGates        map[string]bool
+	automaxprocs        bool
+	showVersion         bool
+}
+
+func newSnapshotterCommand() *cobra.Command {
+	o := &snapshotterOptions{}
+	cmd := &cobra.Command{
+		Use:   "snapshotter",
+		Short: "VolumeSnapshots: the snapshot-controller and the csi-snapshotter sidecar, either or both",
+		Long: `snapshotter replaces kubernetes-csi/external-snapshotter's two components, with their flags,
+Leases, annotations and finalizers: the snapshot-controller (--snapshot-controller; one per
+cluster: default classes, contents of dynamic snapshots, binding, finalizers, deletion) and the
+csi-snapshotter sidecar (--csi-snapshotter; one per driver: CreateSnapshot, ListSnapshots,
+DeleteSnapshot and the contents' status). Both run by default; turn one off to run beside the
+other's upstream counterpart. A kill -9 at any point leaks no backend snapshot.`,
+		RunE: runSidecar(&o.showVersion, o.validate, o.run),
+	}
+	f := cmd.Flags()
+	// Upstream's defaults (a 1 min CSI timeout), except the client QPS, as for the other sidecars.
+	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: time.Minute, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
+		Resync: 15 * time.Minute, ResyncFlag: "resync-period"})
+	f.BoolVar(&o.controllerRole, "snapshot-controller", true, "Run the snapshot-controller role (Lease "+snapshotter.ControllerLease+").")
+	f.BoolVar(&o.sidecarRole, "csi-snapshotter", true, "Run the csi-snapshotter role for the driver at --csi-address (Lease external-snapshotter-leader-<driver>).")
+	f.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
+	f.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
+	f.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
+	f.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
+	f.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
+	f.BoolVar(&o.nodeDeployment, "node-deployment", false, "Not supported: distributed snapshotting.")
+	f.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Not supported: distributed snapshotting.")
+	f.BoolVar(&o.preventModeChange, "prevent-volume-mode-conversion", true, "Record the source volume mode on new contents, so that a restore cannot change it.")
+	f.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
+	f.Var(newGatesValue(&o.featureGates, snapshotterFeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList(snapshotterFeatureGates))
+	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself.")
+	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	return cmd
+}
+
+func (o *snapshotterOptions) validate() error {
+	if err := o.sidecar.Validate(); err != nil {
+		return flagError(err, sidecar.FlagNames("resync-period"))
+	}
+	switch {
+	case !o.controllerRole && !o.sidecarRole:
+		return usageErrorf("--snapshot-controller=false and --csi-snapshotter=false leave nothing to run")
+	case o.namePrefix == "":
+		return usageErrorf("--snapshot-name-prefix must not be empty")
+	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
+		return usageErrorf("--snapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.uuidLength)
+	case o.nodeDeployment || o.distributed:
+		return usageErrorf("--node-deployment and --enable-distributed-snapshotting are not supported by kubevol")
+	case o.retryCRDMax <= 0:
+		return usageErrorf("--retry-crd-interval-max must be positive, got %s", o.retryCRDMax)
+	}
+	return nil
+}
+
+func (o *snapshotterOptions) run(ctx context.Context) error {
+	var roles []sidecar.Role
+	var cfg *rest.Config
+	var client kubernetes.Interface
+	var reg *prometheus.Registry
+	var queueMetrics *kvcontroller.QueueMetrics
+	if o.sidecarRole {
+		sc, err := sidecar.Connect(ctx, "snapshotter", &o.sidecar)
+		if err != nil {
+			return err
+		}
+		defer sc.Close()
+		cfg, client, reg, queueMetrics = sc.RESTConfig, sc.Client, sc.Registry, sc.QueueMetrics
+		ctrl, err := csisnapshotter.New(ctx, csisnapshotter.Config{
+			ControllerConfig: sc.ControllerConfig(),
+			Snap:             snapClient(cfg), NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
+			ExtraCreateMetadata: o.extraCreateMetadata,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: ctrl.Run})
+	} else {
+		// The snapshot-controller alone needs no driver.
+		var err error
+		if cfg, err = o.sidecar.RESTConfig(); err != nil {
+			return err
+		}
+		cfg.UserAgent = "kubevol-snapshotter"
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		queueMetrics = kvcontroller.NewQueueMetrics(reg)
+	}
+	if o.controllerRole {
+		snap := snapClient(cfg)
+		if err := waitForCRDs(ctx, snap, o.retryCRDMax); err != nil {
+			return err
+		}
+		ctrl, err := controller.New(ctx, controller.Config{
+			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
+			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
+			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg, QueueMetrics: queueMetrics,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: ctrl.Run}}, roles...)
+	}
+	return sidecar.RunRoles(ctx, o.sidecar, client, reg, roles...)
+}
+
+// snapClient is the snapshot API client: custom resources have no protobuf form.
+func snapClient(cfg *rest.Config) snapclient.Interface {
+	c := rest.CopyConfig(cfg)
+	c.ContentType, c.AcceptContentTypes = "application/json", "application/json"
+	return snapclient.NewForConfigOrDie(c)
+}
+
+// waitForCRDs lists the three v1 kinds until it works, as upstream's snapshot-controller
+// does before it starts, with a backoff up to max; then it gives up.
+func waitForCRDs(ctx context.Context, snap snapclient.Interface, max time.Duration) error {
+	var last error
+	deadline := time.Now().Add(max)
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		opts := metav1.ListOptions{Limit: 1}
+		_, last = snap.SnapshotV1().VolumeSnapshots("").List(ctx, opts)
+		if last == nil {
+			_, last = snap.SnapshotV1().VolumeSnapshotContents().List(ctx, opts)
+		}
+		if last == nil {
+			_, last = snap.SnapshotV1().VolumeSnapshotClasses().List(ctx, opts)
+		}
+		if last == nil {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("the snapshot.storage.k8s.io/v1 CRDs are not served after %s (install them: `kubevol up` does): %w", max, last)
+		}
+		klog.FromContext(ctx).V(2).Info("Waiting for the snapshot CRDs", "err", last)
+		return false, nil
+	})
+	return err
+}

@@ -1,0 +1,150 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/snapshotter"
+)
+
+// deleteSnapshot handles a VolumeSnapshot with a deletionTimestamp, as upstream: wait while
+// a claim restores from it, mark its content being-deleted, delete a Delete-policy content,
+// and release the snapshot once its content (and with it the backend snapshot) is gone.
+func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapshot) error {
+	if !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource) && !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) {
+		return nil
+	}
+	content, err := c.boundContent(ctx, vs)
+	if err != nil {
+		return err
+	}
+	if restoring, err := c.restoringClaim(vs); err != nil {
+		return err
+	} else if restoring != "" {
+		c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonDeletePending, "Snapshot is being used to restore claim %s; it will be deleted once the claim is provisioned", restoring)
+		return fmt.Errorf("%w: claim %s restores from the snapshot", errRetry, restoring)
+	}
+	contentGone := content == nil
+	if content != nil {
+		if content.Annotations[snapshotter.AnnBeingDeleted] != "yes" {
+			content = content.DeepCopy()
+			if content.Annotations == nil {
+				content.Annotations = map[string]string{}
+			}
+			content.Annotations[snapshotter.AnnBeingDeleted] = "yes"
+			if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					return nil // gone meanwhile: the next sync sees it
+				}
+				return err
+			}
+		}
+		if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && content.DeletionTimestamp == nil {
+			err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &content.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete VolumeSnapshotContent %s: %v", content.Name, err)
+				return err
+			}
+			klog.FromContext(ctx).V(2).Info("Deleted content", "content", content.Name)
+		}
+	}
+	if src := vs.Spec.Source.PersistentVolumeClaimName; src != nil {
+		if err := c.releaseClaim(ctx, vs.Namespace, *src); err != nil {
+			return err
+		}
+	}
+	// The bound finalizer stays while a Delete-policy content exists: the snapshot goes when
+	// the backend snapshot is gone. The content's deletion wakes this snapshot up.
+	keepBound := !contentGone && content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete
+	var kept []string
+	for _, f := range vs.Finalizers {
+		if f == snapshotter.FinalizerSnapshotAsSource || (f == snapshotter.FinalizerSnapshotBound && !keepBound) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	if len(kept) == len(vs.Finalizers) {
+		return nil
+	}
+	vs.Finalizers = kept
+	if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonFinalizer, "Failed to remove finalizers: %v", err)
+		}
+		return err
+	}
+	if contentGone {
+		c.metrics.observe(vs, "", opDelete, "success", vs.DeletionTimestamp.Time)
+	}
+	klog.FromContext(ctx).V(2).Info("Released snapshot", "keptBoundFinalizer", keepBound)
+	return nil
+}
+
+// boundContent returns the content of vs if it exists and points back to vs (name,
+// namespace, UID), else nil: the status name, or snapcontent-<uid> for a dynamic snapshot
+// whose status was never written.
+func (c *Controller) boundContent(ctx context.Context, vs *snapv1.VolumeSnapshot) (*snapv1.VolumeSnapshotContent, error) {
+	name := ""
+	if vs.Status != nil {
+		name = snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName)
+	}
+	if name == "" && vs.Spec.Source.PersistentVolumeClaimName != nil {
+		name = snapshotter.ContentName(vs)
+	}
+	if name == "" {
+		return nil, nil
+	}
+	content, err := c.content(ctx, name)
+	if err != nil || content == nil {
+		return nil, err
+	}
+	ref := content.Spec.VolumeSnapshotRef
+	if ref.Name != vs.Name || ref.Namespace != vs.Namespace || ref.UID != vs.UID {
+		return nil, nil
+	}
+	return content, nil
+}
+
+// restoringClaim names a Pending claim of the namespace whose data source is vs.
+func (c *Controller) restoringClaim(vs *snapv1.VolumeSnapshot) (string, error) {
+	claims, err := c.claims.PersistentVolumeClaims(vs.Namespace).List(labels.Everything())
+	if err != nil {
+		return "", err
+	}
+	for _, pvc := range claims {
+		if pvc.Status.Phase != corev1.ClaimPending {
+			continue
+		}
+		for _, ds := range []*corev1.TypedLocalObjectReference{pvc.Spec.DataSource, typedLocal(pvc.Spec.DataSourceRef)} {
+			if ds != nil && ds.Kind == "VolumeSnapshot" && ds.APIGroup != nil && *ds.APIGroup == snapv1.GroupName && ds.Name == vs.Name {
+				return pvc.Name, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+func typedLocal(r *corev1.TypedObjectReference) *corev1.TypedLocalObjectReference {
+	if r == nil || (r.Namespace != nil && *r.Namespace != "") {
+		return nil
+	}
+	return &corev1.TypedLocalObjectReference{APIGroup: r.APIGroup, Kind: r.Kind, Name: r.Name}
+}
+
+// sizeQuantity is a content's restoreSize in bytes as the snapshot's Quantity.
+func sizeQuantity(b int64) *resource.Quantity { return resource.NewQuantity(b, resource.BinarySI) }
+
+func statusEqual(a, b *snapv1.VolumeSnapshotStatus) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -1,0 +1,155 @@
+// Package csisnapshotter is kubevol's csi-snapshotter role (the sidecar of
+// kubernetes-csi/external-snapshotter): it turns the VolumeSnapshotContents of its driver
+// into CreateSnapshot, ListSnapshots and DeleteSnapshot calls and writes the contents'
+// status. It never touches VolumeSnapshots: the snapshot-controller role does.
+//
+// Crash safety: a CreateSnapshot is made only for a content that carries the bound
+// finalizer, and only after the being-created annotation is stored; the annotation goes
+// once the snapshot handle is in the content's status, or the driver gave a final error. So
+// a process killed at any point finds the content again, repeats CreateSnapshot under the
+// same name (CSI makes it idempotent) and learns the handle, and a content whose snapshot
+// was deleted meanwhile is released only after its backend snapshot is deleted.
+package csisnapshotter
+
+import (
+	"context"
+	"slices"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/snapshotter"
+)
+
+// Config configures a Controller.
+type Config struct {
+	sidecar.ControllerConfig
+	Snap snapclient.Interface
+	// NamePrefix and UUIDLength are upstream --snapshot-name-prefix and
+	// --snapshot-name-uuid-length: the CreateSnapshot name is <prefix>-<snapshot UID>.
+	NamePrefix string
+	UUIDLength int
+	// ExtraCreateMetadata adds the snapshot's and the content's names to the parameters.
+	ExtraCreateMetadata bool
+}
+
+// Controller is the csi-snapshotter of one driver.
+type Controller struct {
+	cfg        Config
+	runner     *kvcontroller.Runner
+	contents   snaplisters.VolumeSnapshotContentLister
+	classes    snaplisters.VolumeSnapshotClassLister
+	queue      *kvcontroller.Queue[string]
+	stopEvents func()
+	recorder   record.EventRecorder
+	// lists is whether the driver has LIST_SNAPSHOTS, to check pre-provisioned snapshots.
+	lists bool
+	// volumes serializes CreateSnapshot per source volume.
+	volumes volumeLocks
+}
+
+// New builds the controller. It asks the driver for its capabilities once.
+func New(ctx context.Context, cfg Config) (*Controller, error) {
+	if err := cfg.Complete("csi-snapshotter"); err != nil {
+		return nil, err
+	}
+	if cfg.NamePrefix == "" {
+		cfg.NamePrefix = "snapshot"
+	}
+	caps, err := cfg.CSI.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
+		return nil, errNoSnapshots(cfg.DriverName)
+	}
+	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
+	vsc := factory.Snapshot().V1().VolumeSnapshotContents()
+	class := factory.Snapshot().V1().VolumeSnapshotClasses()
+	rec, stop := cfg.NewEvents(ctx, "csi-snapshotter")
+	c := &Controller{
+		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter"), contents: vsc.Lister(), classes: class.Lister(),
+		queue:      sidecar.NewQueue[string](&cfg.ControllerConfig, "csi-snapshotter-content"),
+		stopEvents: stop,
+		recorder:   rec,
+		lists:      caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
+	}
+	_ = class.Informer() // obtained before the source starts
+	c.runner.AddSource(snapshotter.Informers(factory))
+	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
+	if _, err := vsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*snapv1.VolumeSnapshotContent)
+			cur, ok2 := newObj.(*snapv1.VolumeSnapshotContent)
+			if ok1 && ok2 && !contentChanged(old, cur) {
+				return
+			}
+			c.enqueue(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.queue.Forget(key)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// contentChanged filters out the updates this sidecar causes itself (status, the
+// being-created annotation, finalizers, managed fields), as upstream does to avoid a hot
+// loop on its own writes, unless the content turned ready or gained the bound finalizer,
+// which may unblock a CreateSnapshot. Resyncs (same resourceVersion) always pass.
+func contentChanged(old, cur *snapv1.VolumeSnapshotContent) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return true
+	}
+	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerContentBound) {
+		return true
+	}
+	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
+		return true
+	}
+	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) || !slices.Equal(old.Finalizers, cur.Finalizers) && cur.DeletionTimestamp != nil {
+		return true
+	}
+	return !annotationsEqualExcept(old.Annotations, cur.Annotations, snapshotter.AnnBeingCreated)
+}
+
+func annotationsEqualExcept(a, b map[string]string, skip string) bool {
+	for k, v := range a {
+		if k != skip && b[k] != v {
+			return false
+		}
+	}
+	for k, v := range b {
+		if k != skip && a[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Run starts the informers and workers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.stopEvents()
+	klog.FromContext(ctx).Info("Starting csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers, "listSnapshots", c.lists)
+	return c.runner.Run(ctx)
+}
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}

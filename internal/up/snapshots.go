@@ -1,0 +1,47 @@
+package up
+
+import (
+	"context"
+
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubevol/kubevol/internal/snapshot/crds"
+	"github.com/kubevol/kubevol/internal/snapshotter"
+)
+
+// DefaultSnapshotClass is the VolumeSnapshotClass `kubevol up` installs with the default
+// StorageClass, as the driver's default class.
+const DefaultSnapshotClass = "kubevol-local"
+
+// installSnapshotObjects installs the snapshot.storage.k8s.io CRDs and the driver's default
+// VolumeSnapshotClass.
+func installSnapshotObjects(ctx context.Context, cfg *rest.Config) error {
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := crds.Install(ctx, ext); err != nil {
+		return err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	snap, err := snapclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	class := &snapv1.VolumeSnapshotClass{
+		ObjectMeta:     metav1.ObjectMeta{Name: DefaultSnapshotClass, Annotations: map[string]string{snapshotter.AnnDefaultClass: "true"}},
+		Driver:         DriverName,
+		DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
+	}
+	_, err = snap.SnapshotV1().VolumeSnapshotClasses().Create(ctx, class, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // kept as the user may have changed it
+	}
+	return err
+}
