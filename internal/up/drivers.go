@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -184,6 +185,31 @@ func (d *externalDriver) csiDriverSpec() storagev1.CSIDriverSpec {
 // installDriverObjects creates the driver's CSIDriver and StorageClass unless they exist:
 // they may be the user's own, and up never overwrites them.
 func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes.Interface, resizer bool) error {
+	// The StorageClass first: a client that waits for the CSIDriver (kubevol verify, a CI
+	// script) then finds the class too.
+	if d.hasController() {
+		mode := storagev1.VolumeBindingWaitForFirstConsumer
+		var params map[string]string
+		if sc := d.cfg.StorageClass; sc != nil {
+			if sc.VolumeBindingMode != nil {
+				mode = *sc.VolumeBindingMode
+			}
+			params = sc.Parameters
+		}
+		sc := &storagev1.StorageClass{
+			ObjectMeta:  metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}},
+			Provisioner: d.name,
+			Parameters:  params,
+			// This is a one-node cluster: binding where the pod runs is right for every
+			// driver, topology or not.
+			VolumeBindingMode:    &mode,
+			ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+			AllowVolumeExpansion: ptr.To(resizer),
+		}
+		if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("StorageClass %s: %w", d.name, err)
+		}
+	}
 	obj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}}, Spec: d.csiDriverSpec()}
 	got, err := cs.StorageV1().CSIDrivers().Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -195,30 +221,6 @@ func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes
 	// No attachRequired means true, as the attach/detach controller reads it.
 	d.attachRequired = got.Spec.AttachRequired == nil || *got.Spec.AttachRequired
 	d.storageCapacity = got.Spec.StorageCapacity != nil && *got.Spec.StorageCapacity
-	if !d.hasController() {
-		return nil
-	}
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	var params map[string]string
-	if sc := d.cfg.StorageClass; sc != nil {
-		if sc.VolumeBindingMode != nil {
-			mode = *sc.VolumeBindingMode
-		}
-		params = sc.Parameters
-	}
-	sc := &storagev1.StorageClass{
-		ObjectMeta:  metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}},
-		Provisioner: d.name,
-		Parameters:  params,
-		// This is a one-node cluster: binding where the pod runs is right for every
-		// driver, topology or not.
-		VolumeBindingMode:    &mode,
-		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
-		AllowVolumeExpansion: ptr.To(resizer),
-	}
-	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("StorageClass %s: %w", d.name, err)
-	}
 	return nil
 }
 
@@ -343,7 +345,7 @@ func (d *externalDriver) describe() string {
 	} else {
 		parts = append(parts, "StorageClass "+d.name)
 	}
-	return fmt.Sprint(parts)
+	return strings.Join(parts, ", ")
 }
 
 // waitRegistered waits until the node agent has published the driver on the CSINode, the
