@@ -89,9 +89,6 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	e := &env{o: o, runID: rand.String(5), classes: map[string]string{}}
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(o.Dir, "kubeconfig")
-		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
-			e.root = filepath.Join(o.Dir, "node")
-		}
 	}
 	// `kubevol up &` followed by `kubevol verify` is the usual CI script: wait for up to
 	// write its kubeconfig and for the API to answer.
@@ -130,6 +127,13 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	}
 	if err := e.findNode(ctx); err != nil {
 		return nil, err
+	}
+	// Only now: a kubevol up started just before creates its node directory after the API
+	// is ready, and the driver's registration proves its node agent has run.
+	if o.Kubeconfig == "" {
+		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
+			e.root = filepath.Join(o.Dir, "node")
+		}
 	}
 	if o.StorageClass == "" {
 		if e.base, err = e.defaultClass(ctx); err != nil {
