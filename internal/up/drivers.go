@@ -390,7 +390,13 @@ func (d *externalDriver) stopRegistration() {
 // checkDrivers rejects duplicate drivers and those that take the built-in driver's name.
 func checkDrivers(ds []*externalDriver) error {
 	seen := map[string]string{DriverName: "the built-in driver"}
+	sockets := map[string]string{}
 	for _, d := range ds {
+		sock := filepath.Clean(d.socket)
+		if other, ok := sockets[sock]; ok && d.socket != "" {
+			return &DriverError{Endpoint: d.endpoint, Err: fmt.Errorf("given twice (also as %s)", other)}
+		}
+		sockets[sock] = d.endpoint
 		if other, ok := seen[d.name]; ok {
 			return &DriverError{Endpoint: d.endpoint, Err: fmt.Errorf("driver name %s is already taken by %s", d.name, other)}
 		}

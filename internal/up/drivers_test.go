@@ -157,6 +157,11 @@ func TestCheckDrivers(t *testing.T) {
 	if err := checkDrivers([]*externalDriver{{name: "a.example.com", endpoint: "unix:///1.sock"}, {name: "a.example.com", endpoint: "unix:///2.sock"}}); err == nil || !strings.Contains(err.Error(), "unix:///2.sock") {
 		t.Errorf("duplicate driver: %v", err)
 	}
+	// One socket given twice, spelt differently: the message says so, not that a name is
+	// taken by another driver.
+	if err := checkDrivers([]*externalDriver{{name: "a.example.com", endpoint: "unix:///run/a/csi.sock", socket: "/run/a/csi.sock"}, {name: "a.example.com", endpoint: "/run/a/../a/csi.sock", socket: "/run/a/../a/csi.sock"}}); err == nil || !strings.Contains(err.Error(), "--driver /run/a/../a/csi.sock: given twice (also as unix:///run/a/csi.sock)") {
+		t.Errorf("one socket twice: %v", err)
+	}
 	if err := checkDrivers([]*externalDriver{{name: DriverName}}); err == nil {
 		t.Error("a driver with the built-in driver's name was accepted")
 	}
