@@ -66,6 +66,8 @@ type externalDriver struct {
 	// storageCapacity, as the CSIDriver object says: the scheduler then waits for
 	// CSIStorageCapacity objects, which the provisioner must publish.
 	storageCapacity bool
+	// unapplied are the --driver-config fields that the CSIDriver found contradicts.
+	unapplied []string
 
 	sidecars  []*component
 	regCancel context.CancelFunc
@@ -213,7 +215,9 @@ func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes
 	obj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}}, Spec: d.csiDriverSpec()}
 	got, err := cs.StorageV1().CSIDrivers().Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
 	if apierrors.IsAlreadyExists(err) {
-		got, err = cs.StorageV1().CSIDrivers().Get(ctx, d.name, metav1.GetOptions{})
+		if got, err = cs.StorageV1().CSIDrivers().Get(ctx, d.name, metav1.GetOptions{}); err == nil {
+			d.unapplied = d.unappliedConfig(got.Spec)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("CSIDriver %s: %w", d.name, err)
@@ -222,6 +226,30 @@ func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes
 	d.attachRequired = got.Spec.AttachRequired == nil || *got.Spec.AttachRequired
 	d.storageCapacity = got.Spec.StorageCapacity != nil && *got.Spec.StorageCapacity
 	return nil
+}
+
+// unappliedConfig names the --driver-config fields that an existing CSIDriver contradicts:
+// up never changes the object, and an override must not be dropped without a word.
+func (d *externalDriver) unappliedConfig(have storagev1.CSIDriverSpec) []string {
+	want := d.csiDriverSpec()
+	c := d.cfg
+	var out []string
+	differs := func(set bool, field string, a, b *bool) {
+		if set && !ptr.Equal(a, b) {
+			out = append(out, field)
+		}
+	}
+	differs(c.AttachRequired != nil, "attachRequired", want.AttachRequired, have.AttachRequired)
+	differs(c.StorageCapacity != nil, "storageCapacity", want.StorageCapacity, have.StorageCapacity)
+	differs(c.PodInfoOnMount != nil, "podInfoOnMount", want.PodInfoOnMount, have.PodInfoOnMount)
+	differs(c.RequiresRepublish != nil, "requiresRepublish", want.RequiresRepublish, have.RequiresRepublish)
+	if c.FSGroupPolicy != nil && (have.FSGroupPolicy == nil || *have.FSGroupPolicy != *c.FSGroupPolicy) {
+		out = append(out, "fsGroupPolicy")
+	}
+	if len(c.VolumeLifecycleModes) > 0 && !slices.Equal(slices.Sorted(slices.Values(c.VolumeLifecycleModes)), slices.Sorted(slices.Values(have.VolumeLifecycleModes))) {
+		out = append(out, "volumeLifecycleModes")
+	}
+	return out
 }
 
 // registeredBy returns the registration socket in dir through which a driver named name
@@ -282,6 +310,10 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 		}
 		if err := d.installDriverObjects(ctx, cs, d.canExpand()); err != nil {
 			return err
+		}
+		if len(d.unapplied) > 0 {
+			fmt.Fprintf(s.opts.Progress, "note: CSIDriver %s exists and up never changes it, so --driver-config's %s is not applied: kubectl delete csidriver %s before up, or up --reset\n",
+				d.name, strings.Join(d.unapplied, ", "), d.name)
 		}
 		if err := s.startSidecars(ctx, d); err != nil {
 			return err
