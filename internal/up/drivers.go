@@ -312,7 +312,7 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 			return err
 		}
 		if len(d.unapplied) > 0 {
-			fmt.Fprintf(s.opts.Progress, "note: CSIDriver %s exists and up never changes it, so --driver-config's %s is not applied: kubectl delete csidriver %s before up, or up --reset\n",
+			fmt.Fprintf(s.opts.Progress, "note: CSIDriver %s exists and up never changes it, so --driver-config's %s is not applied: kubectl delete csidriver %s and restart up, or start it with --reset\n",
 				d.name, strings.Join(d.unapplied, ", "), d.name)
 		}
 		if err := s.startSidecars(ctx, d); err != nil {
