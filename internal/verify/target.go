@@ -112,9 +112,11 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		return nil, err
 	}
 	if o.StorageClass != "" {
-		sc, err := e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
+		sc, err := waitFor(ctx, o.Wait, func(ctx context.Context) (*storagev1.StorageClass, error) {
+			return e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("StorageClass %s: %w", o.StorageClass, err)
+			return nil, fmt.Errorf("StorageClass %s (waited %s): %w", o.StorageClass, o.Wait, err)
 		}
 		e.base, e.driver = sc, sc.Provisioner
 	} else {
@@ -159,16 +161,13 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 // waitCSIDriver waits up to timeout for the CSIDriver object of driver; the error of a
 // driver that never appears names the drivers there are, as the likely fix is a typo.
 func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, timeout time.Duration) (*storagev1.CSIDriver, error) {
-	var got *storagev1.CSIDriver
-	var lastErr error
-	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
-		got, lastErr = cs.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
-		return lastErr == nil, nil
+	got, lastErr := waitFor(ctx, timeout, func(ctx context.Context) (*storagev1.CSIDriver, error) {
+		return cs.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
 	})
-	if err == nil {
+	if lastErr == nil {
 		return got, nil
 	}
-	if lastErr != nil && !apierrors.IsNotFound(lastErr) {
+	if !apierrors.IsNotFound(lastErr) {
 		return nil, fmt.Errorf("CSIDriver %s: %w", driver, lastErr)
 	}
 	var names []string
@@ -178,6 +177,21 @@ func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, 
 		}
 	}
 	return nil, fmt.Errorf("no CSIDriver %s within %s (the cluster has: %s); is it a kubevol up --driver, or does it install its own?", driver, timeout, strings.Join(names, ", "))
+}
+
+// waitFor gets an object until it exists or timeout passes (kubevol up creates an external
+// driver's objects seconds after its API is ready); the error is the last get's.
+func waitFor[T any](ctx context.Context, timeout time.Duration, get func(context.Context) (T, error)) (T, error) {
+	var got T
+	var lastErr error
+	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+		got, lastErr = get(ctx)
+		return lastErr == nil, nil
+	})
+	if err != nil && lastErr == nil {
+		lastErr = err
+	}
+	return got, lastErr
 }
 
 // defaultClass is the driver's StorageClass: the default class if it is the driver's, else
