@@ -56,7 +56,7 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	f.DurationVar(&o.leaseDuration, "lease-duration", 40*time.Second, "duration of the node Lease; renewed every quarter of it")
 	f.DurationVar(&o.statusInterval, "node-status-interval", time.Minute, "how often the Node status is refreshed when nothing changes")
 	f.DurationVar(&o.sizeInterval, "emptydir-size-interval", 30*time.Second, "how often disk-backed emptyDirs with a sizeLimit are measured")
-	f.DurationVar(&o.syncFrequency, "sync-frequency", time.Minute, "how often volumes of CSI drivers with requiresRepublish are published again (the kubelet's flag)")
+	f.DurationVar(&o.syncFrequency, "sync-frequency", time.Minute, "how often volumes of CSI drivers with requiresRepublish are published again, and the claims of running pods read again (the kubelet's flag)")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the API server")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst towards the API server")
 	return cmd

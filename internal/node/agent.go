@@ -63,7 +63,8 @@ type Config struct {
 	// default 30 s.
 	SizeLimitInterval time.Duration
 	// SyncFrequency is how often volumes of CSI drivers with requiresRepublish are published
-	// again (the kubelet's --sync-frequency); default one minute.
+	// again, and the claims of running pods read again (the kubelet's --sync-frequency);
+	// default one minute.
 	SyncFrequency time.Duration
 	// OnVolumesReady, if set, is called when all volumes of a pod are mounted (benchmarks).
 	OnVolumesReady func(pod *v1.Pod, at time.Time)
@@ -133,6 +134,7 @@ func New(cfg Config) (*Agent, error) {
 		Observer:        a.pods,
 		NodeAllocatable: a.allocatable,
 		ResyncPeriod:    cfg.ResyncPeriod,
+		ClaimSyncPeriod: cfg.SyncFrequency,
 		VolumesInUseChanged: func() {
 			select {
 			case a.inUse <- struct{}{}:

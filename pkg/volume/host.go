@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -22,6 +23,11 @@ type Host interface {
 	Recorder() record.EventRecorder
 	GetConfigMap(namespace, name string) (*v1.ConfigMap, error)
 	GetSecret(namespace, name string) (*v1.Secret, error)
+	// FetchSecret reads a secret a volume names for its driver (CSI node-stage,
+	// node-publish and node-expand secrets), by GET on every use.
+	FetchSecret(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	// GetVolumeAttachment reads a VolumeAttachment by GET.
+	GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
 	// GetServiceAccountToken requests a token bound to a pod (TokenRequest API).
 	GetServiceAccountToken(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
 	// GetClusterTrustBundle returns the PEM of the named bundle, or of every bundle of the
@@ -45,6 +51,8 @@ type HostConfig struct {
 
 	ConfigMapGetter     func(namespace, name string) (*v1.ConfigMap, error)
 	SecretGetter        func(namespace, name string) (*v1.Secret, error)
+	SecretFetcher       func(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	AttachmentGetter    func(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
 	TokenGetter         func(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
 	TrustBundleGetter   func(ctx context.Context, source v1.ClusterTrustBundleProjection) (string, error)
 	NodeAllocatableFunc func() v1.ResourceList
@@ -79,6 +87,20 @@ func (h *host) GetSecret(namespace, name string) (*v1.Secret, error) {
 		return nil, fmt.Errorf("no secret getter configured")
 	}
 	return h.cfg.SecretGetter(namespace, name)
+}
+
+func (h *host) FetchSecret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
+	if h.cfg.SecretFetcher == nil {
+		return nil, fmt.Errorf("no secret fetcher configured")
+	}
+	return h.cfg.SecretFetcher(ctx, namespace, name)
+}
+
+func (h *host) GetVolumeAttachment(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+	if h.cfg.AttachmentGetter == nil {
+		return nil, fmt.Errorf("no VolumeAttachment getter configured")
+	}
+	return h.cfg.AttachmentGetter(ctx, name)
 }
 
 func (h *host) GetServiceAccountToken(ctx context.Context, namespace, sa string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {

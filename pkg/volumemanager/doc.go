@@ -4,7 +4,7 @@
 // The parts, as upstream (pkg/kubelet/volumemanager):
 //
 //   - DesiredState: which pod wants which volume, filled by the populator from the pods
-//     bound to the node (PVC → PV resolved through informers).
+//     bound to the node (PVC → PV resolved by GET through the ObjectSource).
 //   - ActualState: what is attached, device-mounted and mounted per pod, including the
 //     uncertain states after a timeout or a restart.
 //   - the reconciler, which unmounts first (so a volume can move from a deleted pod to a
@@ -19,8 +19,11 @@
 // Block volumes (a PVC with volumeMode Block used in volumeDevices) go through the same
 // states, with the plugin's block mapper in place of its mounter.
 //
-// Unlike upstream nothing polls: informer events for pods, PVCs, PVs, ConfigMaps and
-// Secrets enqueue exactly the pods they affect into rate-limited work queues, finished
+// The manager reads the API through two injectable sources (Config.Objects, Config.Pods)
+// whose defaults read exactly what a kubelet reads, within what the Node authorizer grants a
+// node: its pods by a spec.nodeName watch, each referenced ConfigMap and Secret by a watch of
+// that one object, claims, volumes, VolumeAttachments and CSI secrets by GET. Pod events and
+// object changes enqueue exactly the pods they affect into rate-limited work queues, finished
 // operations enqueue their pod again, and a slow periodic resync is the safety net. So a
 // ConfigMap update reaches the files of every pod that mounts it in well under a second.
 //

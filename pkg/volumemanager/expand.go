@@ -183,6 +183,8 @@ func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolum
 	if m.cfg.Client == nil {
 		return nil
 	}
+	// The cached claim is stale once written: the next pass reads it again.
+	defer m.claims.forget(pvc.Namespace, pvc.Name)
 	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{})

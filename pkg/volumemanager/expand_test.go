@@ -65,7 +65,7 @@ func TestFinishClaimResize(t *testing.T) {
 		{Type: "Other", Status: v1.ConditionTrue},
 	}
 	client := fake.NewClientset(pvc)
-	m := &Manager{cfg: Config{Client: client}}
+	m := &Manager{cfg: Config{Client: client}, claims: newClaims()}
 	if err := m.finishClaimResize(context.Background(), dv.Claim, resource.MustParse("2Gi")); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestBeginNodeResizeChecksTheCurrentClaim(t *testing.T) {
 		cur := cached.Claim.DeepCopy()
 		cur.Status.AllocatedResourceStatuses[v1.ResourceStorage] = tc.current
 		client := fake.NewClientset(cur)
-		m := &Manager{cfg: Config{Client: client}}
+		m := &Manager{cfg: Config{Client: client}, claims: newClaims()}
 		err := m.beginNodeResize(context.Background(), cached.Claim, resource.MustParse("2Gi"))
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: beginNodeResize = %v, want ok=%v", tc.name, err, tc.ok)

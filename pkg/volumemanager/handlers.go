@@ -8,35 +8,40 @@ import (
 
 // podRefs lists what a pod's volumes refer to.
 func podRefs(pod *v1.Pod) []volumeRef {
-	ns := pod.Namespace
 	var refs []volumeRef
-	add := func(kind, name, volume string) { refs = append(refs, volumeRef{kind + "/" + ns + "/" + name, volume}) }
+	eachRef(pod, func(kind, name, volume string) {
+		refs = append(refs, volumeRef{kind + "/" + pod.Namespace + "/" + name, volume})
+	})
+	return refs
+}
+
+// eachRef calls fn with each object ("configmap", "secret" or "pvc") a pod volume refers to.
+func eachRef(pod *v1.Pod, fn func(kind, name, volume string)) {
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.ConfigMap != nil:
-			add("configmap", v.ConfigMap.Name, v.Name)
+			fn("configmap", v.ConfigMap.Name, v.Name)
 		case v.Secret != nil:
-			add("secret", v.Secret.SecretName, v.Name)
+			fn("secret", v.Secret.SecretName, v.Name)
 		case v.PersistentVolumeClaim != nil:
-			add("pvc", v.PersistentVolumeClaim.ClaimName, v.Name)
+			fn("pvc", v.PersistentVolumeClaim.ClaimName, v.Name)
 		case v.Ephemeral != nil:
-			add("pvc", pod.Name+"-"+v.Name, v.Name)
+			fn("pvc", pod.Name+"-"+v.Name, v.Name)
 		case v.Projected != nil:
-			for _, s := range v.Projected.Sources {
-				if s.ConfigMap != nil {
-					add("configmap", s.ConfigMap.Name, v.Name)
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					fn("configmap", src.ConfigMap.Name, v.Name)
 				}
-				if s.Secret != nil {
-					add("secret", s.Secret.Name, v.Name)
+				if src.Secret != nil {
+					fn("secret", src.Secret.Name, v.Name)
 				}
 			}
 		}
 	}
-	return refs
 }
 
-func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInformer) error {
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+func (m *Manager) addPodHandler(pods PodSource) error {
+	return pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
 				m.records.note(pod, false)
@@ -65,69 +70,7 @@ func (m *Manager) addHandlers(pods, pvcs, pvs, cms, secrets cache.SharedIndexInf
 				m.podQueue.Add(pod.UID)
 			}
 		},
-	}); err != nil {
-		return err
-	}
-	if _, err := pvcs.AddEventHandler(m.refHandler(func(obj any) string {
-		pvc := obj.(*v1.PersistentVolumeClaim)
-		return "pvc/" + pvc.Namespace + "/" + pvc.Name
-	}, false)); err != nil {
-		return err
-	}
-	if _, err := pvs.AddEventHandler(m.refHandler(func(obj any) string {
-		pv := obj.(*v1.PersistentVolume)
-		if pv.Spec.ClaimRef == nil {
-			return ""
-		}
-		return "pvc/" + pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name
-	}, false)); err != nil {
-		return err
-	}
-	if _, err := cms.AddEventHandler(m.refHandler(func(obj any) string {
-		cm := obj.(*v1.ConfigMap)
-		return "configmap/" + cm.Namespace + "/" + cm.Name
-	}, true)); err != nil {
-		return err
-	}
-	_, err := secrets.AddEventHandler(m.refHandler(func(obj any) string {
-		s := obj.(*v1.Secret)
-		return "secret/" + s.Namespace + "/" + s.Name
-	}, true))
-	return err
-}
-
-// refHandler enqueues the pods that refer to the changed object. For contents (ConfigMaps,
-// Secrets) their volumes are marked for remount and their backoff is reset: a missing
-// object that appears mounts at once.
-func (m *Manager) refHandler(refOf func(any) string, contents bool) cache.ResourceEventHandler {
-	handle := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		ref := refOf(obj)
-		if ref == "" {
-			return
-		}
-		for uid, volumes := range m.records.referring(ref) {
-			if contents {
-				m.markRemount(uid, volumes)
-			}
-			m.exec.ResetBackoff(uid)
-			m.podQueue.Add(uid)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: handle,
-		UpdateFunc: func(oldObj, newObj any) {
-			if o, ok := oldObj.(interface{ GetResourceVersion() string }); ok {
-				if n, ok := newObj.(interface{ GetResourceVersion() string }); ok && o.GetResourceVersion() == n.GetResourceVersion() {
-					return
-				}
-			}
-			handle(newObj)
-		},
-		DeleteFunc: handle,
-	}
+	})
 }
 
 // markRemount makes the named pod volumes (nil: all) that are refreshable set up again.

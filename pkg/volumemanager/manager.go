@@ -13,12 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -41,8 +37,12 @@ type Observer interface {
 	VolumesTornDown(pod *v1.Pod)
 }
 
-// Config configures a Manager. Client, NodeName, Paths and Plugins are required.
+// Config configures a Manager. NodeName, Paths and Plugins are required, and Client unless
+// both Objects and Pods are set.
 type Config struct {
+	// Client builds the default sources, requests service-account tokens, reads
+	// ClusterTrustBundles and writes claims' resize status. A node's own credential
+	// (system:node:<name>) is enough; a broader one works as well.
 	Client   kubernetes.Interface
 	NodeName string
 	Paths    volume.Paths
@@ -68,6 +68,15 @@ type Config struct {
 	// VolumesInUseChanged, if set, is called when VolumesInUse may have changed and an
 	// attachable volume waits for node.status.volumesInUse to list it.
 	VolumesInUseChanged func()
+	// Objects is where the API objects that volumes refer to are read; default
+	// NewAPIObjectSource(Client), which reads only what the node's pods reference.
+	Objects ObjectSource
+	// Pods delivers the node's pods; default NewAPIPodSource(Client, NodeName).
+	Pods PodSource
+	// ClaimSyncPeriod is how often the claims and volumes of running pods are read again,
+	// to learn that a volume grew (the kubelet reads them on every pod sync); default one
+	// minute, the kubelet's --sync-frequency.
+	ClaimSyncPeriod time.Duration
 }
 
 // Manager is the volume manager of one node.
@@ -84,14 +93,10 @@ type Manager struct {
 	podQueue    workqueue.TypedRateLimitingInterface[types.UID]
 	deviceQueue workqueue.TypedRateLimitingInterface[v1.UniqueVolumeName]
 
-	factory     informers.SharedInformerFactory
-	podFactory  informers.SharedInformerFactory
-	podLister   corelisters.PodLister
-	pvcLister   corelisters.PersistentVolumeClaimLister
-	pvLister    corelisters.PersistentVolumeLister
-	cmLister    corelisters.ConfigMapLister
-	secLister   corelisters.SecretLister
-	synced      []cache.InformerSynced
+	pods        PodSource
+	objects     ObjectSource
+	claims      *claims
+	unresolved  workqueue.TypedRateLimiter[types.UID]
 	initialized chan struct{}
 
 	// records is what the manager knows about each pod beyond the two states.
@@ -101,8 +106,8 @@ type Manager struct {
 // New builds a Manager; Run starts it.
 func New(cfg Config) (*Manager, error) {
 	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("volumemanager: Config.Client is required")
+	case cfg.Client == nil && (cfg.Objects == nil || cfg.Pods == nil):
+		return nil, errors.New("volumemanager: Config.Client is required unless Config.Objects and Config.Pods are set")
 	case cfg.NodeName == "":
 		return nil, errors.New("volumemanager: Config.NodeName is required")
 	case cfg.Paths.Root == "":
@@ -126,45 +131,50 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Parallelism <= 0 {
 		cfg.Parallelism = 32
 	}
+	if cfg.ClaimSyncPeriod <= 0 {
+		cfg.ClaimSyncPeriod = time.Minute
+	}
+	if cfg.Objects == nil {
+		cfg.Objects = NewAPIObjectSource(cfg.Client)
+	}
+	if cfg.Pods == nil {
+		cfg.Pods = NewAPIPodSource(cfg.Client, cfg.NodeName)
+	}
 	m := &Manager{
 		cfg: cfg, dsw: newDesiredState(), asw: newActualState(), mounter: cfg.Mounter, recorder: cfg.Recorder,
 		initialized: make(chan struct{}), records: newPodRecords(),
+		pods: cfg.Pods, objects: cfg.Objects, claims: newClaims(), unresolved: newUnresolvedLimiter(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
+	if w, ok := cfg.Objects.(objectWatcher); ok && cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(newWatchesCollector(w))
+	}
 	m.exec = NewExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
 	m.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "volumemanager_pods"})
 	m.deviceQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[v1.UniqueVolumeName](),
 		workqueue.TypedRateLimitingQueueConfig[v1.UniqueVolumeName]{Name: "volumemanager_devices"})
 
-	// Informers, not live GETs, so a dense node is not throttled (upstream #112209). The
-	// resync is ours (ResyncPeriod), so the informers' is off. managedFields are never read,
-	// and on cluster-wide ConfigMaps and Secrets they are much of the cache.
-	strip := informers.WithTransform(stripManagedFields)
-	m.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip)
-	m.podFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, strip,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}))
-	podInf := m.podFactory.Core().V1().Pods()
-	pvcInf := m.factory.Core().V1().PersistentVolumeClaims()
-	pvInf := m.factory.Core().V1().PersistentVolumes()
-	cmInf := m.factory.Core().V1().ConfigMaps()
-	secInf := m.factory.Core().V1().Secrets()
-	m.podLister, m.pvcLister, m.pvLister = podInf.Lister(), pvcInf.Lister(), pvInf.Lister()
-	m.cmLister, m.secLister = cmInf.Lister(), secInf.Lister()
-	m.synced = []cache.InformerSynced{podInf.Informer().HasSynced, pvcInf.Informer().HasSynced,
-		pvInf.Informer().HasSynced, cmInf.Informer().HasSynced, secInf.Informer().HasSynced}
-	if err := m.addHandlers(podInf.Informer(), pvcInf.Informer(), pvInf.Informer(), cmInf.Informer(), secInf.Informer()); err != nil {
+	if err := m.addPodHandler(m.pods); err != nil {
 		return nil, err
 	}
 
 	m.plugins = volume.NewPluginManager(volume.HostConfig{
 		Paths: cfg.Paths, NodeName: cfg.NodeName, Mounter: cfg.Mounter, KubeClient: cfg.Client, Recorder: cfg.Recorder,
-		ConfigMapGetter: func(ns, name string) (*v1.ConfigMap, error) { return m.cmLister.ConfigMaps(ns).Get(name) },
-		SecretGetter:    func(ns, name string) (*v1.Secret, error) { return m.secLister.Secrets(ns).Get(name) },
+		ConfigMapGetter: m.objects.GetConfigMap,
+		SecretGetter:    m.objects.GetSecret,
+		SecretFetcher: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+			s, err := m.objects.FetchSecret(ctx, ns, name)
+			return s, accessError(err)
+		},
+		AttachmentGetter: m.objects.GetVolumeAttachment,
 		TokenGetter: func(ctx context.Context, ns, sa string, tr *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error) {
-			return cfg.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+			if cfg.Client == nil {
+				return nil, errors.New("no API client to request service account tokens")
+			}
+			// Refused for a moment after the pod is bound, like any read of the node's.
+			out, err := cfg.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+			return out, accessError(err)
 		},
 		TrustBundleGetter:   m.clusterTrustBundle,
 		NodeAllocatableFunc: cfg.NodeAllocatable,
@@ -197,18 +207,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	defer m.podQueue.ShutDown()
 	defer m.deviceQueue.ShutDown()
-	m.factory.Start(ctx.Done())
-	m.podFactory.Start(ctx.Done())
-	defer m.factory.Shutdown()
-	defer m.podFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), m.synced...) {
-		return fmt.Errorf("volumemanager: caches did not sync: %w", ctx.Err())
+	m.objects.Start(ctx, m.objectChanged)
+	m.pods.Start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), m.pods.HasSynced) {
+		return fmt.Errorf("volumemanager: pods did not sync: %w", ctx.Err())
 	}
 	start := time.Now()
 	onDisk := m.reconstruct(ctx)
 	// The first pass is synchronous so that nothing is unmounted before every pod's wishes
 	// are known (upstream gates unmounts on the populator's hasAddedPods).
-	pods, err := m.podLister.List(labels.Everything())
+	pods, err := m.pods.ListPods()
 	if err != nil {
 		return err
 	}
@@ -225,8 +233,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.runPodWorker(ctx) }()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); m.runDeviceWorker(ctx) }()
+	go func() { defer wg.Done(); m.runClaimSync(ctx, m.cfg.ClaimSyncPeriod) }()
 
 	ticker := time.NewTicker(m.cfg.ResyncPeriod)
 	defer ticker.Stop()
@@ -268,7 +277,10 @@ func (m *Manager) runPodWorker(ctx context.Context) {
 			return
 		}
 		m.populate(ctx, uid)
-		if after := m.reconcilePod(ctx, uid); after > 0 {
+		after := m.reconcilePod(ctx, uid)
+		// Claims and volumes send no events: one not resolved yet is read again.
+		after = minPositive(after, m.unresolvedRetry(uid, len(m.dsw.PodErrors(uid)) > 0 || m.resizeUnderWay(uid)))
+		if after > 0 {
 			m.podQueue.AddAfter(uid, after)
 		}
 		m.podQueue.Forget(uid)
@@ -331,6 +343,9 @@ func (m *Manager) PodHasPossiblyMountedVolumes(uid types.UID) bool {
 }
 
 func (m *Manager) clusterTrustBundle(ctx context.Context, src v1.ClusterTrustBundleProjection) (string, error) {
+	if m.cfg.Client == nil {
+		return "", errors.New("no API client to read ClusterTrustBundles")
+	}
 	return fetchClusterTrustBundle(ctx, m.cfg.Client, src)
 }
 

@@ -12,8 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -64,10 +67,40 @@ func newHarness(t *testing.T, objs ...any) *harness {
 	var ros []interface{ GetName() string }
 	_ = ros
 	h.client = fake.NewClientset()
+	h.client.PrependReactor("*", "*", nodeRestricted(t, "node1"))
 	for _, o := range objs {
 		h.create(o)
 	}
 	return h
+}
+
+// nodeRestricted fails the test on any list or watch the Node authorizer refuses a node:
+// pods only with spec.nodeName=<node>, ConfigMaps and Secrets only of one object by
+// metadata.name, nothing of claims, volumes or VolumeAttachments.
+func nodeRestricted(t *testing.T, node string) k8stesting.ReactionFunc {
+	return func(a k8stesting.Action) (bool, runtime.Object, error) {
+		verb, res := a.GetVerb(), a.GetResource().Resource
+		if verb != "list" && verb != "watch" {
+			return false, nil, nil
+		}
+		var sel fields.Selector = fields.Everything()
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			sel = a.GetListRestrictions().Fields
+		case k8stesting.WatchAction:
+			sel = a.GetWatchRestrictions().Fields
+		}
+		name, byName := sel.RequiresExactMatch("metadata.name")
+		nodeName, byNode := sel.RequiresExactMatch("spec.nodeName")
+		switch {
+		case res == "pods" && byNode && nodeName == node:
+		case (res == "configmaps" || res == "secrets") && byName && name != "":
+		case res == "csidrivers" || res == "clustertrustbundles":
+		default:
+			t.Errorf("%s of %s with fields %q: the Node authorizer refuses it", verb, res, sel)
+		}
+		return false, nil, nil
+	}
 }
 
 func (h *harness) create(o any) {

@@ -95,7 +95,10 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			switch {
 			case err == nil:
 				mv.RefreshAt = refreshAt
-				m.asw.completeMount(mv, m.remountSeqOf(uid) != seq)
+				// The sequence counts changes of any of the pod's objects: only a volume
+				// that refreshes can have gone stale (a CSI volume without requiresRepublish
+				// must not be published again because a ConfigMap of its pod changed).
+				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq)
 				m.records.setOpError(uid, dv.Name, "")
 				if !hadPrev {
 					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))

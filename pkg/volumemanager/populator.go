@@ -13,17 +13,19 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
-// populate brings the desired state of one pod up to date from the informer caches
-// (upstream: the desired state of world populator, without its 100 ms loop). A deleted,
-// terminating or terminal pod wants nothing, so its volumes are torn down.
+// populate brings the desired state of one pod up to date from the pod source and the
+// object source (upstream: the desired state of world populator, without its 100 ms loop).
+// A deleted, terminating or terminal pod wants nothing, so its volumes are torn down, and
+// its objects are released.
 func (m *Manager) populate(ctx context.Context, uid types.UID) {
 	pod, deleted := m.records.object(uid)
 	if pod == nil {
+		m.trackObjects(uid, nil)
 		m.dsw.deletePod(uid)
 		return
 	}
 	if !deleted {
-		cur, err := m.podLister.Pods(pod.Namespace).Get(pod.Name)
+		cur, err := m.pods.GetPod(pod.Namespace, pod.Name)
 		switch {
 		case err == nil && cur.UID == uid:
 			pod = cur
@@ -36,10 +38,12 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 			klog.FromContext(ctx).V(2).Info("Pod no longer wants its volumes", "pod", klog.KObj(pod), "deleted", deleted,
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
 		}
+		m.trackObjects(uid, nil)
 		m.dsw.deletePod(uid)
 		return
 	}
-	volumes, errs := m.desiredVolumes(pod)
+	m.trackObjects(uid, pod)
+	volumes, errs := m.desiredVolumes(ctx, pod)
 	m.dsw.setPod(pod, volumes, errs)
 }
 
@@ -72,7 +76,7 @@ func usedVolumes(pod *v1.Pod) (mounts, devices map[string]bool) {
 	return mounts, devices
 }
 
-func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
+func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []string) {
 	mounts, devices := usedVolumes(pod)
 	var out []DesiredVolume
 	var errs []string
@@ -86,7 +90,7 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 			errs = append(errs, fmt.Sprintf("volume %q is used both in volumeMounts and in volumeDevices", pv.Name))
 			continue
 		}
-		spec, claim, err := m.specFor(pod, pv, devices[pv.Name])
+		spec, claim, err := m.specFor(ctx, pod, pv, devices[pv.Name])
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
 			continue
@@ -118,7 +122,7 @@ func (m *Manager) desiredVolumes(pod *v1.Pod) ([]DesiredVolume, []string) {
 // specFor resolves a pod volume: a claim (or generic ephemeral volume) through PVC → PV,
 // checked as upstream; an inline volume as is. block: the pod uses it in volumeDevices. The
 // claim is returned for a writable PVC-backed volume, whose expansion the node finishes.
-func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec, *v1.PersistentVolumeClaim, error) {
+func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec, *v1.PersistentVolumeClaim, error) {
 	var claim string
 	readOnly := false
 	switch {
@@ -131,29 +135,26 @@ func (m *Manager) specFor(pod *v1.Pod, pv *v1.Volume, block bool) (*volume.Spec,
 	default:
 		return volume.SpecFromVolume(pv), nil, nil
 	}
-	pvc, err := m.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(claim)
+	r, err := m.fetchClaim(ctx, pod.Namespace, claim, func(r resolvedClaim) error {
+		pvc := r.pvc
+		switch {
+		case pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod):
+			return fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
+		case pvc.DeletionTimestamp != nil:
+			return fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
+		case pvc.Status.Phase != v1.ClaimBound:
+			return fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)
+		case pvc.Spec.VolumeName == "":
+			return fmt.Errorf("PVC %s/%s has an empty spec.volumeName", pod.Namespace, claim)
+		case r.pv != nil && (r.pv.Spec.ClaimRef == nil || r.pv.Spec.ClaimRef.UID != pvc.UID):
+			return fmt.Errorf("PV %s is not bound to PVC %s/%s", r.pv.Name, pod.Namespace, claim)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("get PVC %s/%s: %w", pod.Namespace, claim, err)
+		return nil, nil, err
 	}
-	if pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod) {
-		return nil, nil, fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
-	}
-	if pvc.DeletionTimestamp != nil {
-		return nil, nil, fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
-	}
-	if pvc.Status.Phase != v1.ClaimBound {
-		return nil, nil, fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)
-	}
-	if pvc.Spec.VolumeName == "" {
-		return nil, nil, fmt.Errorf("PVC %s/%s has an empty spec.volumeName", pod.Namespace, claim)
-	}
-	obj, err := m.pvLister.Get(pvc.Spec.VolumeName)
-	if err != nil {
-		return nil, nil, fmt.Errorf("get PV %s: %w", pvc.Spec.VolumeName, err)
-	}
-	if obj.Spec.ClaimRef == nil || obj.Spec.ClaimRef.UID != pvc.UID {
-		return nil, nil, fmt.Errorf("PV %s is not bound to PVC %s/%s", obj.Name, pod.Namespace, claim)
-	}
+	pvc, obj := r.pvc, r.pv
 	spec := volume.SpecFromPersistentVolume(obj, readOnly)
 	// Upstream's volumeMode check: volumeMounts need Filesystem, volumeDevices need Block.
 	switch {

@@ -139,10 +139,10 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 	var reported tornDownState
 	m.records.with(uid, func(r *podRecord) { pod, deleted, reported = r.pod, r.deleted, r.tornDown })
 	if pod != nil && !deleted {
-		// The lister can be ahead of the event handlers: the deletion that made the
+		// The pod source can be ahead of the event handlers: the deletion that made the
 		// populator tear the pod down may not have reached the pod's record yet, and the observer
 		// must see it to finish the deletion.
-		if cur, err := m.podLister.Pods(pod.Namespace).Get(pod.Name); err == nil && cur.UID == uid {
+		if cur, err := m.pods.GetPod(pod.Namespace, pod.Name); err == nil && cur.UID == uid {
 			pod = cur
 		}
 	}

@@ -24,6 +24,8 @@ type sharedPlugin struct {
 	log  []string
 	// setUpErrs are returned by the next SetUp calls, in order.
 	setUpErrs []error
+	// gate, if set, holds every SetUp until it is closed.
+	gate chan struct{}
 	// unstageGate, if set, holds UnmountDevice (after its "unstage" record) until closed.
 	unstageGate chan struct{}
 }
@@ -107,6 +109,9 @@ func (m *sharedMounter) Path() string                  { return m.dir }
 func (m *sharedMounter) Attributes() volume.Attributes { return volume.Attributes{} }
 func (m *sharedMounter) SetUp(context.Context, volume.MounterArgs) error {
 	m.p.record("setup " + m.pod)
+	if m.p.gate != nil {
+		<-m.p.gate
+	}
 	if err := m.p.nextSetUpErr(); err != nil {
 		return err
 	}

@@ -51,6 +51,10 @@ type Config struct {
 	OutDir     string
 	Timeout    time.Duration
 	Out        io.Writer
+	// Unrelated, if not zero, measures the agent process's start-up and peak RSS on the
+	// empty cluster and again with this many Secrets and as many ConfigMaps (1 KiB each)
+	// that no pod of the node references.
+	Unrelated int
 }
 
 // Run runs the benchmark and prints its figures to cfg.Out.
@@ -70,7 +74,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	b := &bench{cfg: cfg, cs: cs, out: out, id: strings.ToLower(rand.String(5))}
+	b := &bench{cfg: cfg, cs: cs, out: out, id: strings.ToLower(rand.String(5)), cluster: cluster}
+	b.agentClient = cs
 	b.node = "bench-node-" + b.id
 	b.ns = "bench-node-" + b.id
 	if b.root, err = os.MkdirTemp("", "kubevol-bench-node-"); err != nil {
@@ -81,7 +86,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			err = cerr
 		}
 	}()
+	if b.cluster.NodeKubeconfig != nil {
+		// The agent runs as its node, as a real one would.
+		if b.agentClient, err = nodeClient(b.cluster, "bench-node-"+b.id); err != nil {
+			return err
+		}
+	}
 	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	footprints, err := b.measureFootprints(ctx)
+	if err != nil {
 		return err
 	}
 	mounts, err := b.measureMounts(ctx)
@@ -102,6 +117,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		prop.WriteTable(out)
 	}
 	fmt.Fprintf(out, "idle CPU of the agent with %d pods mounted: %.2f%% of a core over %s\n", cfg.Pods, idle, cfg.Idle)
+	writeFootprints(out, footprints)
 	if err := mounts.WriteFiles(cfg.OutDir, "node-mount", fmt.Sprintf("kubevol node: pod bound → all %d volumes mounted (%d pods)", cfg.Volumes, cfg.Pods), out); err != nil {
 		return err
 	}
@@ -120,13 +136,20 @@ func kinds(n int) []string {
 }
 
 type bench struct {
-	cfg  Config
-	cs   kubernetes.Interface
-	out  io.Writer
-	id   string
-	node string
-	ns   string
-	root string
+	cfg Config
+	cs  kubernetes.Interface
+	// agentClient is the in-process agent's: a node credential when the benchmark holds
+	// the cluster's CA.
+	agentClient kubernetes.Interface
+	cluster     *target.Cluster
+	// extraNodes and extraNamespaces are the footprint phase's, deleted at the end.
+	extraNodes      []string
+	extraNamespaces []string
+	out             io.Writer
+	id              string
+	node            string
+	ns              string
+	root            string
 
 	agentCancel context.CancelFunc
 	agentDone   chan error
@@ -153,7 +176,7 @@ func (b *bench) setup(ctx context.Context) error {
 	}
 	b.bound, b.ready, b.readyCh = map[types.UID]time.Time{}, map[types.UID]time.Time{}, make(chan struct{}, 1)
 	agent, err := agentpkg.New(agentpkg.Config{
-		Client: b.cs, NodeName: b.node, RootDir: b.root,
+		Client: b.agentClient, NodeName: b.node, RootDir: b.root,
 		OnVolumesReady: func(pod *corev1.Pod, at time.Time) {
 			b.mu.Lock()
 			if _, ok := b.ready[pod.UID]; !ok {
@@ -441,8 +464,12 @@ func (b *bench) cleanup() error {
 	} else {
 		_ = os.RemoveAll(b.root)
 	}
-	_ = b.cs.CoreV1().Nodes().Delete(ctx, b.node, metav1.DeleteOptions{})
-	_ = b.cs.CoreV1().Namespaces().Delete(ctx, b.ns, metav1.DeleteOptions{})
+	for _, n := range append([]string{b.node}, b.extraNodes...) {
+		_ = b.cs.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+	}
+	for _, ns := range append([]string{b.ns}, b.extraNamespaces...) {
+		_ = b.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	}
 	return errors.Join(errs...)
 }
 

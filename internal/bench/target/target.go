@@ -23,6 +23,9 @@ type Cluster struct {
 	Kubeconfig string
 	// Stop releases a cluster the benchmark started; it does nothing otherwise.
 	Stop func()
+	// NodeKubeconfig, when the benchmark holds the cluster's CA (a cluster it started),
+	// mints a system:node:<name> credential; nil otherwise.
+	NodeKubeconfig func(nodeName string) (string, error)
 }
 
 // Pick returns the cluster of kubeconfig, else of `kubevol up`, else a new local one.
@@ -49,5 +52,6 @@ func Pick(ctx context.Context, kubeconfig string, out io.Writer) (*Cluster, erro
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &Cluster{Config: cl.RESTConfig(), Kubeconfig: cl.KubeconfigPath(), Stop: func() { _ = cl.Stop(); os.RemoveAll(dir) }}, nil
+	return &Cluster{Config: cl.RESTConfig(), Kubeconfig: cl.KubeconfigPath(), Stop: func() { _ = cl.Stop(); os.RemoveAll(dir) },
+		NodeKubeconfig: cl.NodeKubeconfig}, nil
 }

@@ -151,12 +151,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
-	agentArgs := []string{"node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
+	// The agent runs as its node, with nothing but what the Node authorizer grants.
+	agentArgs := []string{"node", "--kubeconfig", framework.NodeKubeconfig(t, e.node), "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr}
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}
-	if o.republish {
+	switch {
+	case o.republish:
 		agentArgs = append(agentArgs, "--sync-frequency", "1s")
+	case o.resizer:
+		// A node may not watch claims: it reads them again every --sync-frequency (1 min by
+		// default, the kubelet's pod sync) to learn that a volume grew.
+		agentArgs = append(agentArgs, "--sync-frequency", "2s")
 	}
 	e.agent = start(append(agentArgs, o.agentArgs...)...)
 	t.Cleanup(func() {

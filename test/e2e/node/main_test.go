@@ -60,7 +60,8 @@ func startAgent(t *testing.T, extraArgs ...string) *agent {
 		_ = os.RemoveAll(root)
 		_ = a.client.CoreV1().Nodes().Delete(context.Background(), a.name, metav1.DeleteOptions{})
 	})
-	args := append([]string{"node", "--kubeconfig", framework.Cluster().KubeconfigPath(),
+	// The agent runs as its node, with nothing but what the Node authorizer grants.
+	args := append([]string{"node", "--kubeconfig", framework.NodeKubeconfig(t, a.name),
 		"--node-name", a.name, "--root-dir", root, "--metrics-address", a.metricsAddr, "-v", "2"}, extraArgs...)
 	a.proc = framework.StartKubevol(t, args...)
 	// Pods go first, while the agent still runs, so their volumes are torn down by it.

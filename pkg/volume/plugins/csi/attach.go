@@ -11,11 +11,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
 	internalcsi "github.com/kubevol/kubevol/internal/csi"
@@ -42,57 +38,40 @@ func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ 
 	if err != nil {
 		return "", err
 	}
-	c := d.p.host.KubeClient()
-	if c == nil {
-		return "", errors.New("no API client to read VolumeAttachments")
-	}
 	name := AttachmentName(src.handle, src.driver, d.p.host.NodeName())
 	ctx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
-	check := func(va *storagev1.VolumeAttachment) (bool, error) {
-		if va.Status.Attached {
-			return true, nil
-		}
-		if e := va.Status.AttachError; e != nil {
-			return false, fmt.Errorf("attachdetachment error of volume attachment %s: %s", name, e.Message)
-		}
-		return false, nil
-	}
-	vas := c.StorageV1().VolumeAttachments()
-	va, err := vas.Get(ctx, name, metav1.GetOptions{})
-	rv := ""
-	switch {
-	case err == nil:
-		if ok, err := check(va); ok || err != nil {
-			return name, err
-		}
-		rv = va.ResourceVersion
-	case !apierrors.IsNotFound(err):
-		return "", volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
-	}
-	w, err := vas.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: rv})
-	if err != nil {
-		return "", volume.NewTransientError(fmt.Errorf("watch VolumeAttachment %s: %w", name, err))
-	}
-	defer w.Stop()
+	// GETs with backoff, not a watch: a node may GET its VolumeAttachments but not list or
+	// watch them, and the kubelet keeps no VolumeAttachment informer either. A NotFound (the
+	// attach/detach controller has not created it yet) or a Forbidden (the API server's node
+	// graph has not seen it yet) is waited out.
+	delay := attachPollStart
 	for {
+		va, err := d.p.host.GetVolumeAttachment(ctx, name)
+		switch {
+		case err == nil && va.Status.Attached:
+			return name, nil
+		case err == nil && va.Status.AttachError != nil:
+			return "", fmt.Errorf("attachdetachment error of volume attachment %s: %s", name, va.Status.AttachError.Message)
+		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && ctx.Err() == nil:
+			return "", volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
+		}
 		select {
 		case <-ctx.Done():
 			return "", volume.NewTransientError(fmt.Errorf("timed out waiting for external-attacher of %s CSI driver to attach volume %s (VolumeAttachment %s)", src.driver, src.handle, name))
-		case ev, open := <-w.ResultChan():
-			if !open {
-				return "", volume.NewTransientError(fmt.Errorf("watch of VolumeAttachment %s closed", name))
-			}
-			va, isVA := ev.Object.(*storagev1.VolumeAttachment)
-			if !isVA || va.Name != name || ev.Type == watch.Deleted {
-				continue
-			}
-			if ok, err := check(va); ok || err != nil {
-				return name, err
-			}
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, attachPollMax)
 	}
 }
+
+// The VolumeAttachment is polled from 50 ms doubling up to 1 s: an attach usually takes
+// well under a second, and a node waiting for several volumes stays at one GET a second
+// for each.
+const (
+	attachPollStart = 50 * time.Millisecond
+	attachPollMax   = time.Second
+)
 
 // publishContext is the attachmentMetadata of the volume's VolumeAttachment, when the
 // driver is attached; nil otherwise.
@@ -105,7 +84,7 @@ func (p *Plugin) publishContext(ctx context.Context, spec *volume.Spec, src sour
 		return nil, err
 	}
 	name := AttachmentName(src.handle, src.driver, p.host.NodeName())
-	va, err := p.host.KubeClient().StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+	va, err := p.host.GetVolumeAttachment(ctx, name)
 	if err != nil {
 		return nil, volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
 	}
@@ -154,7 +133,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	if err != nil {
 		return err
 	}
-	secrets, err := d.p.secrets(src.stageSecret)
+	secrets, err := d.p.secrets(ctx, src.stageSecret)
 	if err != nil {
 		return err
 	}

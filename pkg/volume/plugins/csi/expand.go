@@ -34,7 +34,7 @@ func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types
 		// OutOfRange, as a driver would answer: the expansion is infeasible, not retried.
 		return status.Error(codes.OutOfRange, err.Error())
 	}
-	secrets, err := p.secrets(src.expandSecret)
+	secrets, err := p.secrets(ctx, src.expandSecret)
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod,
 		}
 		tokenAttrs = map[string]string{tokensKey: tokens}
 	}
-	secrets, err := p.secretsIn(pod.Namespace, src.publishSecret)
+	secrets, err := p.secretsIn(ctx, pod.Namespace, src.publishSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -270,24 +270,25 @@ func modes(drv *storagev1.CSIDriver) []storagev1.VolumeLifecycleMode {
 	return drv.Spec.VolumeLifecycleModes
 }
 
-// secrets reads a node-stage secret (namespace given by the reference).
-func (p *Plugin) secrets(ref *v1.SecretReference) (map[string]string, error) {
+// secrets reads a node-stage or node-expand secret (namespace given by the reference).
+func (p *Plugin) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
-	return p.secretsIn(ref.Namespace, ref)
+	return p.secretsIn(ctx, ref.Namespace, ref)
 }
 
 // secretsIn reads a secret's data as the CSI secrets map; an empty reference namespace is
-// the pod's (inline volumes).
-func (p *Plugin) secretsIn(namespace string, ref *v1.SecretReference) (map[string]string, error) {
+// the pod's (inline volumes). It is read on every use, as the kubelet's CSI plugin does:
+// the node may read it only while a pod of the node uses the volume.
+func (p *Plugin) secretsIn(ctx context.Context, namespace string, ref *v1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
 	if ref.Namespace != "" {
 		namespace = ref.Namespace
 	}
-	s, err := p.host.GetSecret(namespace, ref.Name)
+	s, err := p.host.FetchSecret(ctx, namespace, ref.Name)
 	if err != nil {
 		return nil, fmt.Errorf("fetching secret %s/%s: %w", namespace, ref.Name, err)
 	}

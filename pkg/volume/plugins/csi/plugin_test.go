@@ -3,10 +3,12 @@ package csi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +18,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -115,9 +119,19 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			out.Status.Token = "token-of-" + ns + "/" + sa + "-for-" + req.Spec.BoundObjectRef.Name
 			return out, nil
 		},
-		SecretGetter: func(ns, name string) (*v1.Secret, error) {
-			return f.client.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		SecretFetcher: func(ctx context.Context, ns, name string) (*v1.Secret, error) {
+			return f.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		},
+		AttachmentGetter: func(ctx context.Context, name string) (*storagev1.VolumeAttachment, error) {
+			return f.client.StorageV1().VolumeAttachments().Get(ctx, name, metav1.GetOptions{})
+		},
+	})
+	// A node may only GET VolumeAttachments and Secrets: any list or watch fails the test.
+	f.client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if v := a.GetVerb(); v == "list" || v == "watch" {
+			t.Errorf("%s of %s: a node may not", v, a.GetResource().Resource)
+		}
+		return false, nil, nil
 	})
 	f.plugin = New(Config{Drivers: &fakeDrivers{client: csipb.NewNodeClient(cc)}})
 	if err := pm.Register(f.plugin); err != nil {
@@ -162,11 +176,18 @@ func TestCanAttachFollowsCSIDriver(t *testing.T) {
 	}
 }
 
-// WaitForAttach returns once the attacher marks the VolumeAttachment attached, learnt from
-// a watch.
+// WaitForAttach returns once the attacher marks the VolumeAttachment attached, learnt by
+// GETs: a Forbidden (the node graph lagging) and a not-yet-attached object are waited out.
 func TestWaitForAttach(t *testing.T) {
 	name := AttachmentName("vol-1", "d.example.com", "n1")
 	f := newFixture(t, &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	var refused atomic.Int32
+	f.client.PrependReactor("get", "volumeattachments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) <= 2 {
+			return true, nil, apierrors.NewForbidden(storagev1.Resource("volumeattachments"), name, errors.New("no relationship found"))
+		}
+		return false, nil, nil
+	})
 	a, _ := f.plugin.NewAttacher()
 	done := make(chan error, 1)
 	go func() {
