@@ -25,6 +25,8 @@ func TestFlagValidation(t *testing.T) {
 		{"verify without a driver", []string{"verify"}, exitUsage, "give exactly one of --driver and --storage-class"},
 		{"verify with both", []string{"verify", "--driver=a.b", "--storage-class=c"}, exitUsage, "give exactly one of --driver and --storage-class"},
 		{"verify dir and kubeconfig", []string{"verify", "--driver=a.b", "--dir=/x", "--kubeconfig=/y"}, exitUsage, "give --dir or --kubeconfig, not both"},
+		// Checked before the run, not after a run whose report would then be lost.
+		{"verify junit in no directory", []string{"verify", "--driver=a.b", "--dir=/nonexistent-kubevol", "--wait=1s", "--junit=/nonexistent-kubevol/verify.xml"}, exitUsage, "--junit /nonexistent-kubevol/verify.xml"},
 		{"verify bad block parameters", []string{"verify", "--driver=a.b", "--block-parameters=type"}, exitUsage, "--block-parameters"},
 		{"driver without unknown", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--without=staging,wings"}, exitUsage, `--without "wings": want some of staging,`},
 		{"driver node-only expansion split", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--mode=node", "--without=controller-expansion"}, exitUsage, "--without controller-expansion needs --mode all"},

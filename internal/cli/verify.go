@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ type verifyOptions struct {
 }
 
 // errCasesFailed makes verify exit 1 after printing its table.
-var errCasesFailed = errors.New("verify: some cases failed")
+var errCasesFailed = errors.New("some cases failed")
 
 func newVerifyCommand() *cobra.Command {
 	o := verifyOptions{}
@@ -78,6 +79,11 @@ func (o *verifyOptions) validate() error {
 	if o.o.Wait <= 0 {
 		return usageErrorf("--wait must be positive, got %s", o.o.Wait)
 	}
+	if o.junit != "" {
+		if err := checkWritable(o.junit); err != nil {
+			return usageErrorf("--junit %s: %v", o.junit, err)
+		}
+	}
 	if o.blockParameters != "" {
 		o.o.BlockParameters = map[string]string{}
 		for _, kv := range strings.Split(o.blockParameters, ",") {
@@ -108,6 +114,25 @@ func (o *verifyOptions) run(ctx context.Context, stdout, stderr io.Writer) error
 	}
 	if rep.Failed() {
 		return errCasesFailed
+	}
+	return nil
+}
+
+// checkWritable fails when path cannot be written, so that a run's report is not lost at
+// its end. An existing file is opened without truncation; one created here is removed.
+func checkWritable(path string) error {
+	_, statErr := os.Lstat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return pe.Err
+		}
+		return err
+	}
+	_ = f.Close()
+	if errors.Is(statErr, os.ErrNotExist) {
+		_ = os.Remove(path)
 	}
 	return nil
 }

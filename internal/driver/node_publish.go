@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,8 +77,15 @@ func (n *node) releaseOwnStage(ctx context.Context, id string) {
 	if len(n.publishesOf(id)) > 0 {
 		return
 	}
-	if err := n.unstageLocked(ctx, id, n.ownStagingPath(id)); err != nil {
+	path := n.ownStagingPath(id)
+	if err := n.unstageLocked(ctx, id, path); err != nil {
 		klogFrom(ctx, n.log).Error(err, "Releasing the driver's own stage", "volumeID", id)
+		return
+	}
+	// The driver made the directory, as the kubelet makes the staging directories it
+	// removes. Remove takes only an empty directory: never data, never a mount point.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		klogFrom(ctx, n.log).Error(err, "Removing the driver's own staging directory", "volumeID", id, "path", path)
 	}
 }
 

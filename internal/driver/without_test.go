@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,6 +115,11 @@ func TestPublishWithoutStaging(t *testing.T) {
 				}
 			}
 			c.unpublish(t, v.GetVolumeId(), target)
+			// The driver made its staging directory: it removes it, as the kubelet removes
+			// the staging directories it makes.
+			if _, err := os.Stat(filepath.Join(in.Config.StateDir, "publish-staging", v.GetVolumeId())); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the driver's own staging directory is left after the last unpublish: %v", err)
+			}
 			c.delete(t, v.GetVolumeId())
 		})
 	}

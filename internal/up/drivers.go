@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -65,6 +66,8 @@ type externalDriver struct {
 	// storageCapacity, as the CSIDriver object says: the scheduler then waits for
 	// CSIStorageCapacity objects, which the provisioner must publish.
 	storageCapacity bool
+	// unapplied are the --driver-config fields that the CSIDriver found contradicts.
+	unapplied []string
 
 	sidecars  []*component
 	regCancel context.CancelFunc
@@ -184,10 +187,37 @@ func (d *externalDriver) csiDriverSpec() storagev1.CSIDriverSpec {
 // installDriverObjects creates the driver's CSIDriver and StorageClass unless they exist:
 // they may be the user's own, and up never overwrites them.
 func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes.Interface, resizer bool) error {
+	// The StorageClass first: a client that waits for the CSIDriver (kubevol verify, a CI
+	// script) then finds the class too.
+	if d.hasController() {
+		mode := storagev1.VolumeBindingWaitForFirstConsumer
+		var params map[string]string
+		if sc := d.cfg.StorageClass; sc != nil {
+			if sc.VolumeBindingMode != nil {
+				mode = *sc.VolumeBindingMode
+			}
+			params = sc.Parameters
+		}
+		sc := &storagev1.StorageClass{
+			ObjectMeta:  metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}},
+			Provisioner: d.name,
+			Parameters:  params,
+			// This is a one-node cluster: binding where the pod runs is right for every
+			// driver, topology or not.
+			VolumeBindingMode:    &mode,
+			ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
+			AllowVolumeExpansion: ptr.To(resizer),
+		}
+		if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("StorageClass %s: %w", d.name, err)
+		}
+	}
 	obj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}}, Spec: d.csiDriverSpec()}
 	got, err := cs.StorageV1().CSIDrivers().Create(ctx, obj, metav1.CreateOptions{FieldManager: fieldManager})
 	if apierrors.IsAlreadyExists(err) {
-		got, err = cs.StorageV1().CSIDrivers().Get(ctx, d.name, metav1.GetOptions{})
+		if got, err = cs.StorageV1().CSIDrivers().Get(ctx, d.name, metav1.GetOptions{}); err == nil {
+			d.unapplied = d.unappliedConfig(got.Spec)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("CSIDriver %s: %w", d.name, err)
@@ -195,31 +225,31 @@ func (d *externalDriver) installDriverObjects(ctx context.Context, cs kubernetes
 	// No attachRequired means true, as the attach/detach controller reads it.
 	d.attachRequired = got.Spec.AttachRequired == nil || *got.Spec.AttachRequired
 	d.storageCapacity = got.Spec.StorageCapacity != nil && *got.Spec.StorageCapacity
-	if !d.hasController() {
-		return nil
-	}
-	mode := storagev1.VolumeBindingWaitForFirstConsumer
-	var params map[string]string
-	if sc := d.cfg.StorageClass; sc != nil {
-		if sc.VolumeBindingMode != nil {
-			mode = *sc.VolumeBindingMode
-		}
-		params = sc.Parameters
-	}
-	sc := &storagev1.StorageClass{
-		ObjectMeta:  metav1.ObjectMeta{Name: d.name, Labels: map[string]string{"app.kubernetes.io/managed-by": fieldManager}},
-		Provisioner: d.name,
-		Parameters:  params,
-		// This is a one-node cluster: binding where the pod runs is right for every
-		// driver, topology or not.
-		VolumeBindingMode:    &mode,
-		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
-		AllowVolumeExpansion: ptr.To(resizer),
-	}
-	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("StorageClass %s: %w", d.name, err)
-	}
 	return nil
+}
+
+// unappliedConfig names the --driver-config fields that an existing CSIDriver contradicts:
+// up never changes the object, and an override must not be dropped without a word.
+func (d *externalDriver) unappliedConfig(have storagev1.CSIDriverSpec) []string {
+	want := d.csiDriverSpec()
+	c := d.cfg
+	var out []string
+	differs := func(set bool, field string, a, b *bool) {
+		if set && !ptr.Equal(a, b) {
+			out = append(out, field)
+		}
+	}
+	differs(c.AttachRequired != nil, "attachRequired", want.AttachRequired, have.AttachRequired)
+	differs(c.StorageCapacity != nil, "storageCapacity", want.StorageCapacity, have.StorageCapacity)
+	differs(c.PodInfoOnMount != nil, "podInfoOnMount", want.PodInfoOnMount, have.PodInfoOnMount)
+	differs(c.RequiresRepublish != nil, "requiresRepublish", want.RequiresRepublish, have.RequiresRepublish)
+	if c.FSGroupPolicy != nil && (have.FSGroupPolicy == nil || *have.FSGroupPolicy != *c.FSGroupPolicy) {
+		out = append(out, "fsGroupPolicy")
+	}
+	if len(c.VolumeLifecycleModes) > 0 && !slices.Equal(slices.Sorted(slices.Values(c.VolumeLifecycleModes)), slices.Sorted(slices.Values(have.VolumeLifecycleModes))) {
+		out = append(out, "volumeLifecycleModes")
+	}
+	return out
 }
 
 // registeredBy returns the registration socket in dir through which a driver named name
@@ -280,6 +310,10 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 		}
 		if err := d.installDriverObjects(ctx, cs, d.canExpand()); err != nil {
 			return err
+		}
+		if len(d.unapplied) > 0 {
+			fmt.Fprintf(s.opts.Progress, "note: CSIDriver %s exists and up never changes it, so --driver-config's %s is not applied: kubectl delete csidriver %s and restart up, or start it with --reset\n",
+				d.name, strings.Join(d.unapplied, ", "), d.name)
 		}
 		if err := s.startSidecars(ctx, d); err != nil {
 			return err
@@ -350,7 +384,7 @@ func (d *externalDriver) describe() string {
 	} else {
 		parts = append(parts, "StorageClass "+d.name)
 	}
-	return fmt.Sprint(parts)
+	return strings.Join(parts, ", ")
 }
 
 // waitRegistered waits until the node agent has published the driver on the CSINode, the
@@ -395,7 +429,13 @@ func (d *externalDriver) stopRegistration() {
 // checkDrivers rejects duplicate drivers and those that take the built-in driver's name.
 func checkDrivers(ds []*externalDriver) error {
 	seen := map[string]string{DriverName: "the built-in driver"}
+	sockets := map[string]string{}
 	for _, d := range ds {
+		sock := filepath.Clean(d.socket)
+		if other, ok := sockets[sock]; ok && d.socket != "" {
+			return &DriverError{Endpoint: d.endpoint, Err: fmt.Errorf("given twice (also as %s)", other)}
+		}
+		sockets[sock] = d.endpoint
 		if other, ok := seen[d.name]; ok {
 			return &DriverError{Endpoint: d.endpoint, Err: fmt.Errorf("driver name %s is already taken by %s", d.name, other)}
 		}

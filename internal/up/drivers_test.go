@@ -12,6 +12,8 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // fakeDriver answers the identity and node calls up makes when it meets a driver.
@@ -157,7 +159,40 @@ func TestCheckDrivers(t *testing.T) {
 	if err := checkDrivers([]*externalDriver{{name: "a.example.com", endpoint: "unix:///1.sock"}, {name: "a.example.com", endpoint: "unix:///2.sock"}}); err == nil || !strings.Contains(err.Error(), "unix:///2.sock") {
 		t.Errorf("duplicate driver: %v", err)
 	}
+	// One socket given twice, spelt differently: the message says so, not that a name is
+	// taken by another driver.
+	if err := checkDrivers([]*externalDriver{{name: "a.example.com", endpoint: "unix:///run/a/csi.sock", socket: "/run/a/csi.sock"}, {name: "a.example.com", endpoint: "/run/a/../a/csi.sock", socket: "/run/a/../a/csi.sock"}}); err == nil || !strings.Contains(err.Error(), "--driver /run/a/../a/csi.sock: given twice (also as unix:///run/a/csi.sock)") {
+		t.Errorf("one socket twice: %v", err)
+	}
 	if err := checkDrivers([]*externalDriver{{name: DriverName}}); err == nil {
 		t.Error("a driver with the built-in driver's name was accepted")
+	}
+}
+
+// An override of --driver-config that a CSIDriver from an earlier run contradicts is named,
+// since up leaves the object as it is.
+func TestInstallDriverObjectsNamesUnappliedConfig(t *testing.T) {
+	ctx := context.Background()
+	yes := true
+	existing := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "ext.example.com"}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: &yes, PodInfoOnMount: &yes,
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}}
+	cs := fake.NewClientset(existing)
+	d := &externalDriver{name: "ext.example.com", cfg: DriverConfig{PodInfoOnMount: &yes,
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral, storagev1.VolumeLifecyclePersistent}}}
+	if err := d.installDriverObjects(ctx, cs, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(d.unapplied, ",") != "volumeLifecycleModes" {
+		t.Errorf("unapplied = %q, want volumeLifecycleModes only", d.unapplied)
+	}
+	got, _ := cs.StorageV1().CSIDrivers().Get(ctx, "ext.example.com", metav1.GetOptions{})
+	if len(got.Spec.VolumeLifecycleModes) != 1 {
+		t.Errorf("the existing CSIDriver was changed: %+v", got.Spec)
+	}
+	// Created by up: everything applies.
+	d2 := &externalDriver{name: "new.example.com", cfg: d.cfg}
+	if err := d2.installDriverObjects(ctx, cs, false); err != nil || len(d2.unapplied) > 0 {
+		t.Errorf("a created CSIDriver: %v, unapplied %q", err, d2.unapplied)
 	}
 }

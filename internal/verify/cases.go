@@ -624,10 +624,24 @@ func grown(dir string, before int64, want string) error {
 	if err != nil {
 		return err
 	}
-	if after < before+growth {
-		return fmt.Errorf("filesystem inside the mount is %d bytes after the expansion, %d before", after, before)
+	if err := checkGrowth(before, after); err != nil {
+		return err
 	}
 	return readProof(dir, want)
+}
+
+// checkGrowth compares the filesystem sizes around an expansion. A filesystem far larger than
+// the claim is not the volume's own but the one its directory lives on (a driver's
+// directory volumes, as kubevol's own type=dir): say how to get a device instead.
+func checkGrowth(before, after int64) error {
+	if after >= before+growth {
+		return nil
+	}
+	err := fmt.Errorf("filesystem inside the mount is %d bytes after the expansion, %d before", after, before)
+	if claim := mustQuantity(fsSizeBefore); before > 4*claim.Value() {
+		err = fmt.Errorf("%w; a filesystem that size for a claim of %s is not the volume's own (a directory on a shared filesystem?): give --block-parameters the StorageClass parameters that make the driver offer a device", err, fsSizeBefore)
+	}
+	return err
 }
 
 // waitAllocated waits until Kubernetes took the expansion in hand: the PV grew, or the claim

@@ -83,15 +83,12 @@ type capabilities struct {
 
 func newEnv(ctx context.Context, o Options) (*env, error) {
 	if (o.Driver == "") == (o.StorageClass == "") {
-		return nil, errors.New("verify: give exactly one of a driver or a StorageClass")
+		return nil, errors.New("give exactly one of a driver or a StorageClass")
 	}
 	kubeconfig := o.Kubeconfig
 	e := &env{o: o, runID: rand.String(5), classes: map[string]string{}}
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(o.Dir, "kubeconfig")
-		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
-			e.root = filepath.Join(o.Dir, "node")
-		}
 	}
 	// `kubevol up &` followed by `kubevol verify` is the usual CI script: wait for up to
 	// write its kubeconfig and for the API to answer.
@@ -109,28 +106,41 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		return lastErr == nil, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("verify: no ready cluster behind %s within %s: %v (is kubevol up running with this --dir?)", kubeconfig, o.Wait, lastErr)
+		return nil, fmt.Errorf("no ready cluster behind %s within %s: %v (is kubevol up running with this --dir?)", kubeconfig, o.Wait, lastErr)
 	}
 	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
 	if o.StorageClass != "" {
-		sc, err := e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
+		sc, err := waitFor(ctx, o.Wait, func(ctx context.Context) (*storagev1.StorageClass, error) {
+			return e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
+		})
 		if err != nil {
-			return nil, fmt.Errorf("verify: StorageClass %s: %w", o.StorageClass, err)
+			return nil, fmt.Errorf("StorageClass %s (waited %s): %w", o.StorageClass, o.Wait, err)
 		}
 		e.base, e.driver = sc, sc.Provisioner
 	} else {
 		e.driver = o.Driver
-		if e.base, err = e.defaultClass(ctx); err != nil {
-			return nil, err
-		}
 	}
-	if e.csiDriver, err = e.cs.StorageV1().CSIDrivers().Get(ctx, e.driver, metav1.GetOptions{}); err != nil {
-		return nil, fmt.Errorf("verify: CSIDriver %s: %w", e.driver, err)
+	// kubevol up creates an external driver's CSIDriver and StorageClass only once the
+	// node agent registered it, seconds after the API is ready: wait for them too.
+	if e.csiDriver, err = waitCSIDriver(ctx, e.cs, e.driver, o.Wait); err != nil {
+		return nil, err
 	}
 	if err := e.findNode(ctx); err != nil {
 		return nil, err
+	}
+	// Only now: a kubevol up started just before creates its node directory after the API
+	// is ready, and the driver's registration proves its node agent has run.
+	if o.Kubeconfig == "" {
+		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
+			e.root = filepath.Join(o.Dir, "node")
+		}
+	}
+	if o.StorageClass == "" {
+		if e.base, err = e.defaultClass(ctx); err != nil {
+			return nil, err
+		}
 	}
 	e.askDriver(ctx)
 	if e.o.BlockParameters == nil && strings.HasSuffix(e.driver, ".kubevol.io") {
@@ -142,10 +152,46 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	}
 	if e.caps.controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] {
 		if e.volumesBefore, err = e.listVolumes(ctx); err != nil {
-			return nil, fmt.Errorf("verify: ListVolumes: %w", err)
+			return nil, fmt.Errorf("ListVolumes: %w", err)
 		}
 	}
 	return e, nil
+}
+
+// waitCSIDriver waits up to timeout for the CSIDriver object of driver; the error of a
+// driver that never appears names the drivers there are, as the likely fix is a typo.
+func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, timeout time.Duration) (*storagev1.CSIDriver, error) {
+	got, lastErr := waitFor(ctx, timeout, func(ctx context.Context) (*storagev1.CSIDriver, error) {
+		return cs.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
+	})
+	if lastErr == nil {
+		return got, nil
+	}
+	if !apierrors.IsNotFound(lastErr) {
+		return nil, fmt.Errorf("CSIDriver %s: %w", driver, lastErr)
+	}
+	var names []string
+	if list, err := cs.StorageV1().CSIDrivers().List(context.WithoutCancel(ctx), metav1.ListOptions{}); err == nil {
+		for _, d := range list.Items {
+			names = append(names, d.Name)
+		}
+	}
+	return nil, fmt.Errorf("no CSIDriver %s within %s (the cluster has: %s); is it a kubevol up --driver, or does it install its own?", driver, timeout, strings.Join(names, ", "))
+}
+
+// waitFor gets an object until it exists or timeout passes (kubevol up creates an external
+// driver's objects seconds after its API is ready); the error is the last get's.
+func waitFor[T any](ctx context.Context, timeout time.Duration, get func(context.Context) (T, error)) (T, error) {
+	var got T
+	var lastErr error
+	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+		got, lastErr = get(ctx)
+		return lastErr == nil, nil
+	})
+	if err != nil && lastErr == nil {
+		lastErr = err
+	}
+	return got, lastErr
 }
 
 // defaultClass is the driver's StorageClass: the default class if it is the driver's, else
@@ -153,7 +199,7 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 func (e *env) defaultClass(ctx context.Context) (*storagev1.StorageClass, error) {
 	list, err := e.cs.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("verify: list StorageClasses: %w", err)
+		return nil, fmt.Errorf("list StorageClasses: %w", err)
 	}
 	var mine []storagev1.StorageClass
 	for _, sc := range list.Items {
@@ -197,11 +243,11 @@ func (e *env) findNode(ctx context.Context) error {
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("verify: driver %s is registered on no node (no CSINode lists it): is it running and registered with the node agent?", e.driver)
+		return fmt.Errorf("driver %s is registered on no node (no CSINode lists it): is it running and registered with the node agent?", e.driver)
 	}
 	node, err := e.cs.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("verify: node %s: %w", e.node, err)
+		return fmt.Errorf("node %s: %w", e.node, err)
 	}
 	e.topology = map[string]string{}
 	for _, k := range keys {
@@ -391,7 +437,7 @@ func (e *env) createClasses(ctx context.Context) error {
 			AllowedTopologies:    v.allowed,
 		}
 		if _, err := e.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("verify: create StorageClass %s: %w", name, err)
+			return fmt.Errorf("create StorageClass %s: %w", name, err)
 		}
 		e.classes[v.name] = name
 	}

@@ -34,12 +34,15 @@ type Registrar struct {
 
 	registerapi.UnimplementedRegistrationServer
 	failed chan error
+	// logger is Serve's: the verdict arrives on a gRPC call's context, which has none.
+	logger klog.Logger
 }
 
 // Serve listens on the registration socket until ctx ends, and removes the socket then, so
 // the node agent sees the driver go away.
 func (r *Registrar) Serve(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("driver", r.Driver)
+	r.logger = logger
 	if err := os.MkdirAll(r.Dir, 0o750); err != nil {
 		return err
 	}
@@ -87,8 +90,8 @@ func (r *Registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registe
 }
 
 // NotifyRegistrationStatus implements registerapi.RegistrationServer.
-func (r *Registrar) NotifyRegistrationStatus(ctx context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	logger := klog.FromContext(ctx).WithValues("driver", r.Driver)
+func (r *Registrar) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	logger := r.logger
 	if st.PluginRegistered {
 		logger.Info("Registered with the node agent")
 	} else {

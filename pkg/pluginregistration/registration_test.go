@@ -1,15 +1,36 @@
 package pluginregistration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 type recordingHandler struct {
 	mu      sync.Mutex
@@ -69,7 +90,10 @@ func TestRegisterAndDeregister(t *testing.T) {
 	go func() { _ = w.Run(ctx) }()
 
 	verdict := make(chan bool, 1)
-	rctx, stopRegistrar := context.WithCancel(ctx)
+	// The registrar logs where its caller's context says (kubevol up: a log file), also
+	// for the verdict, which arrives on a gRPC call's context.
+	var log syncBuffer
+	rctx, stopRegistrar := context.WithCancel(klog.NewContext(ctx, textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&log)))))
 	r := &Registrar{Dir: dir, Driver: "local.kubevol.io", Endpoint: "/plugins/local/csi.sock",
 		OnStatus: func(ok bool, _ string) error { verdict <- ok; return nil }}
 	served := make(chan error, 1)
@@ -88,6 +112,9 @@ func TestRegisterAndDeregister(t *testing.T) {
 	stopRegistrar()
 	if err := <-served; err != nil {
 		t.Fatalf("Serve: %v", err)
+	}
+	if got := log.String(); !strings.Contains(got, "Registered with the node agent") {
+		t.Errorf("the verdict is not in the registrar's log:\n%s", got)
 	}
 	if _, err := os.Stat(SocketPath(dir, "local.kubevol.io")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("registration socket left behind: %v", err)
