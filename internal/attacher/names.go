@@ -1,6 +1,6 @@
 package attacher
 
-import "github.com/kubevol/kubevol/internal/csi"
+import "github.com/kubevol/kubevol/internal/csiclient"
 
 // Names and keys shared with external-attacher, so that kubevol and upstream can take over
 // each other's objects.
@@ -12,6 +12,6 @@ const (
 )
 
 // Finalizer is the finalizer the attacher puts on VolumeAttachments and PVs of driver.
-func Finalizer(driver string) string { return finalizerPrefix + csi.SanitizeDriverName(driver) }
+func Finalizer(driver string) string { return finalizerPrefix + csiclient.SanitizeDriverName(driver) }
 
 func (c *Controller) finalizer() string { return Finalizer(c.cfg.DriverName) }

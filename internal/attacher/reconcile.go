@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"slices"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // reasonNotPublished is the Warning event of a VolumeAttachment whose volume the driver
@@ -22,10 +22,10 @@ const reasonNotPublished = "NotPublished"
 // As upstream's supportsControllerCapabilities, that takes both LIST_VOLUMES and
 // LIST_VOLUMES_PUBLISHED_NODES; a driver without ControllerPublish has nothing to reconcile
 // (upstream's trivial handler ignores ReconcileVA).
-func reconciles(caps *csi.Capabilities) bool {
+func reconciles(caps *csiclient.Capabilities) bool {
 	return caps.Controller[publishCapability] &&
-		caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] &&
-		caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES]
+		caps.Controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES] &&
+		caps.Controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES]
 }
 
 // reconcile is one pass of external-attacher's ReconcileVA (--reconcile-sync): it compares
@@ -99,7 +99,7 @@ func (c *Controller) publishedNodes(ctx context.Context) (map[string][]string, e
 	token := ""
 	for {
 		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
-		rsp, err := c.cfg.CSI.Controller.ListVolumes(cctx, &csipb.ListVolumesRequest{MaxEntries: c.cfg.MaxEntries, StartingToken: token})
+		rsp, err := c.cfg.CSI.Controller.ListVolumes(cctx, &csi.ListVolumesRequest{MaxEntries: c.cfg.MaxEntries, StartingToken: token})
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("ListVolumes: %w", err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -34,9 +34,9 @@ const (
 )
 
 var (
-	capPublish        = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
-	capList           = csipb.ControllerServiceCapability_RPC_LIST_VOLUMES
-	capPublishedNodes = csipb.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES
+	capPublish        = csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+	capList           = csi.ControllerServiceCapability_RPC_LIST_VOLUMES
+	capPublishedNodes = csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES
 )
 
 // publishDriver adds ControllerPublish, ControllerUnpublish and a paginated ListVolumes
@@ -50,7 +50,7 @@ type publishDriver struct {
 	volumes   []string                   // sorted
 	published map[string]map[string]bool // volume ID → node IDs
 	publishes map[string]int             // ControllerPublishVolume calls by volume ID
-	lists     []*csipb.ListVolumesRequest
+	lists     []*csi.ListVolumesRequest
 	// lostReply makes the next ControllerPublishVolume of a volume publish it and then
 	// fail, as a call whose reply never reached the attacher.
 	lostReply map[string]bool
@@ -60,7 +60,7 @@ type publishDriver struct {
 	stuckToken string
 }
 
-func newPublishDriver(caps []csipb.ControllerServiceCapability_RPC_Type, volumes ...string) *publishDriver {
+func newPublishDriver(caps []csi.ControllerServiceCapability_RPC_Type, volumes ...string) *publishDriver {
 	return &publishDriver{
 		Driver:    &csitest.Driver{Name: testDriver, ControllerCaps: caps},
 		volumes:   slices.Sorted(slices.Values(volumes)),
@@ -70,7 +70,7 @@ func newPublishDriver(caps []csipb.ControllerServiceCapability_RPC_Type, volumes
 	}
 }
 
-func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
+func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := req.GetVolumeId()
@@ -90,15 +90,15 @@ func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csipb.Co
 		delete(d.lostReply, id)
 		return nil, status.Error(codes.DeadlineExceeded, "reply lost")
 	}
-	return &csipb.ControllerPublishVolumeResponse{PublishContext: map[string]string{"node": req.GetNodeId()}}, nil
+	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"node": req.GetNodeId()}}, nil
 }
 
-func (d *publishDriver) ControllerUnpublishVolume(_ context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
+func (d *publishDriver) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	d.unpublish(req.GetVolumeId(), req.GetNodeId())
-	return &csipb.ControllerUnpublishVolumeResponse{}, nil
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
 
-func (d *publishDriver) ListVolumes(_ context.Context, req *csipb.ListVolumesRequest) (*csipb.ListVolumesResponse, error) {
+func (d *publishDriver) ListVolumes(_ context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.lists = append(d.lists, req)
@@ -111,7 +111,7 @@ func (d *publishDriver) ListVolumes(_ context.Context, req *csipb.ListVolumesReq
 		start = n
 	}
 	end := len(d.volumes)
-	rsp := &csipb.ListVolumesResponse{}
+	rsp := &csi.ListVolumesResponse{}
 	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
 		end = start + m
 		rsp.NextToken = strconv.Itoa(end)
@@ -124,9 +124,9 @@ func (d *publishDriver) ListVolumes(_ context.Context, req *csipb.ListVolumesReq
 		for n := range d.published[id] {
 			nodes = append(nodes, n)
 		}
-		rsp.Entries = append(rsp.Entries, &csipb.ListVolumesResponse_Entry{
-			Volume: &csipb.Volume{VolumeId: id},
-			Status: &csipb.ListVolumesResponse_VolumeStatus{PublishedNodeIds: nodes},
+		rsp.Entries = append(rsp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: &csi.Volume{VolumeId: id},
+			Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: nodes},
 		})
 	}
 	return rsp, nil
@@ -158,7 +158,7 @@ func (d *publishDriver) isPublished(volume, node string) bool {
 	return d.published[volume][node]
 }
 
-func (d *publishDriver) listRequests() []*csipb.ListVolumesRequest {
+func (d *publishDriver) listRequests() []*csi.ListVolumesRequest {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.lists)
@@ -177,7 +177,7 @@ type testEnv struct {
 func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	conn, err := csi.Dial(csi.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
+	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func (e *testEnv) events(reason string) []string {
 	return out
 }
 
-var allCaps = []csipb.ControllerServiceCapability_RPC_Type{capPublish, capList, capPublishedNodes}
+var allCaps = []csi.ControllerServiceCapability_RPC_Type{capPublish, capList, capPublishedNodes}
 
 // An attached VolumeAttachment whose volume the driver stops reporting on its node is
 // published again, without status.attached ever turning false; the attachments the
@@ -395,13 +395,13 @@ func TestReconcileRetriesFailedRepublish(t *testing.T) {
 func TestReconcileNeedsCapabilities(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		caps []csipb.ControllerServiceCapability_RPC_Type
+		caps []csi.ControllerServiceCapability_RPC_Type
 		want bool
 	}{
 		{"all", allCaps, true},
-		{"no published nodes", []csipb.ControllerServiceCapability_RPC_Type{capPublish, capList}, false},
-		{"no list", []csipb.ControllerServiceCapability_RPC_Type{capPublish, capPublishedNodes}, false},
-		{"no publish", []csipb.ControllerServiceCapability_RPC_Type{capList, capPublishedNodes}, false},
+		{"no published nodes", []csi.ControllerServiceCapability_RPC_Type{capPublish, capList}, false},
+		{"no list", []csi.ControllerServiceCapability_RPC_Type{capPublish, capPublishedNodes}, false},
+		{"no publish", []csi.ControllerServiceCapability_RPC_Type{capList, capPublishedNodes}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			drv := newPublishDriver(tc.caps, "vol-a")

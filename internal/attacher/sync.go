@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -13,11 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
-const publishCapability = csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+const publishCapability = csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
 
 // Event reasons on the VolumeAttachment.
 const (
@@ -159,7 +159,7 @@ func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment)
 		if err != nil {
 			return c.detachFailed(ctx, va, err)
 		}
-		req := &csipb.ControllerUnpublishVolumeRequest{VolumeId: src.csi.VolumeHandle, NodeId: nodeID}
+		req := &csi.ControllerUnpublishVolumeRequest{VolumeId: src.csi.VolumeHandle, NodeId: nodeID}
 		if req.Secrets, err = c.secrets(ctx, src.csi.ControllerPublishSecretRef); err != nil {
 			return c.detachFailed(ctx, va, err)
 		}
@@ -201,26 +201,26 @@ func (c *Controller) nodeID(va *storagev1.VolumeAttachment) (string, error) {
 	return "", fmt.Errorf("CSINode %s does not contain driver %s: is the driver's node plugin registered on that node?", va.Spec.NodeName, c.cfg.DriverName)
 }
 
-func (c *Controller) publishRequest(ctx context.Context, src *source, nodeID string) (*csipb.ControllerPublishVolumeRequest, error) {
+func (c *Controller) publishRequest(ctx context.Context, src *source, nodeID string) (*csi.ControllerPublishVolumeRequest, error) {
 	caps, err := c.cfg.CSI.Capabilities(ctx)
 	if err != nil {
 		return nil, err
 	}
-	mode, err := accessmodes.ToCSIAccessMode(src.modes, caps.Controller[csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
+	mode, err := accessmodes.ToCSIAccessMode(src.modes, caps.Controller[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
 	if err != nil {
 		return nil, err
 	}
-	capability := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+	capability := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
 	if src.block {
-		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+		capability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 	} else {
 		fsType := src.csi.FSType
 		if fsType == "" {
 			fsType = c.cfg.DefaultFSType
 		}
-		capability.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: src.mountOpt}}
+		capability.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType, MountFlags: src.mountOpt}}
 	}
-	req := &csipb.ControllerPublishVolumeRequest{
+	req := &csi.ControllerPublishVolumeRequest{
 		VolumeId:         src.csi.VolumeHandle,
 		NodeId:           nodeID,
 		VolumeCapability: capability,
@@ -234,7 +234,7 @@ func (c *Controller) publishRequest(ctx context.Context, src *source, nodeID str
 }
 
 func (c *Controller) secrets(ctx context.Context, ref *corev1.SecretReference) (map[string]string, error) {
-	data, err := csi.FetchSecrets(ctx, c.cfg.Client, ref)
+	data, err := csiclient.FetchSecrets(ctx, c.cfg.Client, ref)
 	if err != nil {
 		return nil, fmt.Errorf("controller-publish secret: %w", err)
 	}

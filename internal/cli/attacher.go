@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kubevol/kubevol/internal/attacher"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -76,5 +76,5 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		return err
 	}
 	// The Lease name upstream derives from the driver, so both can share one election.
-	return sc.Run(ctx, "external-attacher-leader-"+csi.SanitizeDriverName(sc.Driver), ctrl.Run)
+	return sc.Run(ctx, "external-attacher-leader-"+csiclient.SanitizeDriverName(sc.Driver), ctrl.Run)
 }

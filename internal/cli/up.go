@@ -14,7 +14,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
 )
@@ -91,7 +91,7 @@ func (o *upOptions) validate() error {
 	}
 	o.dir = abs
 	for _, d := range o.drivers {
-		target, err := csi.Target(d)
+		target, err := csiclient.Target(d)
 		if err != nil || !filepath.IsAbs(strings.TrimPrefix(target, "unix://")) {
 			return usageErrorf("--driver %q: want unix:///path/csi.sock", d)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csitest"
 )
 
 // TestUpDriverFlags: a --driver or --driver-config that cannot work exits 2 with one line

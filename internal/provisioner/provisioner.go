@@ -12,14 +12,14 @@ import (
 	"strings"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/capacity"
 	"github.com/kubevol/kubevol/internal/provisioner/claim"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logger := klog.FromContext(ctx).WithValues("driver", sc.Driver)
 	ctx = klog.NewContext(ctx, logger)
-	logger.Info("CSI driver is ready", "topology", caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
+	logger.Info("CSI driver is ready", "topology", caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
 
 	p := &instance{cfg: cfg, sc: sc, caps: caps,
 		identity: fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver),
@@ -89,7 +89,7 @@ type instance struct {
 	sc               *sidecar.Sidecar
 	events, capacity kubernetes.Interface
 	snapshots        snapclient.Interface
-	caps             *csi.Capabilities
+	caps             *csiclient.Capabilities
 	identity         string
 	hostname         string
 	journal          *intent.Journal
@@ -112,7 +112,7 @@ func (p *instance) lead(ctx context.Context) error {
 	r.AddSource(controller.Informers(factory))
 	cc := sc.ControllerConfig()
 
-	topo := caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
+	topo := caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS]
 	ccfg := claim.Config{
 		ControllerConfig: cc, Options: cfg.Options, Recorder: recorder, Caps: caps, Identity: p.identity,
 		Journal: p.journal, Metrics: m, Snapshots: p.snapshots,
@@ -129,7 +129,7 @@ func (p *instance) lead(ctx context.Context) error {
 	claims.Register(r, cc.Workers)
 
 	rcfg := reclaim.Config{ControllerConfig: cc, Recorder: recorder, Metrics: m, Volumes: factory.Core().V1().PersistentVolumes()}
-	if caps.Controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
+	if caps.Controller[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
 		rcfg.Attachments = factory.Storage().V1().VolumeAttachments()
 	}
 	volumes, err := reclaim.New(rcfg)
@@ -164,4 +164,4 @@ func (p *instance) lead(ctx context.Context) error {
 
 // objectName is the driver's name as an object name: the Lease (as upstream names it) and
 // the intent journal.
-func objectName(driver string) string { return strings.ToLower(csi.SanitizeDriverName(driver)) }
+func objectName(driver string) string { return strings.ToLower(csiclient.SanitizeDriverName(driver)) }

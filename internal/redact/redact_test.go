@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +32,7 @@ const token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bnM6
 
 func TestCSIStripsTokensAndSecrets(t *testing.T) {
 	tokens := `{"vault":{"token":"` + token + `","expirationTimestamp":"2030-01-01T00:00:00Z"}}`
-	req := &csipb.NodePublishVolumeRequest{
+	req := &csi.NodePublishVolumeRequest{
 		VolumeId: "vol-1", TargetPath: "/t",
 		VolumeContext: map[string]string{TokensKey: tokens, "size": "1Mi"},
 		Secrets:       map[string]string{"password": "hunter2-secret"},
@@ -53,19 +53,19 @@ func TestCSIStripsTokensAndSecrets(t *testing.T) {
 	}
 
 	// Another spelling, and a token map inside a nested message.
-	resp := &csipb.CreateVolumeResponse{Volume: &csipb.Volume{VolumeId: "v", VolumeContext: map[string]string{strings.ToUpper(TokensKey): token}}}
+	resp := &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: "v", VolumeContext: map[string]string{strings.ToUpper(TokensKey): token}}}
 	if got := CSI(resp).String(); strings.Contains(got, token) || !strings.Contains(got, `"volume_id":"v"`) {
 		t.Errorf("sanitized response = %s", got)
 	}
 	// Secrets only: protosanitizer alone.
-	stage := &csipb.NodeStageVolumeRequest{VolumeId: "v", Secrets: map[string]string{"k": "stage-secret"}}
+	stage := &csi.NodeStageVolumeRequest{VolumeId: "v", Secrets: map[string]string{"k": "stage-secret"}}
 	if got := CSI(stage).String(); strings.Contains(got, "stage-secret") {
 		t.Errorf("sanitized stage request = %s", got)
 	}
 	if got := CSI(nil).String(); got != "null" {
 		t.Errorf("CSI(nil) = %q", got)
 	}
-	if got := CSI((*csipb.NodePublishVolumeRequest)(nil)).String(); got != "{}" {
+	if got := CSI((*csi.NodePublishVolumeRequest)(nil)).String(); got != "{}" {
 		t.Errorf("CSI(typed nil) = %q", got)
 	}
 	// A value that is no CSI message is never printed whole.
@@ -80,7 +80,7 @@ func TestLogFilterValues(t *testing.T) {
 	tr := &authenticationv1.TokenRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "sa"}, Status: authenticationv1.TokenRequestStatus{Token: "opaque-token"}}
 	in := []any{
 		"secret", secret, "secretValue", *secret, "tr", tr,
-		"req", &csipb.NodePublishVolumeRequest{Secrets: map[string]string{"k": "csi-secret"}},
+		"req", &csi.NodePublishVolumeRequest{Secrets: map[string]string{"k": "csi-secret"}},
 		"err", errors.New("mount failed: bearer " + token),
 		"note", "token " + token + " here",
 		"secrets", map[string]string{"k": "map-secret"},

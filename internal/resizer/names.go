@@ -1,10 +1,10 @@
 package resizer
 
 import (
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // Names shared with external-resizer and kube-controller-manager, so that kubevol and
@@ -17,13 +17,13 @@ const (
 
 	leasePrefix = "external-resizer-"
 
-	expandCapability = csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME
-	multiWriterCap   = csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER
+	expandCapability = csi.ControllerServiceCapability_RPC_EXPAND_VOLUME
+	multiWriterCap   = csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER
 )
 
 // LeaseName is the leader election Lease of the resizer of driver, the name external-resizer
 // derives, so that kubevol and upstream replicas share one election.
-func LeaseName(driver string) string { return leasePrefix + csi.SanitizeDriverName(driver) }
+func LeaseName(driver string) string { return leasePrefix + csiclient.SanitizeDriverName(driver) }
 
 // Event reasons on the claim, as external-resizer records them.
 const (

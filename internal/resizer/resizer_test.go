@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -40,18 +40,18 @@ type fakeDriver struct {
 	*csitest.Driver
 
 	mu      sync.Mutex
-	reqs    []*csipb.ControllerExpandVolumeRequest
-	respond func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)
+	reqs    []*csi.ControllerExpandVolumeRequest
+	respond func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error)
 }
 
-func newFakeDriver(caps ...csipb.ControllerServiceCapability_RPC_Type) *fakeDriver {
+func newFakeDriver(caps ...csi.ControllerServiceCapability_RPC_Type) *fakeDriver {
 	if caps == nil {
-		caps = []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, expandCapability}
+		caps = []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, expandCapability}
 	}
 	return &fakeDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: caps}}
 }
 
-func (d *fakeDriver) ControllerExpandVolume(_ context.Context, req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+func (d *fakeDriver) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	d.mu.Lock()
 	d.reqs = append(d.reqs, req)
 	respond := d.respond
@@ -59,16 +59,16 @@ func (d *fakeDriver) ControllerExpandVolume(_ context.Context, req *csipb.Contro
 	if respond != nil {
 		return respond(req)
 	}
-	return &csipb.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 }
 
-func (d *fakeDriver) setRespond(f func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error)) {
+func (d *fakeDriver) setRespond(f func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.respond = f
 }
 
-func (d *fakeDriver) requests() []*csipb.ControllerExpandVolumeRequest {
+func (d *fakeDriver) requests() []*csi.ControllerExpandVolumeRequest {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.reqs)
@@ -84,7 +84,7 @@ type env struct {
 func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	conn, err := csi.Dial(csi.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
+	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestExpandFinishedByController(t *testing.T) {
 	mount := r.GetVolumeCapability().GetMount()
 	if r.GetVolumeId() != "vol-data" || r.GetCapacityRange().GetRequiredBytes() != gi(2) || r.GetSecrets()["token"] != "t0ken" ||
 		mount.GetFsType() != "ext4" || !slices.Equal(mount.GetMountFlags(), []string{"noatime"}) ||
-		r.GetVolumeCapability().GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
+		r.GetVolumeCapability().GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
 		t.Errorf("request = %v", r)
 	}
 	e.waitEvent("data", reasonResizing, "pv-data")
@@ -297,8 +297,8 @@ func TestExpandNeedsNode(t *testing.T) {
 	pvc, pv := volume("raw", driverName, "1Gi", "3Gi", func(pv *corev1.PersistentVolume) { pv.Spec.VolumeMode = &block })
 	drv := newFakeDriver()
 	// No capacity in the reply: the requested size is taken.
-	drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
-		return &csipb.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
+	drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+		return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 	})
 	e := start(t, drv, pvc, pv)
 
@@ -329,7 +329,7 @@ func TestExpandNeedsNode(t *testing.T) {
 
 func TestTrivialResizer(t *testing.T) {
 	pvc, pv := volume("nodeonly", driverName, "1Gi", "2Gi", nil)
-	e := start(t, newFakeDriver(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), pvc, pv)
+	e := start(t, newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), pvc, pv)
 
 	got := e.waitClaim("nodeonly", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
@@ -361,7 +361,7 @@ func TestFailureStatuses(t *testing.T) {
 		t.Run(tc.code.String(), func(t *testing.T) {
 			pvc, pv := volume("fail", driverName, "1Gi", "2Gi", nil)
 			drv := newFakeDriver()
-			drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+			drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 				return nil, status.Error(tc.code, "backend says no")
 			})
 			e := start(t, drv, pvc, pv)
@@ -406,11 +406,11 @@ func TestRecoverFromFailure(t *testing.T) {
 			pvc, pv := volume("big", driverName, "1Gi", "10Gi", nil)
 			drv := newFakeDriver()
 			// The backend has room for 3Gi.
-			drv.setRespond(func(req *csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+			drv.setRespond(func(req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 				if req.GetCapacityRange().GetRequiredBytes() > gi(3) {
 					return nil, status.Error(tc.code, "no room")
 				}
-				return &csipb.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+				return &csi.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 			})
 			e := start(t, drv, pvc, pv)
 			e.waitEvent("big", reasonFailed, "no room")
@@ -470,7 +470,7 @@ func TestInUseWaitsForPod(t *testing.T) {
 	t.Run("driver refuses in use", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
 		drv := newFakeDriver()
-		drv.setRespond(func(*csipb.ControllerExpandVolumeRequest) (*csipb.ControllerExpandVolumeResponse, error) {
+		drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 			return nil, status.Error(codes.FailedPrecondition, "volume is published")
 		})
 		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
@@ -609,7 +609,7 @@ func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
 				pvc, pv := volume("huge", driverName, "1Gi", request, nil)
 				drv := newFakeDriver()
 				if !expands {
-					drv = newFakeDriver(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
+					drv = newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
 				}
 				e := start(t, drv, pvc, pv)
 				e.waitEvent("huge", reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")

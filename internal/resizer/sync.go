@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
 
@@ -131,14 +131,14 @@ const (
 )
 
 // classify follows upstream's split: InvalidArgument, OutOfRange and NotFound make the
-// expansion infeasible; errors that leave the outcome open (csi.MayBeInProgress) are
+// expansion infeasible; errors that leave the outcome open (csiclient.MayBeInProgress) are
 // uncertain; the rest are final failures. Errors before the call (secret, capability) are
 // final failures, as the driver never saw the request.
 func classify(err error, called bool) failure {
 	if !called {
 		return failed
 	}
-	if csi.MayBeInProgress(err) {
+	if csiclient.MayBeInProgress(err) {
 		return uncertain
 	}
 	switch status.Code(err) {
@@ -245,25 +245,25 @@ func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.Persistent
 	return size, rsp.GetNodeExpansionRequired(), true, nil
 }
 
-func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, bytes int64) (*csipb.ControllerExpandVolumeRequest, error) {
+func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, bytes int64) (*csi.ControllerExpandVolumeRequest, error) {
 	src := pv.Spec.CSI
 	mode, err := accessmodes.ToCSIAccessMode(pv.Spec.AccessModes, c.multiWriter)
 	if err != nil {
 		return nil, fmt.Errorf("volume capability of PV %s: %w", pv.Name, err)
 	}
-	capability := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+	capability := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		capability.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+		capability.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 	} else {
-		capability.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: pv.Spec.MountOptions}}
+		capability.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: pv.Spec.MountOptions}}
 	}
-	secrets, err := csi.FetchSecrets(ctx, c.cfg.Client, src.ControllerExpandSecretRef)
+	secrets, err := csiclient.FetchSecrets(ctx, c.cfg.Client, src.ControllerExpandSecretRef)
 	if err != nil {
 		return nil, fmt.Errorf("controller-expand secret: %w", err)
 	}
-	return &csipb.ControllerExpandVolumeRequest{
+	return &csi.ControllerExpandVolumeRequest{
 		VolumeId:         src.VolumeHandle,
-		CapacityRange:    &csipb.CapacityRange{RequiredBytes: bytes},
+		CapacityRange:    &csi.CapacityRange{RequiredBytes: bytes},
 		Secrets:          secrets,
 		VolumeCapability: capability,
 	}, nil

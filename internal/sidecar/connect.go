@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // Sidecar is a sidecar connected to the API server and to a driver that has answered its
@@ -25,7 +25,7 @@ type Sidecar struct {
 	// and, through QueueMetrics, the workqueue_* metrics.
 	Registry     *prometheus.Registry
 	QueueMetrics *controller.QueueMetrics
-	CSI          *csi.Conn
+	CSI          *csiclient.Conn
 	// Driver is the driver's GetPluginInfo name.
 	Driver string
 	// leader renews the Lease on a budget of its own, so that a burst of object writes
@@ -54,7 +54,7 @@ func Connect(ctx context.Context, component string, o *Options) (*Sidecar, error
 	}
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.QueueMetrics = controller.NewQueueMetrics(s.Registry)
-	if s.CSI, err = csi.Dial(csi.Config{Address: o.CSIAddress, Timeout: o.Timeout, Metrics: csi.NewMetrics(s.Registry)}); err != nil {
+	if s.CSI, err = csiclient.Dial(csiclient.Config{Address: o.CSIAddress, Timeout: o.Timeout, Metrics: csiclient.NewMetrics(s.Registry)}); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("Waiting for the CSI driver", "address", o.CSIAddress)

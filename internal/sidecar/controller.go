@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // ControllerConfig is the part of a controller's configuration that every sidecar's
@@ -19,7 +19,7 @@ import (
 type ControllerConfig struct {
 	Client kubernetes.Interface
 	// CSI is the connection to the driver's controller service.
-	CSI *csi.Conn
+	CSI *csiclient.Conn
 	// DriverName is the driver's GetPluginInfo name; objects of other drivers are ignored.
 	DriverName string
 	// Workers is the number of objects handled at once (upstream --worker-threads, or

@@ -19,7 +19,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
 )
 
@@ -66,7 +66,7 @@ const (
 
 // SidecarLease is the csi-snapshotter's Lease for driver, as upstream derives it.
 func SidecarLease(driver string) string {
-	return sidecarLeasePrefix + csi.SanitizeDriverName(strings.ReplaceAll(driver, "/", "-"))
+	return sidecarLeasePrefix + csiclient.SanitizeDriverName(strings.ReplaceAll(driver, "/", "-"))
 }
 
 // ContentName is the name of the dynamic content of the VolumeSnapshot with uid.

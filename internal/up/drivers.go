@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +26,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/pkg/pluginregistration"
 )
@@ -51,13 +51,13 @@ var driverWait = 15 * time.Second
 type externalDriver struct {
 	endpoint string // as given
 	socket   string // its path
-	conn     *csi.Conn
+	conn     *csiclient.Conn
 
 	name       string
 	vendor     string
-	plugin     map[csipb.PluginCapability_Service_Type]bool
-	controller map[csipb.ControllerServiceCapability_RPC_Type]bool
-	node       map[csipb.NodeServiceCapability_RPC_Type]bool
+	plugin     map[csi.PluginCapability_Service_Type]bool
+	controller map[csi.ControllerServiceCapability_RPC_Type]bool
+	node       map[csi.NodeServiceCapability_RPC_Type]bool
 	nodeID     string
 
 	cfg            DriverConfig
@@ -81,7 +81,7 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	fail := func(format string, args ...any) (*externalDriver, error) {
 		return nil, &DriverError{Endpoint: endpoint, Err: fmt.Errorf(format, args...)}
 	}
-	target, err := csi.Target(endpoint)
+	target, err := csiclient.Target(endpoint)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -89,7 +89,7 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	if !filepath.IsAbs(d.socket) {
 		return fail("want an absolute path, unix:///path/csi.sock")
 	}
-	d.conn, err = csi.Dial(csi.Config{Address: endpoint})
+	d.conn, err = csiclient.Dial(csiclient.Config{Address: endpoint})
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -113,7 +113,7 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	}
 	cctx, cancel := d.conn.WithTimeout(ctx)
 	defer cancel()
-	info, err := d.conn.Identity.GetPluginInfo(cctx, &csipb.GetPluginInfoRequest{})
+	info, err := d.conn.Identity.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
 		return fail("GetPluginInfo: %v", err)
 	}
@@ -129,7 +129,7 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	if d.node, err = d.conn.NodeCapabilities(ctx); err != nil {
 		return fail("%v", err)
 	}
-	ni, err := d.conn.Node.NodeGetInfo(cctx, &csipb.NodeGetInfoRequest{})
+	ni, err := d.conn.Node.NodeGetInfo(cctx, &csi.NodeGetInfoRequest{})
 	if err != nil {
 		return fail("NodeGetInfo: %v", err)
 	}
@@ -143,21 +143,21 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 // hasController reports whether the driver can provision: without CREATE_DELETE_VOLUME
 // there is nothing for a provisioner or a StorageClass to do.
 func (d *externalDriver) hasController() bool {
-	return d.plugin[csipb.PluginCapability_Service_CONTROLLER_SERVICE] && d.controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME]
+	return d.plugin[csi.PluginCapability_Service_CONTROLLER_SERVICE] && d.controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME]
 }
 
 // canExpand: the resizer runs when the controller or the node can expand, as a deployment
 // of external-resizer would be chosen.
 func (d *externalDriver) canExpand() bool {
-	return d.controller[csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME] || d.node[csipb.NodeServiceCapability_RPC_EXPAND_VOLUME]
+	return d.controller[csi.ControllerServiceCapability_RPC_EXPAND_VOLUME] || d.node[csi.NodeServiceCapability_RPC_EXPAND_VOLUME]
 }
 
 // csiDriverSpec derives the CSIDriver object from the capabilities, then applies the
 // overrides of --driver-config.
 func (d *externalDriver) csiDriverSpec() storagev1.CSIDriverSpec {
 	spec := storagev1.CSIDriverSpec{
-		AttachRequired:       ptr.To(d.controller[csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME]),
-		StorageCapacity:      ptr.To(d.controller[csipb.ControllerServiceCapability_RPC_GET_CAPACITY]),
+		AttachRequired:       ptr.To(d.controller[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME]),
+		StorageCapacity:      ptr.To(d.controller[csi.ControllerServiceCapability_RPC_GET_CAPACITY]),
 		PodInfoOnMount:       ptr.To(true),
 		FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
@@ -334,7 +334,7 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	if d.canExpand() {
 		kinds = append(kinds, "resizer")
 	}
-	if d.controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
+	if d.controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
 		kinds = append(kinds, "snapshotter")
 	}
 	ports, err := localcluster.FreePorts(len(kinds))
@@ -404,7 +404,7 @@ func (d *externalDriver) status(ctx context.Context) localcluster.ComponentStatu
 	st := localcluster.ComponentStatus{Name: "driver " + d.name, Running: true}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	rsp, err := d.conn.Identity.Probe(cctx, &csipb.ProbeRequest{})
+	rsp, err := d.conn.Identity.Probe(cctx, &csi.ProbeRequest{})
 	switch {
 	case err != nil:
 		st.Detail = err.Error()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,46 +18,46 @@ import (
 
 // fakeDriver answers the identity and node calls up makes when it meets a driver.
 type fakeDriver struct {
-	csipb.UnimplementedIdentityServer
-	csipb.UnimplementedControllerServer
-	csipb.UnimplementedNodeServer
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
 	name   string
 	nodeID string
-	ctrl   []csipb.ControllerServiceCapability_RPC_Type
-	node   []csipb.NodeServiceCapability_RPC_Type
+	ctrl   []csi.ControllerServiceCapability_RPC_Type
+	node   []csi.NodeServiceCapability_RPC_Type
 }
 
-func (f *fakeDriver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
-	return &csipb.GetPluginInfoResponse{Name: f.name, VendorVersion: "1"}, nil
+func (f *fakeDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: f.name, VendorVersion: "1"}, nil
 }
 
-func (f *fakeDriver) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
-	return &csipb.ProbeResponse{}, nil
+func (f *fakeDriver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	return &csi.ProbeResponse{}, nil
 }
 
-func (f *fakeDriver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
-	return &csipb.GetPluginCapabilitiesResponse{Capabilities: []*csipb.PluginCapability{{Type: &csipb.PluginCapability_Service_{
-		Service: &csipb.PluginCapability_Service{Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE}}}}}, nil
+func (f *fakeDriver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{Type: &csi.PluginCapability_Service_{
+		Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}}}}}, nil
 }
 
-func (f *fakeDriver) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
-	rsp := &csipb.ControllerGetCapabilitiesResponse{}
+func (f *fakeDriver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	rsp := &csi.ControllerGetCapabilitiesResponse{}
 	for _, c := range f.ctrl {
-		rsp.Capabilities = append(rsp.Capabilities, &csipb.ControllerServiceCapability{Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: c}}})
+		rsp.Capabilities = append(rsp.Capabilities, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
 	}
 	return rsp, nil
 }
 
-func (f *fakeDriver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	rsp := &csipb.NodeGetCapabilitiesResponse{}
+func (f *fakeDriver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	rsp := &csi.NodeGetCapabilitiesResponse{}
 	for _, c := range f.node {
-		rsp.Capabilities = append(rsp.Capabilities, &csipb.NodeServiceCapability{Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: c}}})
+		rsp.Capabilities = append(rsp.Capabilities, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: c}}})
 	}
 	return rsp, nil
 }
 
-func (f *fakeDriver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	return &csipb.NodeGetInfoResponse{NodeId: f.nodeID}, nil
+func (f *fakeDriver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: f.nodeID}, nil
 }
 
 func serveFake(t *testing.T, f *fakeDriver) string {
@@ -68,9 +68,9 @@ func serveFake(t *testing.T, f *fakeDriver) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	csipb.RegisterIdentityServer(srv, f)
-	csipb.RegisterControllerServer(srv, f)
-	csipb.RegisterNodeServer(srv, f)
+	csi.RegisterIdentityServer(srv, f)
+	csi.RegisterControllerServer(srv, f)
+	csi.RegisterNodeServer(srv, f)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	return "unix://" + sock
@@ -83,8 +83,8 @@ func TestProbeDriver(t *testing.T) {
 	ctx := context.Background()
 
 	ep := serveFake(t, &fakeDriver{name: "ext.example.com", nodeID: "n1",
-		ctrl: []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME},
-		node: []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}})
+		ctrl: []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME},
+		node: []csi.NodeServiceCapability_RPC_Type{csi.NodeServiceCapability_RPC_EXPAND_VOLUME}})
 	d, err := probeDriver(ctx, ep)
 	if err != nil {
 		t.Fatal(err)

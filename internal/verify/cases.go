@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -487,7 +487,7 @@ func attachApplies(e *env) string {
 	if !e.attachRequired() {
 		return "CSIDriver attachRequired is false"
 	}
-	if r := e.lacks(csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME); r != "" {
+	if r := e.lacks(csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME); r != "" {
 		return r + " (attach is trivial)"
 	}
 	return ""
@@ -546,7 +546,7 @@ func (k *caseEnv) attachment(pv string) (*storagev1.VolumeAttachment, error) {
 
 // expandable is why the driver cannot expand at all, or "".
 func expandable(e *env) string {
-	if !e.has(csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME) && !e.hasNode(csipb.NodeServiceCapability_RPC_EXPAND_VOLUME) {
+	if !e.has(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME) && !e.hasNode(csi.NodeServiceCapability_RPC_EXPAND_VOLUME) {
 		return "the driver advertises neither controller nor node EXPAND_VOLUME"
 	}
 	return ""
@@ -726,7 +726,7 @@ func expandOnlineBlock(k *caseEnv) error {
 }
 
 func snapshotApplies(e *env) string {
-	if r := e.lacks(csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); r != "" {
+	if r := e.lacks(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT); r != "" {
 		return r
 	}
 	if !e.snapshotsServed() {
@@ -748,7 +748,7 @@ func snapshotRestore(k *caseEnv) error {
 	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
 }
 
-func cloneApplies(e *env) string { return e.lacks(csipb.ControllerServiceCapability_RPC_CLONE_VOLUME) }
+func cloneApplies(e *env) string { return e.lacks(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) }
 
 // clone: a claim with another claim as data source holds its data.
 func clone(k *caseEnv) error {
@@ -830,7 +830,7 @@ func reclaimRetain(k *caseEnv) error {
 
 // checkListed checks ListVolumes (when the driver offers it) for a volume.
 func (k *caseEnv) checkListed(handle string, want bool) error {
-	if k.conn == nil || !k.caps.controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] {
+	if k.conn == nil || !k.caps.controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES] {
 		return nil
 	}
 	vols, err := k.listVolumes(k.ctx)

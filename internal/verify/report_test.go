@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 )
 
@@ -73,9 +73,9 @@ func TestJUnit(t *testing.T) {
 func TestApplicability(t *testing.T) {
 	yes, no := ptr(true), ptr(false)
 	none := storagev1.NoneFSGroupPolicy
-	known := func(ctrl []csipb.ControllerServiceCapability_RPC_Type, node []csipb.NodeServiceCapability_RPC_Type, online, offline bool) capabilities {
-		c := capabilities{known: true, controller: map[csipb.ControllerServiceCapability_RPC_Type]bool{},
-			node: map[csipb.NodeServiceCapability_RPC_Type]bool{}, online: online, offline: offline}
+	known := func(ctrl []csi.ControllerServiceCapability_RPC_Type, node []csi.NodeServiceCapability_RPC_Type, online, offline bool) capabilities {
+		c := capabilities{known: true, controller: map[csi.ControllerServiceCapability_RPC_Type]bool{},
+			node: map[csi.NodeServiceCapability_RPC_Type]bool{}, online: online, offline: offline}
 		for _, x := range ctrl {
 			c.controller[x] = true
 		}
@@ -96,9 +96,9 @@ func TestApplicability(t *testing.T) {
 		{"fsGroup None", "access/fsgroup", &env{root: "/r", csiDriver: &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{FSGroupPolicy: &none}}}, "fsGroupPolicy is None"},
 		{"host case elsewhere", "data/persist", &env{csiDriver: &storagev1.CSIDriver{}}, "needs the node's host"},
 		{"no expansion at all", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "neither controller nor node EXPAND_VOLUME"},
-		{"node-only expansion", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, []csipb.NodeServiceCapability_RPC_Type{csipb.NodeServiceCapability_RPC_EXPAND_VOLUME}, false, false)}, ""},
-		{"offline only", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, false, true)}, "OFFLINE volume expansion only"},
-		{"online only", "expand/offline", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, true, false)}, "ONLINE volume expansion only"},
+		{"node-only expansion", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, []csi.NodeServiceCapability_RPC_Type{csi.NodeServiceCapability_RPC_EXPAND_VOLUME}, false, false)}, ""},
+		{"offline only", "expand/online", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, false, true)}, "OFFLINE volume expansion only"},
+		{"online only", "expand/offline", &env{csiDriver: &storagev1.CSIDriver{}, caps: known([]csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_EXPAND_VOLUME}, nil, true, false)}, "ONLINE volume expansion only"},
 		{"no snapshots", "snapshot/restore", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CREATE_DELETE_SNAPSHOT"},
 		{"no clone", "clone", &env{csiDriver: &storagev1.CSIDriver{}, caps: known(nil, nil, false, false)}, "CLONE_VOLUME"},
 		{"no inline mode", "ephemeral/inline", &env{csiDriver: &storagev1.CSIDriver{}}, "no Ephemeral"},

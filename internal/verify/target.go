@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // DefaultBlockParameters are the extra StorageClass parameters of the raw block and
@@ -55,7 +55,7 @@ type env struct {
 	// root is the node agent's --root-dir on this machine, "" elsewhere.
 	root string
 	// conn is a connection to the driver's socket when this host has it.
-	conn *csi.Conn
+	conn *csiclient.Conn
 	caps capabilities
 	// runID names what this run creates.
 	runID   string
@@ -73,8 +73,8 @@ type env struct {
 // reachable from here, and then every case runs.
 type capabilities struct {
 	known       bool
-	controller  map[csipb.ControllerServiceCapability_RPC_Type]bool
-	node        map[csipb.NodeServiceCapability_RPC_Type]bool
+	controller  map[csi.ControllerServiceCapability_RPC_Type]bool
+	node        map[csi.NodeServiceCapability_RPC_Type]bool
 	online      bool
 	offline     bool
 	endpoint    string
@@ -150,7 +150,7 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		_ = e.removeClasses()
 		return nil, err
 	}
-	if e.caps.controller[csipb.ControllerServiceCapability_RPC_LIST_VOLUMES] {
+	if e.caps.controller[csi.ControllerServiceCapability_RPC_LIST_VOLUMES] {
 		if e.volumesBefore, err = e.listVolumes(ctx); err != nil {
 			return nil, fmt.Errorf("ListVolumes: %w", err)
 		}
@@ -268,7 +268,7 @@ func (e *env) askDriver(ctx context.Context) {
 	if err != nil || endpoint == "" {
 		return
 	}
-	conn, err := csi.Dial(csi.Config{Address: endpoint, Timeout: 10 * time.Second})
+	conn, err := csiclient.Dial(csiclient.Config{Address: endpoint, Timeout: 10 * time.Second})
 	if err != nil {
 		return
 	}
@@ -282,28 +282,28 @@ func (e *env) askDriver(ctx context.Context) {
 	e.conn, e.caps = conn, *caps
 }
 
-func readCapabilities(ctx context.Context, conn *csi.Conn) (*capabilities, error) {
+func readCapabilities(ctx context.Context, conn *csiclient.Conn) (*capabilities, error) {
 	cctx, cancel := conn.WithTimeout(ctx)
 	defer cancel()
-	caps := &capabilities{known: true, controller: map[csipb.ControllerServiceCapability_RPC_Type]bool{}}
-	prsp, err := conn.Identity.GetPluginCapabilities(cctx, &csipb.GetPluginCapabilitiesRequest{})
+	caps := &capabilities{known: true, controller: map[csi.ControllerServiceCapability_RPC_Type]bool{}}
+	prsp, err := conn.Identity.GetPluginCapabilities(cctx, &csi.GetPluginCapabilitiesRequest{})
 	if err != nil {
 		return nil, err
 	}
 	hasController := false
 	for _, c := range prsp.GetCapabilities() {
-		if c.GetService().GetType() == csipb.PluginCapability_Service_CONTROLLER_SERVICE {
+		if c.GetService().GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
 			hasController = true
 		}
 		switch c.GetVolumeExpansion().GetType() {
-		case csipb.PluginCapability_VolumeExpansion_ONLINE:
+		case csi.PluginCapability_VolumeExpansion_ONLINE:
 			caps.online = true
-		case csipb.PluginCapability_VolumeExpansion_OFFLINE:
+		case csi.PluginCapability_VolumeExpansion_OFFLINE:
 			caps.offline = true
 		}
 	}
 	if hasController {
-		crsp, err := conn.Controller.ControllerGetCapabilities(cctx, &csipb.ControllerGetCapabilitiesRequest{})
+		crsp, err := conn.Controller.ControllerGetCapabilities(cctx, &csi.ControllerGetCapabilitiesRequest{})
 		if err != nil {
 			return nil, err
 		}
@@ -364,19 +364,19 @@ func (e *env) attachRequired() bool {
 }
 
 // has reports a controller capability; unknown capabilities count as present.
-func (e *env) has(c csipb.ControllerServiceCapability_RPC_Type) bool {
+func (e *env) has(c csi.ControllerServiceCapability_RPC_Type) bool {
 	return !e.caps.known || e.caps.controller[c]
 }
 
 // lacks says that the driver is known not to advertise a controller capability, or "".
-func (e *env) lacks(c csipb.ControllerServiceCapability_RPC_Type) string {
+func (e *env) lacks(c csi.ControllerServiceCapability_RPC_Type) string {
 	if e.has(c) {
 		return ""
 	}
 	return "the driver does not advertise " + c.String()
 }
 
-func (e *env) hasNode(c csipb.NodeServiceCapability_RPC_Type) bool {
+func (e *env) hasNode(c csi.NodeServiceCapability_RPC_Type) bool {
 	return !e.caps.known || e.caps.node[c]
 }
 
@@ -476,7 +476,7 @@ func (e *env) listVolumes(ctx context.Context) (map[string]bool, error) {
 	token := ""
 	for {
 		cctx, cancel := e.conn.WithTimeout(ctx)
-		rsp, err := e.conn.Controller.ListVolumes(cctx, &csipb.ListVolumesRequest{StartingToken: token})
+		rsp, err := e.conn.Controller.ListVolumes(cctx, &csi.ListVolumesRequest{StartingToken: token})
 		cancel()
 		if err != nil {
 			return nil, err

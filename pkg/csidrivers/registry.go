@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/pkg/csinode"
 	"github.com/kubevol/kubevol/pkg/pluginregistration"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
@@ -30,7 +30,7 @@ type Registry struct {
 	nodes csinode.Manager
 
 	mu    sync.Mutex
-	conns map[string]*csi.Conn
+	conns map[string]*csiclient.Conn
 }
 
 var (
@@ -42,7 +42,7 @@ var (
 // annotation and topology labels and its CSINode; the Node must exist when a driver
 // registers (a registration refused for a missing Node is retried by the watcher).
 func New(client kubernetes.Interface, nodeName string) *Registry {
-	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csi.Conn{}}
+	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csiclient.Conn{}}
 }
 
 // Watch registers the drivers whose registration sockets appear in dir (usually
@@ -57,7 +57,7 @@ func (r *Registry) Watch(ctx context.Context, dir string) error {
 // RegisterPlugin implements pluginregistration.Handler.
 func (r *Registry) RegisterPlugin(ctx context.Context, name, endpoint string, _ []string) error {
 	logger := klog.FromContext(ctx).WithValues("driver", name)
-	conn, err := csi.Dial(csi.Config{Address: endpoint})
+	conn, err := csiclient.Dial(csiclient.Config{Address: endpoint})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,18 +14,18 @@ import (
 )
 
 type infoNode struct {
-	csipb.UnimplementedNodeServer
+	csi.UnimplementedNodeServer
 	id string
 }
 
-func (n *infoNode) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
-	return &csipb.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: 8,
-		AccessibleTopology: &csipb.Topology{Segments: map[string]string{"topology.example.com/node": "n1"}}}, nil
+func (n *infoNode) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: 8,
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{"topology.example.com/node": "n1"}}}, nil
 }
 
-func (n *infoNode) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
-	return &csipb.NodeGetCapabilitiesResponse{Capabilities: []*csipb.NodeServiceCapability{{
-		Type: &csipb.NodeServiceCapability_Rpc{Rpc: &csipb.NodeServiceCapability_RPC{Type: csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}},
+func (n *infoNode) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{{
+		Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}},
 	}}}, nil
 }
 
@@ -37,7 +37,7 @@ func serveNode(t *testing.T, n *infoNode) string {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	csipb.RegisterNodeServer(srv, n)
+	csi.RegisterNodeServer(srv, n)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return sock
@@ -67,7 +67,7 @@ func TestCSIDriverRegistration(t *testing.T) {
 		t.Errorf("CSINode drivers = %+v", cn.Spec.Drivers)
 	}
 	_, caps, err := d.Node(ctx, "d.example.com")
-	if err != nil || !caps[csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
+	if err != nil || !caps[csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME] {
 		t.Errorf("Node() caps = %v, %v", caps, err)
 	}
 

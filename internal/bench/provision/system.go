@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csi/memdriver"
+	"github.com/kubevol/kubevol/internal/memdriver"
 )
 
 const topologyKey = "topology.kubevol.io/node"

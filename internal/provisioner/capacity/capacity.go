@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -245,9 +245,9 @@ func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStor
 	if err != nil {
 		return fmt.Errorf("StorageClass %s: %w", w.class.Name, err)
 	}
-	req := &csipb.GetCapacityRequest{Parameters: p.Parameters}
+	req := &csi.GetCapacityRequest{Parameters: p.Parameters}
 	if w.segment != nil {
-		req.AccessibleTopology = &csipb.Topology{Segments: w.segment}
+		req.AccessibleTopology = &csi.Topology{Segments: w.segment}
 	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Controller.GetCapacity(cctx, req)

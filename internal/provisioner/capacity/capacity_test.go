@@ -16,8 +16,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -64,7 +64,7 @@ func TestCapacityObjectsFollowClassesAndSegments(t *testing.T) {
 		}
 	}
 	drv := csitest.Start(t, &csitest.Driver{Name: driverName, Topology: true, Capacity: 1 << 30})
-	conn, err := csi.Dial(csi.Config{Address: drv.Address})
+	conn, err := csiclient.Dial(csiclient.Config{Address: drv.Address})
 	if err != nil {
 		t.Fatal(err)
 	}

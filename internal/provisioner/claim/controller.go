@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
@@ -48,7 +48,7 @@ type Config struct {
 	Options
 
 	Recorder record.EventRecorder
-	Caps     *csi.Capabilities
+	Caps     *csiclient.Capabilities
 	Identity string
 	Journal  *intent.Journal
 	Metrics  *metrics.Metrics

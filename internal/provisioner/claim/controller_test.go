@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
@@ -45,7 +45,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(), recorder: record.NewFakeRecorder(100)}
 	f.drv = csitest.Start(t, &csitest.Driver{Name: driverName})
-	conn, err := csi.Dial(csi.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
+	conn, err := csiclient.Dial(csiclient.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestClaimSizeBeyondCSI(t *testing.T) {
 	f.drv.Hook("CreateVolume", func(req any) error {
 		mu.Lock()
 		defer mu.Unlock()
-		asked = append(asked, req.(*csipb.CreateVolumeRequest).GetCapacityRange().GetRequiredBytes())
+		asked = append(asked, req.(*csi.CreateVolumeRequest).GetCapacityRange().GetRequiredBytes())
 		return nil
 	})
 	hostile := []string{"8Ei", "1e30", "9223372036854775808", "123456789012345678901234567890", "1e10000000"}

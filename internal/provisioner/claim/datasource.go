@@ -5,7 +5,7 @@ import (
 	"fmt"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,7 +47,7 @@ func (c *Controller) claimsLister() corelisters.PersistentVolumeClaimLister {
 	return corelisters.NewPersistentVolumeClaimLister(c.claims)
 }
 
-func (c *Controller) contentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, requested int64) (*csipb.VolumeContentSource, error) {
+func (c *Controller) contentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, requested int64) (*csi.VolumeContentSource, error) {
 	ds := claimDataSource(claim)
 	if ds == nil {
 		return nil, nil
@@ -72,8 +72,8 @@ func (c *Controller) contentSource(ctx context.Context, claim *corev1.Persistent
 	return nil, &stopError{msg: "external populator"}
 }
 
-func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
-	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CLONE_VOLUME] {
+func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csi.VolumeContentSource, error) {
+	if !c.cfg.Caps.Controller[csi.ControllerServiceCapability_RPC_CLONE_VOLUME] {
 		return nil, fmt.Errorf("CSI driver %s does not support cloning (no CLONE_VOLUME capability)", c.cfg.DriverName)
 	}
 	src, err := c.claimsLister().PersistentVolumeClaims(claim.Namespace).Get(name)
@@ -110,7 +110,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 			return nil, fmt.Errorf("protect clone source %s: %w", name, err)
 		}
 	}
-	return &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Volume{Volume: &csipb.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle}}}, nil
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle}}}, nil
 }
 
 // releaseCloneSource removes the cloning-protection finalizer once no clone of src is
@@ -147,8 +147,8 @@ func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.Persist
 	return err
 }
 
-func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csipb.VolumeContentSource, error) {
-	if !c.cfg.Caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
+func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, requested int64) (*csi.VolumeContentSource, error) {
+	if !c.cfg.Caps.Controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
 		return nil, fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", c.cfg.DriverName)
 	}
 	if c.cfg.Snapshots == nil || !c.snapshotAPIInstalled() {
@@ -194,7 +194,7 @@ func (c *Controller) snapshotSource(ctx context.Context, claim *corev1.Persisten
 	if srcMode := vsc.Spec.SourceVolumeMode; c.cfg.PreventVolumeModeConversion && srcMode != nil && *srcMode != "" && *srcMode != mode && vsc.Annotations[AnnAllowVolumeModeChange] != "true" {
 		return nil, fmt.Errorf("snapshot %s was taken from a %s volume and cannot be restored as %s unless its VolumeSnapshotContent has %s: \"true\"", name, *srcMode, mode, AnnAllowVolumeModeChange)
 	}
-	return &csipb.VolumeContentSource{Type: &csipb.VolumeContentSource_Snapshot{Snapshot: &csipb.VolumeContentSource_SnapshotSource{SnapshotId: *st.SnapshotHandle}}}, nil
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: *st.SnapshotHandle}}}, nil
 }
 
 func (c *Controller) snapshotAPIInstalled() bool {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/params"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
@@ -23,7 +23,7 @@ import (
 
 // prepared is a CreateVolume request and what the PV needs besides the response.
 type prepared struct {
-	req            *csipb.CreateVolumeRequest
+	req            *csi.CreateVolumeRequest
 	requestedBytes int64
 	fsType         string
 	secrets        pvspec.Secrets
@@ -48,7 +48,7 @@ func (e *rescheduleError) Unwrap() error { return e.err }
 
 func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) (*prepared, error) {
 	caps := c.cfg.Caps
-	if !caps.Plugin[csipb.PluginCapability_Service_CONTROLLER_SERVICE] || !caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
+	if !caps.Plugin[csi.PluginCapability_Service_CONTROLLER_SERVICE] || !caps.Controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
 		return nil, fmt.Errorf("CSI driver %s does not support dynamic provisioning (no CONTROLLER_SERVICE with CREATE_DELETE_VOLUME)", c.cfg.DriverName)
 	}
 	if claim.Spec.Selector != nil {
@@ -72,18 +72,18 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 	if err != nil {
 		return nil, fmt.Errorf("StorageClass %q: %w", class.Name, err)
 	}
-	vcaps, err := pvspec.VolumeCapabilities(claim, p.FSType, class.MountOptions, caps.Controller[csipb.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
+	vcaps, err := pvspec.VolumeCapabilities(claim, p.FSType, class.MountOptions, caps.Controller[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER])
 	if err != nil {
 		return nil, fmt.Errorf("unsupported access mode: %w; use ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod", err)
 	}
 	out := &prepared{
 		requestedBytes: requested,
 		fsType:         p.FSType,
-		req: &csipb.CreateVolumeRequest{
+		req: &csi.CreateVolumeRequest{
 			Name:               pvName,
 			Parameters:         p.Parameters,
 			VolumeCapabilities: vcaps,
-			CapacityRange:      &csipb.CapacityRange{RequiredBytes: requested},
+			CapacityRange:      &csi.CapacityRange{RequiredBytes: requested},
 		},
 	}
 	if out.req.VolumeContentSource, err = c.contentSource(ctx, claim, class, requested); err != nil {
@@ -98,7 +98,7 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 		return nil, err
 	}
 	if vacName := claim.Spec.VolumeAttributesClassName; vacName != nil && *vacName != "" {
-		if !caps.Controller[csipb.ControllerServiceCapability_RPC_MODIFY_VOLUME] {
+		if !caps.Controller[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME] {
 			return nil, fmt.Errorf("claim names VolumeAttributesClass %q but CSI driver %s does not support MODIFY_VOLUME", *vacName, c.cfg.DriverName)
 		}
 		vac, err := c.cfg.Client.StorageV1().VolumeAttributesClasses().Get(ctx, *vacName, metav1.GetOptions{})
@@ -113,7 +113,7 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 	return out, nil
 }
 
-func (c *Controller) requirements(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, selectedNode string) (*csipb.TopologyRequirement, error) {
+func (c *Controller) requirements(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, selectedNode string) (*csi.TopologyRequirement, error) {
 	in := topology.Input{
 		Driver: c.cfg.DriverName, AllowedTopologies: class.AllowedTopologies,
 		Strict: c.cfg.StrictTopology, Immediate: c.cfg.ImmediateTopology, ClaimName: claim.Name,
@@ -171,5 +171,5 @@ func (c *Controller) resolveSecrets(ctx context.Context, claim *corev1.Persisten
 }
 
 func fetchSecret(ctx context.Context, client kubernetes.Interface, ref *corev1.SecretReference) (map[string]string, error) {
-	return csi.FetchSecrets(ctx, client, ref)
+	return csiclient.FetchSecrets(ctx, client, ref)
 }

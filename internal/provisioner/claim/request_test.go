@@ -3,12 +3,12 @@ package claim
 import (
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/proto"
 )
 
 func mustRequest(t *testing.T, name string) []byte {
-	b, err := proto.Marshal(&csipb.CreateVolumeRequest{Name: name, CapacityRange: &csipb.CapacityRange{RequiredBytes: 1 << 30}})
+	b, err := proto.Marshal(&csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}

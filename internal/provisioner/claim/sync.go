@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -18,12 +18,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 )
 
-const csiPluginTopology = csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS
+const csiPluginTopology = csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS
 
 // Event reasons, as upstream.
 const (
@@ -125,7 +125,7 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 		return err
 	}
 
-	reqNoSecrets := proto.Clone(p.req).(*csipb.CreateVolumeRequest)
+	reqNoSecrets := proto.Clone(p.req).(*csi.CreateVolumeRequest)
 	reqNoSecrets.Secrets = nil
 	raw, err := proto.Marshal(reqNoSecrets)
 	if err != nil {
@@ -233,7 +233,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, source, selectedNode string, err error) error {
 	logger := klog.FromContext(ctx)
 	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
-	if !csi.MayBeInProgress(err) {
+	if !csiclient.MayBeInProgress(err) {
 		c.cfg.Journal.Remove(claim.UID) // a final answer: nothing was created
 	}
 	code := status.Code(err)
@@ -294,7 +294,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	}
 	id := rec.VolumeID
 	if id == "" {
-		req := &csipb.CreateVolumeRequest{}
+		req := &csi.CreateVolumeRequest{}
 		if err := proto.Unmarshal(rec.Request, req); err != nil {
 			logger.Error(err, "Intent record is unreadable; dropping it")
 			c.cfg.Journal.Remove(rec.ClaimUID)
@@ -305,7 +305,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 		rsp, err := c.cfg.CSI.Controller.CreateVolume(cctx, req)
 		cancel()
 		switch {
-		case err != nil && csi.MayBeInProgress(err):
+		case err != nil && csiclient.MayBeInProgress(err):
 			return fmt.Errorf("cleanup of %s: CreateVolume to find the volume: %w", rec.PVName, err)
 		case err != nil:
 			logger.V(2).Info("No volume to clean up: CreateVolume gives a final error", "err", err)
@@ -315,7 +315,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 		id = rsp.GetVolume().GetVolumeId()
 	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
-	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
+	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
 	cancel()
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("cleanup of %s: DeleteVolume %s: %w", rec.PVName, id, err)

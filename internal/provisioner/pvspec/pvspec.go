@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -67,21 +67,21 @@ func ClaimClass(c *corev1.PersistentVolumeClaim) string {
 }
 
 // VolumeCapabilities builds one CSI capability per access mode of the claim, block or mount.
-func VolumeCapabilities(c *corev1.PersistentVolumeClaim, fsType string, mountOptions []string, singleNodeMultiWriter bool) ([]*csipb.VolumeCapability, error) {
+func VolumeCapabilities(c *corev1.PersistentVolumeClaim, fsType string, mountOptions []string, singleNodeMultiWriter bool) ([]*csi.VolumeCapability, error) {
 	if len(c.Spec.AccessModes) == 0 {
 		return nil, fmt.Errorf("claim has no access modes")
 	}
-	var caps []*csipb.VolumeCapability
+	var caps []*csi.VolumeCapability
 	for _, m := range c.Spec.AccessModes {
 		mode, err := accessmodes.ToCSIAccessMode([]corev1.PersistentVolumeAccessMode{m}, singleNodeMultiWriter)
 		if err != nil {
 			return nil, fmt.Errorf("access mode %s: %w", m, err)
 		}
-		vc := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
+		vc := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
 		if IsBlock(c) {
-			vc.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
+			vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
 		} else {
-			vc.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{FsType: fsType, MountFlags: mountOptions}}
+			vc.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType, MountFlags: mountOptions}}
 		}
 		caps = append(caps, vc)
 	}
@@ -103,7 +103,7 @@ type Input struct {
 	Name, Driver, Identity string
 	Claim                  *corev1.PersistentVolumeClaim
 	Class                  *storagev1.StorageClass
-	Volume                 *csipb.Volume
+	Volume                 *csi.Volume
 	RequestedBytes         int64
 	FSType                 string
 	Secrets                Secrets
@@ -187,7 +187,7 @@ func ClaimRef(c *corev1.PersistentVolumeClaim) *corev1.ObjectReference {
 
 // NodeAffinity is one node selector term per accessible topology, each segment an `In`
 // with a single value; nil when the volume has no topology.
-func NodeAffinity(topologies []*csipb.Topology) *corev1.VolumeNodeAffinity {
+func NodeAffinity(topologies []*csi.Topology) *corev1.VolumeNodeAffinity {
 	var terms []corev1.NodeSelectorTerm
 	for _, t := range topologies {
 		if len(t.GetSegments()) == 0 {

@@ -3,7 +3,7 @@ package pvspec
 import (
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -44,8 +44,8 @@ func TestBuildShape(t *testing.T) {
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "d", ReclaimPolicy: &retain, MountOptions: []string{"noatime"}}
 	pv := Build(Input{
 		Name: "pvc-u1", Driver: "d", Identity: "id", Claim: claim, Class: sc, FSType: "ext4", Topology: true,
-		Volume: &csipb.Volume{VolumeId: "h", CapacityBytes: 1 << 30, VolumeContext: map[string]string{"a": "b"},
-			AccessibleTopology: []*csipb.Topology{{Segments: map[string]string{"zone": "z1", "rack": "r1"}}}},
+		Volume: &csi.Volume{VolumeId: "h", CapacityBytes: 1 << 30, VolumeContext: map[string]string{"a": "b"},
+			AccessibleTopology: []*csi.Topology{{Segments: map[string]string{"zone": "z1", "rack": "r1"}}}},
 		Secrets: Secrets{NodeStage: &corev1.SecretReference{Name: "s", Namespace: "n"}},
 	})
 	want := &corev1.PersistentVolume{
@@ -94,14 +94,14 @@ func TestVolumeCapabilities(t *testing.T) {
 	if err != nil || len(caps) != 2 {
 		t.Fatalf("%v %v", caps, err)
 	}
-	if caps[0].GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER ||
-		caps[1].GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY ||
+	if caps[0].GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER ||
+		caps[1].GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY ||
 		caps[0].GetMount().GetFsType() != "xfs" {
 		t.Fatalf("caps %v", caps)
 	}
 	claim.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
 	caps, _ = VolumeCapabilities(claim, "", nil, true)
-	if caps[0].GetAccessMode().GetMode() != csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+	if caps[0].GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		t.Fatalf("RWOP with SINGLE_NODE_MULTI_WRITER: %v", caps)
 	}
 	claim.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{"ReadWriteSometimes"}
@@ -117,7 +117,7 @@ func TestBuildCapacity(t *testing.T) {
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: "d"}
 	for _, tc := range []struct{ reported, want int64 }{{2 << 20, 2 << 20}, {0, 1 << 20}, {-9223372036854771712, 1 << 20}} {
 		pv := Build(Input{Name: "pvc-u1", Driver: "d", Claim: claim, Class: sc, RequestedBytes: 1 << 20,
-			Volume: &csipb.Volume{VolumeId: "h", CapacityBytes: tc.reported}})
+			Volume: &csi.Volume{VolumeId: "h", CapacityBytes: tc.reported}})
 		if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Value() != tc.want {
 			t.Errorf("driver reports %d: PV capacity %s, want %d", tc.reported, got.String(), tc.want)
 		}

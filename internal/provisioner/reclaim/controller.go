@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -227,13 +227,13 @@ func (c *Controller) deleteVolume(ctx context.Context, pv *corev1.PersistentVolu
 	if err != nil {
 		logger.Error(err, "Deletion secret annotations are unusable; deleting without secrets")
 	}
-	data, err := csi.FetchSecrets(ctx, c.cfg.Client, ref)
+	data, err := csiclient.FetchSecrets(ctx, c.cfg.Client, ref)
 	if err != nil {
 		logger.Error(err, "Cannot read the deletion secret; calling DeleteVolume without it")
 	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	defer cancel()
-	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csipb.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: data})
+	_, err = c.cfg.CSI.Controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle, Secrets: data})
 	if err != nil && status.Code(err) != codes.NotFound {
 		c.cfg.Metrics.DeleteFailed.WithLabelValues(pv.Spec.StorageClassName).Inc()
 		c.cfg.Recorder.Eventf(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, "DeleteVolume of %s failed: %v", pv.Spec.CSI.VolumeHandle, err)

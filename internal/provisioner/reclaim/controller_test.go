@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -48,9 +48,9 @@ func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}, Spec: storagev1.VolumeAttachmentSpec{
 		Attacher: driverName, NodeName: "n", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
 	cs := fake.NewClientset(releasedPV(pvName, "h1", corev1.PersistentVolumeReclaimDelete), releasedPV("pvc-2", "h2", corev1.PersistentVolumeReclaimRetain), va)
-	drv := csitest.Start(t, &csitest.Driver{Name: driverName, ControllerCaps: []csipb.ControllerServiceCapability_RPC_Type{
-		csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}})
-	conn, err := csi.Dial(csi.Config{Address: drv.Address})
+	drv := csitest.Start(t, &csitest.Driver{Name: driverName, ControllerCaps: []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}})
+	conn, err := csiclient.Dial(csiclient.Config{Address: drv.Address})
 	if err != nil {
 		t.Fatal(err)
 	}

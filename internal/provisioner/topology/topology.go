@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 )
@@ -44,7 +44,7 @@ var ErrNoTopology = errors.New("no available topology found")
 type segment map[string]string
 
 // Requirements returns nil when no requirement applies.
-func Requirements(in Input) (*csipb.TopologyRequirement, error) {
+func Requirements(in Input) (*csi.TopologyRequirement, error) {
 	if in.SelectedNode != nil {
 		return lateBinding(in)
 	}
@@ -69,7 +69,7 @@ func Requirements(in Input) (*csipb.TopologyRequirement, error) {
 	return toCSI(req, pref), nil
 }
 
-func lateBinding(in Input) (*csipb.TopologyRequirement, error) {
+func lateBinding(in Input) (*csi.TopologyRequirement, error) {
 	node := in.SelectedNode
 	keys := driverKeys(in.SelectedCSINode, in.Driver)
 	if len(keys) == 0 {
@@ -238,13 +238,13 @@ func spreadOffset(claimName string, n int) int {
 	return int((uint64(h.Sum32()) + uint64(ord)) % uint64(n))
 }
 
-func toCSI(req, pref []segment) *csipb.TopologyRequirement {
-	conv := func(in []segment) []*csipb.Topology {
-		out := make([]*csipb.Topology, len(in))
+func toCSI(req, pref []segment) *csi.TopologyRequirement {
+	conv := func(in []segment) []*csi.Topology {
+		out := make([]*csi.Topology, len(in))
 		for i, s := range in {
-			out[i] = &csipb.Topology{Segments: maps.Clone(s)}
+			out[i] = &csi.Topology{Segments: maps.Clone(s)}
 		}
 		return out
 	}
-	return &csipb.TopologyRequirement{Requisite: conv(req), Preferred: conv(pref)}
+	return &csi.TopologyRequirement{Requisite: conv(req), Preferred: conv(pref)}
 }

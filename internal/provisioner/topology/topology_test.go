@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,7 +17,7 @@ func node(name, zone string) (*corev1.Node, *storagev1.CSINode) {
 		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: drv, NodeID: name, TopologyKeys: []string{"zone"}}}}}
 }
 
-func zones(ts []*csipb.Topology) string {
+func zones(ts []*csi.Topology) string {
 	var z []string
 	for _, t := range ts {
 		z = append(z, t.Segments["zone"])

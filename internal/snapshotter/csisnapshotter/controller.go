@@ -15,7 +15,7 @@ import (
 	"context"
 	"slices"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
@@ -69,7 +69,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
+	if !caps.Controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
 		return nil, errNoSnapshots(cfg.DriverName)
 	}
 	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
@@ -81,7 +81,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		queue:      sidecar.NewQueue[string](&cfg.ControllerConfig, "csi-snapshotter-content"),
 		stopEvents: stop,
 		recorder:   rec,
-		lists:      caps.Controller[csipb.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
+		lists:      caps.Controller[csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
 	}
 	_ = class.Informer() // obtained before the source starts
 	c.runner.AddSource(snapshotter.Informers(factory))

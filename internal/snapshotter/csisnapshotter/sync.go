@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -195,7 +195,7 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 
 // createRequest builds the CreateSnapshotRequest: name from the snapshot's UID, parameters
 // from the class, secrets from the content's annotations.
-func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSnapshotContent) (*csipb.CreateSnapshotRequest, error) {
+func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSnapshotContent) (*csi.CreateSnapshotRequest, error) {
 	if content.Spec.VolumeSnapshotClassName == nil {
 		return nil, fmt.Errorf("failed to take snapshot %s without a snapshot class: set spec.volumeSnapshotClassName", content.Name)
 	}
@@ -217,11 +217,11 @@ func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSn
 	if c.cfg.ExtraCreateMetadata {
 		params[paramSnapshotName], params[paramSnapshotNamespace], params[paramContentName] = ref.Name, ref.Namespace, content.Name
 	}
-	secretData, err := csi.FetchSecrets(ctx, c.cfg.Client, snapshotter.DeletionSecret(content))
+	secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, snapshotter.DeletionSecret(content))
 	if err != nil {
 		return nil, fmt.Errorf("snapshotter secret: %w", err)
 	}
-	return &csipb.CreateSnapshotRequest{
+	return &csi.CreateSnapshotRequest{
 		Name:           SnapshotName(c.cfg.NamePrefix, c.cfg.UUIDLength, ref.UID),
 		SourceVolumeId: *content.Spec.Source.VolumeHandle,
 		Parameters:     params,
@@ -258,12 +258,12 @@ func (c *Controller) check(ctx context.Context, content *snapv1.VolumeSnapshotCo
 			}
 		}
 	}
-	secretData, err := csi.FetchSecrets(ctx, c.cfg.Client, secret)
+	secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, secret)
 	if err != nil {
 		return c.checkFailed(ctx, content, err.Error())
 	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
-	rsp, err := c.cfg.CSI.Controller.ListSnapshots(cctx, &csipb.ListSnapshotsRequest{SnapshotId: handle, Secrets: secretData})
+	rsp, err := c.cfg.CSI.Controller.ListSnapshots(cctx, &csi.ListSnapshotsRequest{SnapshotId: handle, Secrets: secretData})
 	cancel()
 	if err != nil {
 		return c.checkFailed(ctx, content, fmt.Sprintf("failed to list snapshot %s: %v", handle, err))
@@ -308,13 +308,13 @@ func (c *Controller) release(ctx context.Context, content *snapv1.VolumeSnapshot
 		handle = snapshotter.Str(content.Spec.Source.SnapshotHandle)
 	}
 	if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && handle != "" && content.Annotations[snapshotter.AnnGroupSnapshotHandle] == "" {
-		secretData, err := csi.FetchSecrets(ctx, c.cfg.Client, snapshotter.DeletionSecret(content))
+		secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, snapshotter.DeletionSecret(content))
 		if err != nil {
 			c.recorder.Eventf(content, corev1.EventTypeWarning, reasonDeleteError, "Failed to delete snapshot: snapshotter secret: %v", err)
 			return err
 		}
 		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
-		_, err = c.cfg.CSI.Controller.DeleteSnapshot(cctx, &csipb.DeleteSnapshotRequest{SnapshotId: handle, Secrets: secretData})
+		_, err = c.cfg.CSI.Controller.DeleteSnapshot(cctx, &csi.DeleteSnapshotRequest{SnapshotId: handle, Secrets: secretData})
 		cancel()
 		if err != nil && status.Code(err) != codes.NotFound {
 			c.recorder.Eventf(content, corev1.EventTypeWarning, reasonDeleteError, "Failed to delete snapshot %s: %v", handle, err)
@@ -389,5 +389,5 @@ func creationTime(t time.Time, set bool) int64 {
 // mayBeInProgress is upstream's non-final classification for CreateSnapshot: the call may
 // still take effect, so the content stays blocked from deletion. ResourceExhausted counts too.
 func mayBeInProgress(err error) bool {
-	return csi.MayBeInProgress(err) || status.Code(err) == codes.ResourceExhausted
+	return csiclient.MayBeInProgress(err) || status.Code(err) == codes.ResourceExhausted
 }

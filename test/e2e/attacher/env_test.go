@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -71,10 +71,10 @@ func (e *env) registerNode() {
 // volume creates a backend volume and a PV for it.
 func (e *env) volume() *corev1.PersistentVolume {
 	e.t.Helper()
-	rsp, err := e.drv.Controller.CreateVolume(e.ctx, &csipb.CreateVolumeRequest{
+	rsp, err := e.drv.Controller.CreateVolume(e.ctx, &csi.CreateVolumeRequest{
 		Name:               "vol-" + rand.String(8),
-		CapacityRange:      &csipb.CapacityRange{RequiredBytes: 1 << 20},
-		VolumeCapabilities: []*csipb.VolumeCapability{mountCapability()},
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: 1 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCapability()},
 	})
 	if err != nil {
 		e.t.Fatalf("CreateVolume: %v", err)
@@ -215,9 +215,9 @@ func (e *env) finalizer() string { return attacher.Finalizer(e.name) }
 
 func hasFinalizer(fs []string, f string) bool { return slices.Contains(fs, f) }
 
-func mountCapability() *csipb.VolumeCapability {
-	return &csipb.VolumeCapability{
-		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+func mountCapability() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 	}
 }

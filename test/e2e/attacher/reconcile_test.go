@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +53,7 @@ func TestReconcileRepublishesLostAttachment(t *testing.T) {
 	}()
 
 	nodeID := "csi-" + e.node
-	if _, err := e.drv.Controller.ControllerUnpublishVolume(e.ctx, &csipb.ControllerUnpublishVolumeRequest{
+	if _, err := e.drv.Controller.ControllerUnpublishVolume(e.ctx, &csi.ControllerUnpublishVolumeRequest{
 		VolumeId: lost.Spec.CSI.VolumeHandle, NodeId: nodeID,
 	}); err != nil {
 		t.Fatalf("ControllerUnpublishVolume through the driver's socket: %v", err)
@@ -82,7 +82,7 @@ func TestReconcileRepublishesLostAttachment(t *testing.T) {
 	}
 	e.waitEvent(vaLost.Name, "NotPublished")
 	// Last, as it is a call on the volume too.
-	vol, err := e.drv.Controller.ControllerGetVolume(e.ctx, &csipb.ControllerGetVolumeRequest{VolumeId: lost.Spec.CSI.VolumeHandle})
+	vol, err := e.drv.Controller.ControllerGetVolume(e.ctx, &csi.ControllerGetVolumeRequest{VolumeId: lost.Spec.CSI.VolumeHandle})
 	if err != nil {
 		t.Fatal(err)
 	}

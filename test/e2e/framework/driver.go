@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
 // ControllerDriver is a `kubevol driver --mode controller` process, what the controller-side
@@ -17,7 +17,7 @@ type ControllerDriver struct {
 	*Process
 	// Endpoint is the unix:// address of its socket, for the sidecars' --csi-address.
 	Endpoint string
-	Conn     *csi.Conn
+	Conn     *csiclient.Conn
 }
 
 // StartControllerDriver starts the driver named name for node nodeID with its socket and
@@ -30,7 +30,7 @@ func StartControllerDriver(ctx context.Context, t testing.TB, dir, name, nodeID 
 	args := append([]string{"driver", "--endpoint", d.Endpoint, "--node-id", nodeID, "--state-dir", filepath.Join(dir, "state"),
 		"--mode", "controller", "--drivername", name}, extraArgs...)
 	d.Process = StartKubevol(t, args...)
-	conn, err := csi.Dial(csi.Config{Address: d.Endpoint, Timeout: 10 * time.Second})
+	conn, err := csiclient.Dial(csiclient.Config{Address: d.Endpoint, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

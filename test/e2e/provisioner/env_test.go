@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -43,7 +43,7 @@ type env struct {
 	prov     *framework.Process
 	provArgs []string
 	http     string
-	conn     *csi.Conn
+	conn     *csiclient.Conn
 }
 
 type envOptions struct {
@@ -160,7 +160,7 @@ func (e *env) volumes() []string {
 	token := ""
 	for {
 		ctx, cancel := e.conn.WithTimeout(e.ctx)
-		rsp, err := e.conn.Controller.ListVolumes(ctx, &csipb.ListVolumesRequest{StartingToken: token})
+		rsp, err := e.conn.Controller.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: token})
 		cancel()
 		if err != nil {
 			e.t.Fatalf("ListVolumes: %v", err)

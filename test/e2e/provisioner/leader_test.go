@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -22,7 +22,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	le[2] = e.ns
 	e.provArgs = append(e.provArgs, le...)
 	e.startProvisioner()
-	lease := csi.SanitizeDriverName(e.driver)
+	lease := csiclient.SanitizeDriverName(e.driver)
 	var holder string
 	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := e.cs.CoordinationV1().Leases(e.ns).Get(ctx, lease, metav1.GetOptions{})

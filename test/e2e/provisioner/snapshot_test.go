@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +37,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	src := e.createClaim(claimSpec("source", sc.Name, "16Mi", nil))
 	_, srcPV := e.waitBound(src.Name, time.Minute)
 	cctx, cancel := e.conn.WithTimeout(e.ctx)
-	snap, err := e.conn.Controller.CreateSnapshot(cctx, &csipb.CreateSnapshotRequest{SourceVolumeId: srcPV.Spec.CSI.VolumeHandle, Name: "snap-" + string(src.UID)})
+	snap, err := e.conn.Controller.CreateSnapshot(cctx, &csi.CreateSnapshotRequest{SourceVolumeId: srcPV.Spec.CSI.VolumeHandle, Name: "snap-" + string(src.UID)})
 	cancel()
 	fatalIf(t, err, "CSI CreateSnapshot")
 
@@ -81,7 +81,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	e.deleteClaim(src.Name)
 	e.waitVolumes(0, time.Minute)
 	cctx, cancel = e.conn.WithTimeout(e.ctx)
-	_, err = e.conn.Controller.DeleteSnapshot(cctx, &csipb.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()})
+	_, err = e.conn.Controller.DeleteSnapshot(cctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()})
 	cancel()
 	fatalIf(t, err, "CSI DeleteSnapshot")
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/snapshot/crds"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -46,7 +46,7 @@ type env struct {
 	sc     string // StorageClass of the driver
 	class  string // default VolumeSnapshotClass of the driver
 	socket string
-	conn   *csi.Conn
+	conn   *csiclient.Conn
 	// snapshotter is the `kubevol snapshotter` process (nil with envOptions.noSnapshotter).
 	snapshotter *framework.Process
 }
@@ -96,7 +96,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		})
 		framework.StartKubevol(t, "driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
 			"--drivername", e.driver, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry"))
-		conn, err := csi.Dial(csi.Config{Address: e.socket, Timeout: 10 * time.Second})
+		conn, err := csiclient.Dial(csiclient.Config{Address: e.socket, Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,13 +259,13 @@ func (e *env) content(name string) *snapv1.VolumeSnapshotContent {
 }
 
 // backendSnapshots lists the driver's snapshots by ID.
-func (e *env) backendSnapshots() map[string]*csipb.Snapshot {
+func (e *env) backendSnapshots() map[string]*csi.Snapshot {
 	e.t.Helper()
-	out := map[string]*csipb.Snapshot{}
+	out := map[string]*csi.Snapshot{}
 	token := ""
 	for {
 		cctx, cancel := e.conn.WithTimeout(e.ctx)
-		rsp, err := e.conn.Controller.ListSnapshots(cctx, &csipb.ListSnapshotsRequest{StartingToken: token})
+		rsp, err := e.conn.Controller.ListSnapshots(cctx, &csi.ListSnapshotsRequest{StartingToken: token})
 		cancel()
 		if err != nil {
 			e.t.Fatalf("ListSnapshots: %v", err)

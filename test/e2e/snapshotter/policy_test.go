@@ -3,7 +3,7 @@ package snapshotter
 import (
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -71,18 +71,18 @@ func (e *env) deleteBackend(id string) {
 	e.t.Helper()
 	cctx, cancel := e.conn.WithTimeout(e.ctx)
 	defer cancel()
-	if _, err := e.conn.Controller.DeleteSnapshot(cctx, &csipb.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
+	if _, err := e.conn.Controller.DeleteSnapshot(cctx, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 // createBackend takes a snapshot of volumeID through CSI, as an administrator would before
 // pre-provisioning it.
-func (e *env) createBackend(name, volumeID string) *csipb.Snapshot {
+func (e *env) createBackend(name, volumeID string) *csi.Snapshot {
 	e.t.Helper()
 	cctx, cancel := e.conn.WithTimeout(e.ctx)
 	defer cancel()
-	rsp, err := e.conn.Controller.CreateSnapshot(cctx, &csipb.CreateSnapshotRequest{Name: name, SourceVolumeId: volumeID})
+	rsp, err := e.conn.Controller.CreateSnapshot(cctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: volumeID})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
-	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -157,7 +157,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 		VolumeCapability: src.capability(group), Secrets: secrets, VolumeContext: src.attributes,
 	})
 	if err != nil {
-		if internalcsi.MayBeInProgress(err) {
+		if csiclient.MayBeInProgress(err) {
 			return volume.NewUncertainError(err)
 		}
 		// Final: nothing is staged; leave no directory behind.

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -112,7 +112,7 @@ func (b *blockMapper) SetUp(ctx context.Context, _ volume.MounterArgs) error {
 	}
 	pub.req.TargetPath = target
 	if _, err := pub.node.NodePublishVolume(pub.ctx, pub.req); err != nil {
-		if internalcsi.MayBeInProgress(err) {
+		if csiclient.MayBeInProgress(err) {
 			return volume.NewUncertainError(err)
 		}
 		_ = removeIfEmpty(filepath.Dir(target))

@@ -18,7 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	internalcsi "github.com/kubevol/kubevol/internal/csi"
+	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
@@ -80,7 +80,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	// CO must not rely on either way, so the kubelet's behaviour is copied.
 	pub.req.TargetPath = m.Path()
 	if _, err := pub.node.NodePublishVolume(pub.ctx, pub.req); err != nil {
-		if internalcsi.MayBeInProgress(err) {
+		if csiclient.MayBeInProgress(err) {
 			return volume.NewUncertainError(err)
 		}
 		_ = removeVolumeDir(m.dir)

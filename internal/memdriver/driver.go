@@ -1,7 +1,7 @@
 // Package memdriver is an in-memory CSI controller for unit tests and benchmarks: it creates
 // and deletes volumes idempotently by name, as a real driver must, and lets a caller inject
 // errors and delays per call. It does not import testing, so `kubevol bench provision` can
-// link it; internal/csi/csitest adds the test helpers.
+// link it; internal/csitest adds the test helpers.
 package memdriver
 
 import (
@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,12 +20,12 @@ import (
 
 // Driver is a fake CSI driver serving Identity and Controller on a unix socket.
 type Driver struct {
-	csipb.UnimplementedIdentityServer
-	csipb.UnimplementedControllerServer
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
 
 	Name string
 	// ControllerCaps are announced by ControllerGetCapabilities; CREATE_DELETE_VOLUME by default.
-	ControllerCaps []csipb.ControllerServiceCapability_RPC_Type
+	ControllerCaps []csi.ControllerServiceCapability_RPC_Type
 	// Topology enables VOLUME_ACCESSIBILITY_CONSTRAINTS; created volumes are accessible from
 	// the first preferred (else requisite) segment.
 	Topology bool
@@ -35,7 +35,7 @@ type Driver struct {
 	OnlineExpansion bool
 
 	mu      sync.Mutex
-	volumes map[string]*csipb.Volume // by name
+	volumes map[string]*csi.Volume // by name
 	calls   map[string]int
 	hooks   map[string]func(req any) error
 	Address string
@@ -44,8 +44,8 @@ type Driver struct {
 // Server is what a Driver is served as: the Driver itself, or a test's type that embeds it
 // to add the calls it lacks (ControllerPublishVolume, ControllerExpandVolume, ...).
 type Server interface {
-	csipb.IdentityServer
-	csipb.ControllerServer
+	csi.IdentityServer
+	csi.ControllerServer
 }
 
 // Serve serves the driver on the unix socket path until stop is called. Besides tests, the
@@ -60,9 +60,9 @@ func (d *Driver) ServeAs(sock string, s Server) (stop func(), err error) {
 		d.Name = "fake.csi.kubevol.io"
 	}
 	if d.ControllerCaps == nil {
-		d.ControllerCaps = []csipb.ControllerServiceCapability_RPC_Type{csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
+		d.ControllerCaps = []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}
 	}
-	d.volumes = map[string]*csipb.Volume{}
+	d.volumes = map[string]*csi.Volume{}
 	d.calls = map[string]int{}
 	d.hooks = map[string]func(any) error{}
 	l, err := net.Listen("unix", sock)
@@ -70,8 +70,8 @@ func (d *Driver) ServeAs(sock string, s Server) (stop func(), err error) {
 		return nil, err
 	}
 	srv := grpc.NewServer()
-	csipb.RegisterIdentityServer(srv, s)
-	csipb.RegisterControllerServer(srv, s)
+	csi.RegisterIdentityServer(srv, s)
+	csi.RegisterControllerServer(srv, s)
 	go func() { _ = srv.Serve(l) }()
 	d.Address = "unix://" + sock
 	return srv.Stop, nil
@@ -115,43 +115,43 @@ func (d *Driver) enter(method string, req any) error {
 	return nil
 }
 
-func (d *Driver) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
-	return &csipb.GetPluginInfoResponse{Name: d.Name, VendorVersion: "test"}, nil
+func (d *Driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: d.Name, VendorVersion: "test"}, nil
 }
 
-func (d *Driver) Probe(_ context.Context, req *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+func (d *Driver) Probe(_ context.Context, req *csi.ProbeRequest) (*csi.ProbeResponse, error) {
 	if err := d.enter("Probe", req); err != nil {
 		return nil, err
 	}
-	return &csipb.ProbeResponse{}, nil
+	return &csi.ProbeResponse{}, nil
 }
 
-func (d *Driver) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
-	caps := []*csipb.PluginCapability{svc(csipb.PluginCapability_Service_CONTROLLER_SERVICE)}
+func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	caps := []*csi.PluginCapability{svc(csi.PluginCapability_Service_CONTROLLER_SERVICE)}
 	if d.Topology {
-		caps = append(caps, svc(csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+		caps = append(caps, svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
 	}
 	if d.OnlineExpansion {
-		caps = append(caps, &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{
-			VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: csipb.PluginCapability_VolumeExpansion_ONLINE}}})
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})
 	}
-	return &csipb.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-func svc(t csipb.PluginCapability_Service_Type) *csipb.PluginCapability {
-	return &csipb.PluginCapability{Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{Type: t}}}
+func svc(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
+	return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 }
 
-func (d *Driver) ControllerGetCapabilities(context.Context, *csipb.ControllerGetCapabilitiesRequest) (*csipb.ControllerGetCapabilitiesResponse, error) {
-	rsp := &csipb.ControllerGetCapabilitiesResponse{}
+func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	rsp := &csi.ControllerGetCapabilitiesResponse{}
 	for _, c := range d.ControllerCaps {
-		rsp.Capabilities = append(rsp.Capabilities, &csipb.ControllerServiceCapability{
-			Type: &csipb.ControllerServiceCapability_Rpc{Rpc: &csipb.ControllerServiceCapability_RPC{Type: c}}})
+		rsp.Capabilities = append(rsp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}}})
 	}
 	return rsp, nil
 }
 
-func (d *Driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest) (*csipb.CreateVolumeResponse, error) {
+func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if err := d.enter("CreateVolume", req); err != nil {
 		return nil, err
 	}
@@ -169,9 +169,9 @@ func (d *Driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 		if v.CapacityBytes < req.GetCapacityRange().GetRequiredBytes() {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with a smaller size", req.GetName())
 		}
-		return &csipb.CreateVolumeResponse{Volume: v}, nil
+		return &csi.CreateVolumeResponse{Volume: v}, nil
 	}
-	v := &csipb.Volume{
+	v := &csi.Volume{
 		VolumeId:      "id-" + req.GetName(),
 		CapacityBytes: req.GetCapacityRange().GetRequiredBytes(),
 		VolumeContext: map[string]string{"name": req.GetName()},
@@ -179,32 +179,32 @@ func (d *Driver) CreateVolume(_ context.Context, req *csipb.CreateVolumeRequest)
 	}
 	if d.Topology {
 		if p := req.GetAccessibilityRequirements().GetPreferred(); len(p) > 0 {
-			v.AccessibleTopology = []*csipb.Topology{p[0]}
+			v.AccessibleTopology = []*csi.Topology{p[0]}
 		} else if r := req.GetAccessibilityRequirements().GetRequisite(); len(r) > 0 {
-			v.AccessibleTopology = []*csipb.Topology{r[0]}
+			v.AccessibleTopology = []*csi.Topology{r[0]}
 		}
 	}
 	d.volumes[req.GetName()] = v
-	return &csipb.CreateVolumeResponse{Volume: v}, nil
+	return &csi.CreateVolumeResponse{Volume: v}, nil
 }
 
-func (d *Driver) DeleteVolume(_ context.Context, req *csipb.DeleteVolumeRequest) (*csipb.DeleteVolumeResponse, error) {
+func (d *Driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if err := d.enter("DeleteVolume", req); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.volumes, strings.TrimPrefix(req.GetVolumeId(), "id-"))
-	return &csipb.DeleteVolumeResponse{}, nil
+	return &csi.DeleteVolumeResponse{}, nil
 }
 
-func (d *Driver) GetCapacity(_ context.Context, req *csipb.GetCapacityRequest) (*csipb.GetCapacityResponse, error) {
+func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	if err := d.enter("GetCapacity", req); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return &csipb.GetCapacityResponse{AvailableCapacity: d.Capacity}, nil
+	return &csi.GetCapacityResponse{AvailableCapacity: d.Capacity}, nil
 }
 
 // SetCapacity changes what GetCapacity returns while the driver serves.

@@ -1,4 +1,4 @@
-package csi_test
+package csiclient_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kubevol/kubevol/internal/csi"
-	"github.com/kubevol/kubevol/internal/csi/csitest"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
 )
 
 func TestTarget(t *testing.T) {
@@ -25,12 +25,12 @@ func TestTarget(t *testing.T) {
 		"unix:///run/csi/socket": "unix:///run/csi/socket",
 		"unix:/run/csi/socket":   "unix:///run/csi/socket",
 	} {
-		if got, err := csi.Target(in); err != nil || got != want {
+		if got, err := csiclient.Target(in); err != nil || got != want {
 			t.Errorf("Target(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "tcp://1.2.3.4:5"} {
-		if _, err := csi.Target(bad); err == nil {
+		if _, err := csiclient.Target(bad); err == nil {
 			t.Errorf("Target(%q) succeeded", bad)
 		}
 	}
@@ -39,7 +39,7 @@ func TestTarget(t *testing.T) {
 func TestConnIdentityCapabilitiesMetrics(t *testing.T) {
 	d := csitest.Start(t, &csitest.Driver{Topology: true})
 	reg := prometheus.NewRegistry()
-	c, err := csi.Dial(csi.Config{Address: d.Address, Timeout: 5 * time.Second, Metrics: csi.NewMetrics(reg)})
+	c, err := csiclient.Dial(csiclient.Config{Address: d.Address, Timeout: 5 * time.Second, Metrics: csiclient.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +56,14 @@ func TestConnIdentityCapabilitiesMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !caps.Plugin[csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS] || !caps.Controller[csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
+	if !caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS] || !caps.Controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
 		t.Fatalf("caps = %+v", caps)
 	}
 	d.Hook("CreateVolume", func(any) error { return status.Error(codes.ResourceExhausted, "full") })
 	cctx, cancel := c.WithTimeout(ctx)
 	defer cancel()
-	_, err = c.Controller.CreateVolume(cctx, &csipb.CreateVolumeRequest{Name: "v", Secrets: map[string]string{"password": "hunter2"}})
-	if status.Code(err) != codes.ResourceExhausted || csi.MayBeInProgress(err) {
+	_, err = c.Controller.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: "v", Secrets: map[string]string{"password": "hunter2"}})
+	if status.Code(err) != codes.ResourceExhausted || csiclient.MayBeInProgress(err) {
 		t.Fatalf("CreateVolume err = %v", err)
 	}
 	want := `csi_sidecar_operations_seconds_count{driver_name="fake.csi.kubevol.io",grpc_status_code="ResourceExhausted",method_name="/csi.v1.Controller/CreateVolume"} 1`
@@ -85,7 +85,7 @@ func TestProbeWaitsForDriver(t *testing.T) {
 		}
 		return nil
 	})
-	c, err := csi.Dial(csi.Config{Address: d.Address})
+	c, err := csiclient.Dial(csiclient.Config{Address: d.Address})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,18 +106,18 @@ func TestMayBeInProgress(t *testing.T) {
 		codes.DeadlineExceeded: true, codes.Unavailable: true, codes.Aborted: true, codes.Canceled: true,
 		codes.InvalidArgument: false, codes.ResourceExhausted: false, codes.Internal: false,
 	} {
-		if got := csi.MayBeInProgress(status.Error(code, "x")); got != want {
+		if got := csiclient.MayBeInProgress(status.Error(code, "x")); got != want {
 			t.Errorf("%v: %v", code, got)
 		}
 	}
-	if !csi.MayBeInProgress(context.DeadlineExceeded) {
+	if !csiclient.MayBeInProgress(context.DeadlineExceeded) {
 		t.Error("a non-status error may be in progress")
 	}
 }
 
 func TestSanitizeDriverName(t *testing.T) {
 	for in, want := range map[string]string{"local.kubevol.io": "local-kubevol-io", "a/b_c-": "a-b-c-X"} {
-		if got := csi.SanitizeDriverName(in); got != want {
+		if got := csiclient.SanitizeDriverName(in); got != want {
 			t.Errorf("SanitizeDriverName(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -125,7 +125,7 @@ func TestSanitizeDriverName(t *testing.T) {
 
 func TestRequestLogStripsSecrets(t *testing.T) {
 	d := csitest.Start(t, &csitest.Driver{})
-	c, err := csi.Dial(csi.Config{Address: d.Address})
+	c, err := csiclient.Dial(csiclient.Config{Address: d.Address})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRequestLogStripsSecrets(t *testing.T) {
 	cfg := ktesting.NewConfig(ktesting.Verbosity(5), ktesting.BufferLogs(true))
 	logger := ktesting.NewLogger(t, cfg)
 	ctx := klog.NewContext(context.Background(), logger)
-	if _, err := c.Controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", Secrets: map[string]string{"password": "hunter2"}}); err != nil {
+	if _, err := c.Controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "v", Secrets: map[string]string{"password": "hunter2"}}); err != nil {
 		t.Fatal(err)
 	}
 	logs := logger.GetSink().(ktesting.Underlier).GetBuffer().String()

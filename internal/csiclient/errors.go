@@ -1,4 +1,4 @@
-package csi
+package csiclient
 
 import (
 	"google.golang.org/grpc/codes"

@@ -1,4 +1,4 @@
-package csi
+package csiclient
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -15,8 +15,8 @@ import (
 
 // Capabilities are the plugin and controller capabilities a driver announced.
 type Capabilities struct {
-	Plugin     map[csipb.PluginCapability_Service_Type]bool
-	Controller map[csipb.ControllerServiceCapability_RPC_Type]bool
+	Plugin     map[csi.PluginCapability_Service_Type]bool
+	Controller map[csi.ControllerServiceCapability_RPC_Type]bool
 }
 
 // ProbeForever calls Probe every second until the driver says it is ready, as upstream
@@ -27,7 +27,7 @@ func (c *Conn) ProbeForever(ctx context.Context) error {
 	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		cctx, cancel := c.WithTimeout(ctx)
 		defer cancel()
-		rsp, err := c.Identity.Probe(cctx, &csipb.ProbeRequest{})
+		rsp, err := c.Identity.Probe(cctx, &csi.ProbeRequest{})
 		if err != nil {
 			switch status.Code(err) {
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
@@ -58,7 +58,7 @@ func (c *Conn) DriverName(ctx context.Context) (string, error) {
 	}
 	cctx, cancel := c.WithTimeout(ctx)
 	defer cancel()
-	rsp, err := c.Identity.GetPluginInfo(cctx, &csipb.GetPluginInfoRequest{})
+	rsp, err := c.Identity.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
 		return "", fmt.Errorf("csi: GetPluginInfo: %w", err)
 	}
@@ -82,12 +82,12 @@ func (c *Conn) Capabilities(ctx context.Context) (*Capabilities, error) {
 		return caps, nil
 	}
 	caps = &Capabilities{
-		Plugin:     map[csipb.PluginCapability_Service_Type]bool{},
-		Controller: map[csipb.ControllerServiceCapability_RPC_Type]bool{},
+		Plugin:     map[csi.PluginCapability_Service_Type]bool{},
+		Controller: map[csi.ControllerServiceCapability_RPC_Type]bool{},
 	}
 	cctx, cancel := c.WithTimeout(ctx)
 	defer cancel()
-	prsp, err := c.Identity.GetPluginCapabilities(cctx, &csipb.GetPluginCapabilitiesRequest{})
+	prsp, err := c.Identity.GetPluginCapabilities(cctx, &csi.GetPluginCapabilitiesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("csi: GetPluginCapabilities: %w", err)
 	}
@@ -96,8 +96,8 @@ func (c *Conn) Capabilities(ctx context.Context) (*Capabilities, error) {
 			caps.Plugin[s.GetType()] = true
 		}
 	}
-	if caps.Plugin[csipb.PluginCapability_Service_CONTROLLER_SERVICE] {
-		crsp, err := c.Controller.ControllerGetCapabilities(cctx, &csipb.ControllerGetCapabilitiesRequest{})
+	if caps.Plugin[csi.PluginCapability_Service_CONTROLLER_SERVICE] {
+		crsp, err := c.Controller.ControllerGetCapabilities(cctx, &csi.ControllerGetCapabilitiesRequest{})
 		if err != nil {
 			return nil, fmt.Errorf("csi: ControllerGetCapabilities: %w", err)
 		}
@@ -114,7 +114,7 @@ func (c *Conn) Capabilities(ctx context.Context) (*Capabilities, error) {
 }
 
 // NodeCapabilities returns the node service capabilities, cached after the first success.
-func (c *Conn) NodeCapabilities(ctx context.Context) (map[csipb.NodeServiceCapability_RPC_Type]bool, error) {
+func (c *Conn) NodeCapabilities(ctx context.Context) (map[csi.NodeServiceCapability_RPC_Type]bool, error) {
 	c.mu.Lock()
 	caps := c.nodeCaps
 	c.mu.Unlock()
@@ -123,11 +123,11 @@ func (c *Conn) NodeCapabilities(ctx context.Context) (map[csipb.NodeServiceCapab
 	}
 	cctx, cancel := c.WithTimeout(ctx)
 	defer cancel()
-	rsp, err := c.Node.NodeGetCapabilities(cctx, &csipb.NodeGetCapabilitiesRequest{})
+	rsp, err := c.Node.NodeGetCapabilities(cctx, &csi.NodeGetCapabilitiesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("csi: NodeGetCapabilities: %w", err)
 	}
-	caps = map[csipb.NodeServiceCapability_RPC_Type]bool{}
+	caps = map[csi.NodeServiceCapability_RPC_Type]bool{}
 	for _, nc := range rsp.GetCapabilities() {
 		if r := nc.GetRpc(); r != nil {
 			caps[r.GetType()] = true

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kubevol/kubevol/internal/csi/memdriver"
+	"github.com/kubevol/kubevol/internal/memdriver"
 )
 
 type (

@@ -1,8 +1,8 @@
-// Package csi is kubevol's CSI client, shared by the provisioner, the attacher and the node
+// Package csiclient is kubevol's CSI client, shared by the provisioner, the attacher and the node
 // agent: one gRPC connection that reconnects by itself, per-call timeouts, request logging
 // with secrets stripped, the csi_sidecar_operations_seconds metric, and a cache of the
 // driver's identity and capabilities.
-package csi
+package csiclient
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,14 +35,14 @@ type Conn struct {
 	cc         *grpc.ClientConn
 	timeout    time.Duration
 	metrics    *Metrics
-	Identity   csipb.IdentityClient
-	Controller csipb.ControllerClient
-	Node       csipb.NodeClient
+	Identity   csi.IdentityClient
+	Controller csi.ControllerClient
+	Node       csi.NodeClient
 
 	mu       sync.Mutex
 	driver   string
 	caps     *Capabilities
-	nodeCaps map[csipb.NodeServiceCapability_RPC_Type]bool
+	nodeCaps map[csi.NodeServiceCapability_RPC_Type]bool
 }
 
 // Dial prepares a connection; like grpc.NewClient it does not wait for the driver. Use
@@ -69,9 +69,9 @@ func Dial(cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("csi: connect to %s: %w", cfg.Address, err)
 	}
 	c.cc = cc
-	c.Identity = csipb.NewIdentityClient(cc)
-	c.Controller = csipb.NewControllerClient(cc)
-	c.Node = csipb.NewNodeClient(cc)
+	c.Identity = csi.NewIdentityClient(cc)
+	c.Controller = csi.NewControllerClient(cc)
+	c.Node = csi.NewNodeClient(cc)
 	return c, nil
 }
 
