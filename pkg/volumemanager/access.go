@@ -186,22 +186,13 @@ func newUnresolvedLimiter() workqueue.TypedRateLimiter[types.UID] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](claimBackoff.base, claimBackoff.max)
 }
 
-// runClaimSync empties the claim cache and processes every pod with a claim again, every
-// period: how a node learns that a claim's volume grew.
-func (m *Manager) runClaimSync(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		m.claims.clear()
-		for _, uid := range m.dsw.PodUIDs() {
-			if m.records.hasClaims(uid) {
-				m.podQueue.Add(uid)
-			}
+// syncClaims empties the claim cache and processes every pod with a claim again, every
+// ClaimSyncPeriod: how a node learns that a claim's volume grew.
+func (m *Manager) syncClaims(context.Context) {
+	m.claims.clear()
+	for _, uid := range m.dsw.PodUIDs() {
+		if m.records.hasClaims(uid) {
+			m.podQueue.Add(uid)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -90,8 +90,8 @@ type Manager struct {
 	mounter  mount.Interface
 	recorder record.EventRecorder
 
-	podQueue    workqueue.TypedRateLimitingInterface[types.UID]
-	deviceQueue workqueue.TypedRateLimitingInterface[v1.UniqueVolumeName]
+	podQueue    *controller.Queue[types.UID]
+	deviceQueue *controller.Queue[v1.UniqueVolumeName]
 
 	pods        PodSource
 	objects     ObjectSource
@@ -150,10 +150,14 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Registerer.MustRegister(newWatchesCollector(w))
 	}
 	m.exec = newExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
-	m.podQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[types.UID](),
-		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "volumemanager_pods"})
-	m.deviceQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[v1.UniqueVolumeName](),
-		workqueue.TypedRateLimitingQueueConfig[v1.UniqueVolumeName]{Name: "volumemanager_devices"})
+	// The workers never back a key off (each sync says when to look again), so the
+	// queues' retry intervals are unused.
+	var qcfg controller.QueueConfig
+	if cfg.Registerer != nil {
+		qcfg.Metrics = controller.NewQueueMetrics(cfg.Registerer)
+	}
+	m.podQueue = controller.NewQueue[types.UID]("volumemanager_pods", qcfg)
+	m.deviceQueue = controller.NewQueue[v1.UniqueVolumeName]("volumemanager_devices", qcfg)
 
 	if err := m.addPodHandler(m.pods); err != nil {
 		return nil, err
@@ -228,28 +232,27 @@ func (m *Manager) Run(ctx context.Context) error {
 	logger.Info("Volume manager initialized", "pods", len(pods), "reconstructedPods", len(onDisk), "duration", time.Since(start))
 	m.enqueueAll(onDisk)
 
-	var wg sync.WaitGroup
-	for i := 0; i < m.cfg.Workers; i++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); m.runPodWorker(ctx) }()
-	}
-	wg.Add(2)
-	go func() { defer wg.Done(); m.runDeviceWorker(ctx) }()
-	go func() { defer wg.Done(); m.runClaimSync(ctx, m.cfg.ClaimSyncPeriod) }()
+	// The queues are fed by hand (pod events, operations, resyncs): no source to wait for.
+	r := controller.NewRunner("volumemanager")
+	controller.Handle(r, m.podQueue, m.cfg.Workers, m.syncPod)
+	controller.Handle(r, m.deviceQueue, 1, m.syncDevice)
+	r.Every(m.cfg.ClaimSyncPeriod, afterFirstPeriod(m.syncClaims))
+	r.Every(m.cfg.ResyncPeriod, afterFirstPeriod(func(context.Context) { m.enqueueAll(nil) }))
+	err = r.Run(ctx)
+	m.exec.Wait()
+	return err
+}
 
-	ticker := time.NewTicker(m.cfg.ResyncPeriod)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			m.podQueue.ShutDown()
-			m.deviceQueue.ShutDown()
-			wg.Wait()
-			m.exec.Wait()
-			return nil
-		case <-ticker.C:
-			m.enqueueAll(nil)
+// afterFirstPeriod skips the first call of f, which Runner.Every makes at once: the state
+// was just populated and queued in full, so the first resync is due one period later.
+func afterFirstPeriod(f func(context.Context)) func(context.Context) {
+	started := false
+	return func(ctx context.Context) {
+		if !started {
+			started = true
+			return
 		}
+		f(ctx)
 	}
 }
 
@@ -270,36 +273,26 @@ func (m *Manager) enqueueAll(extra []types.UID) {
 	}
 }
 
-func (m *Manager) runPodWorker(ctx context.Context) {
-	for {
-		uid, quit := m.podQueue.Get()
-		if quit {
-			return
-		}
-		m.populate(ctx, uid)
-		after := m.reconcilePod(ctx, uid)
-		// Claims and volumes send no events: one not resolved yet is read again.
-		after = minPositive(after, m.unresolvedRetry(uid, len(m.dsw.PodErrors(uid)) > 0 || m.resizeUnderWay(uid)))
-		if after > 0 {
-			m.podQueue.AddAfter(uid, after)
-		}
-		m.podQueue.Forget(uid)
-		m.podQueue.Done(uid)
-	}
+// syncPod brings one pod's volumes to its desired state.
+func (m *Manager) syncPod(ctx context.Context, uid types.UID) error {
+	m.populate(ctx, uid)
+	after := m.reconcilePod(ctx, uid)
+	// Claims and volumes send no events: one not resolved yet is read again.
+	after = minPositive(after, m.unresolvedRetry(uid, len(m.dsw.PodErrors(uid)) > 0 || m.resizeUnderWay(uid)))
+	return retryAfter(after)
 }
 
-func (m *Manager) runDeviceWorker(ctx context.Context) {
-	for {
-		name, quit := m.deviceQueue.Get()
-		if quit {
-			return
-		}
-		if after := m.reconcileDevice(ctx, name); after > 0 {
-			m.deviceQueue.AddAfter(name, after)
-		}
-		m.deviceQueue.Forget(name)
-		m.deviceQueue.Done(name)
+// syncDevice detaches or unmounts the device of one volume no pod uses.
+func (m *Manager) syncDevice(ctx context.Context, name v1.UniqueVolumeName) error {
+	return retryAfter(m.reconcileDevice(ctx, name))
+}
+
+// retryAfter is the result of a sync that wants its key again after d, if d > 0.
+func retryAfter(d time.Duration) error {
+	if d > 0 {
+		return controller.RetryAfter(d)
 	}
+	return nil
 }
 
 // VolumesInUse is what node.status.volumesInUse must list: attachable volumes wanted or
