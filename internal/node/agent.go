@@ -27,12 +27,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/pkg/csidrivers"
 	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -83,10 +82,11 @@ type Agent struct {
 	manager  *volumemanager.Manager
 	registry *prometheus.Registry
 	recorder record.EventRecorder
-	bcast    record.EventBroadcaster
-	pods     *podstatus.Writer
-	drivers  *csidrivers.Registry
-	inUse    *volumesinuse.Reporter
+	// startEvents starts writing the recorder's events; Run calls it.
+	startEvents func(kubernetes.Interface) func()
+	pods        *podstatus.Writer
+	drivers     *csidrivers.Registry
+	inUse       *volumesinuse.Reporter
 	// informers holds the CSIDriver cache of the CSI plugin.
 	informers informers.SharedInformerFactory
 	healthy   atomic.Bool
@@ -124,8 +124,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, registry: prometheus.NewRegistry(), inUse: inUse}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.registry.MustRegister(cfg.Collectors...)
-	a.bcast = record.NewBroadcaster()
-	a.recorder = a.bcast.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubevol-node", Host: cfg.NodeName})
+	a.recorder, a.startEvents = controller.NewDeferredEventRecorder(v1.EventSource{Component: "kubevol-node", Host: cfg.NodeName})
 	a.capacity = machineCapacity(cfg.RootDir)
 	a.pods = podstatus.New(cfg.Client)
 	a.drivers = csidrivers.New(cfg.Client, cfg.NodeName)
@@ -195,9 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.runCtx = ctx
 	a.mu.Unlock()
-	a.bcast.StartStructuredLogging(4)
-	a.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Client.CoreV1().Events("")})
-	defer a.bcast.Shutdown()
+	defer a.startEvents(a.cfg.Client)()
 
 	if a.cfg.MetricsAddress != "" {
 		if err := a.serve(ctx); err != nil {
