@@ -1,11 +1,18 @@
-// Package sidecar is the bootstrap of kubevol's CSI sidecars: the controller processes
-// that run beside a CSI driver's controller service and act on its behalf in the API
-// (provisioner, attacher, resizer), as the kubernetes-csi external-* sidecars do. It holds
-// what they share with their upstream counterparts: the standard flags (csi-lib-utils
-// "standardflags" names and defaults), the client config, the connection to the driver
-// (Connect: dial, probe, driver name), leader election on a Lease and the HTTP server for
-// metrics and health (Sidecar.Run), and the configuration every controller of a sidecar
-// takes (ControllerConfig). The controllers themselves run on internal/controller.
+// Package sidecar is what kubevol's CSI sidecars share: the controller processes that run
+// beside a CSI driver's controller service and act on its behalf in the API (provisioner,
+// attacher, resizer, snapshotter), as the kubernetes-csi external-* sidecars do. It holds:
+//
+//   - Options: the standard flags, with the csi-lib-utils "standardflags" names and
+//     defaults, their validation (FieldError names the bad flag), and the client config;
+//   - Connect: the connection to the driver (dial, probe, driver name) as a Sidecar;
+//   - Run and RunRoles: leader election on a Lease (one Lease per role when a process runs
+//     several) and the HTTP server for metrics and health;
+//   - ControllerConfig: what every controller of a sidecar takes (client, driver
+//     connection, workers, retry intervals, resync, queue metrics), with NewQueue and
+//     NewEvents;
+//   - the index of VolumeAttachments by PersistentVolume that several controllers read.
+//
+// The controllers themselves run on internal/controller.
 package sidecar
 
 import (

@@ -1,7 +1,14 @@
-// Package up runs the whole kubevol stack on this machine: the local control plane
-// (internal/localcluster), then the kubevol components as child processes of the kubevol
-// binary itself, and the cluster objects they need (namespace, CSIDriver, default
-// StorageClass). `kubevol up` is its command line.
+// Package up runs the whole kubevol stack on this machine; `kubevol up` is its command
+// line. Start brings up the local control plane (internal/localcluster), then the kubevol
+// components as child processes of the kubevol binary itself, and the cluster objects they
+// need (namespace, CSIDriver, default StorageClass, snapshot CRDs and class). It also holds:
+//
+//   - external drivers: a --driver endpoint is probed, gets its own sidecars and objects,
+//     configured by an optional driver config file (DriverConfig);
+//   - supervision: a component that exits is restarted with a Backoff, as the kubelet
+//     restarts a container, and health-checked;
+//   - Reset, which takes down the stack's mounts and loop devices and removes its state
+//     directory, and Demo, the demo of `kubevol up --demo`.
 package up
 
 import (
