@@ -392,6 +392,10 @@ func (k *caseEnv) deleteRetained(pvName string) error {
 	if pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
 		return nil
 	}
+	// Only a volume provisioned for a claim of this case's namespace is ours to delete.
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.Namespace != k.ns {
+		return fmt.Errorf("PersistentVolume %s is not bound to a claim of namespace %s: kept", pvName, k.ns)
+	}
 	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`)
 	_, err = k.cs.CoreV1().PersistentVolumes().Patch(k.ctx, pvName, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err

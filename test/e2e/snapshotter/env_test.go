@@ -105,7 +105,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if err := conn.ProbeForever(e.ctx); err != nil {
 			t.Fatal(err)
 		}
-		framework.StartKubevol(t, "node", "--kubeconfig", kc, "--node-name", e.node, "--root-dir", e.root, "--metrics-address", framework.FreeAddr(t))
+		// The agent runs as its node (a CSR, as kubevol up's), on a Node that takes the
+		// test's pods: no companion taint.
+		framework.StartKubevol(t, append([]string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", framework.FreeAddr(t),
+			"--register-with-taints="}, framework.NodeCredentialArgs(t)...)...)
 		t.Cleanup(func() {
 			_ = e.cs.CoreV1().Nodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
 			_ = e.cs.StorageV1().CSINodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
