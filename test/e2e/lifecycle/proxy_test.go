@@ -1,4 +1,4 @@
-package csi
+package lifecycle
 
 import (
 	"net"
@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -17,7 +17,7 @@ import (
 // sent (service-account tokens, secrets) without any process writing it anywhere.
 type nodeProxy struct {
 	mu        sync.Mutex
-	published []*csipb.NodePublishVolumeRequest
+	published []*csi.NodePublishVolumeRequest
 }
 
 // startNodeProxy serves the proxy on the unix socket sock, forwarding to the driver at the
@@ -40,7 +40,7 @@ func startNodeProxy(t *testing.T, sock, target string) *nodeProxy {
 			return err
 		}
 		if path.Base(method) == "NodePublishVolume" {
-			req := &csipb.NodePublishVolumeRequest{}
+			req := &csi.NodePublishVolumeRequest{}
 			if err := proto.Unmarshal(in, req); err == nil {
 				p.mu.Lock()
 				p.published = append(p.published, req)
@@ -62,10 +62,10 @@ func startNodeProxy(t *testing.T, sock, target string) *nodeProxy {
 }
 
 // publishedTo returns the NodePublishVolume requests whose target is target.
-func (p *nodeProxy) publishedTo(target string) []*csipb.NodePublishVolumeRequest {
+func (p *nodeProxy) publishedTo(target string) []*csi.NodePublishVolumeRequest {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []*csipb.NodePublishVolumeRequest
+	var out []*csi.NodePublishVolumeRequest
 	for _, r := range p.published {
 		if r.GetTargetPath() == target {
 			out = append(out, r)

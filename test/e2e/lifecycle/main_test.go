@@ -1,8 +1,8 @@
-// Package csi holds the end-to-end tests of the CSI node side: `kubevol driver`,
+// Package lifecycle holds the end-to-end tests of the CSI node side: `kubevol driver`,
 // `kubevol provisioner`, `kubevol attacher` and `kubevol node` as processes against the real
 // local control plane (scheduler, PV binder, attach/detach controller), from a PVC and a pod
 // to a mounted volume and back to nothing.
-package csi
+package lifecycle
 
 import (
 	"testing"

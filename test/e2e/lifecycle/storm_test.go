@@ -1,4 +1,4 @@
-package csi
+package lifecycle
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,7 +67,7 @@ func TestStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctrl := csipb.NewControllerClient(conn)
+	ctrl := csi.NewControllerClient(conn)
 	e.waitRegistered()
 
 	start := time.Now()
@@ -330,15 +330,15 @@ func (e *env) pvs(ctx context.Context) (int, error) {
 
 // checkNoDuplicates compares the driver's volumes with the PVs of the class: each must be
 // want. ListVolumes goes through the faults too, so it is retried.
-func (e *env) checkNoDuplicates(ctx context.Context, ctrl csipb.ControllerClient, want int) {
+func (e *env) checkNoDuplicates(ctx context.Context, ctrl csi.ControllerClient, want int) {
 	e.t.Helper()
-	var vols []*csipb.ListVolumesResponse_Entry
+	var vols []*csi.ListVolumesResponse_Entry
 	e.pollFor(ctx, "ListVolumes through the faults", func(ctx context.Context) (bool, error) {
 		vols = nil
 		token := ""
 		for {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			resp, err := ctrl.ListVolumes(cctx, &csipb.ListVolumesRequest{StartingToken: token})
+			resp, err := ctrl.ListVolumes(cctx, &csi.ListVolumesRequest{StartingToken: token})
 			cancel()
 			if err != nil {
 				return false, nil
