@@ -581,15 +581,9 @@ const (
 // expandOffline: a claim grown while no pod uses it; the next pod sees the bigger
 // filesystem (xfs: ext4 cannot grow while mounted without CAP_SYS_RESOURCE) with the data.
 func expandOffline(k *caseEnv) error {
-	u, err := k.useClaim("data", classFS, fsSizeBefore, "before")
+	u, before, err := k.useClaimToGrow("before")
 	if err != nil {
 		return err
-	}
-	var before int64
-	if u.dir != "" {
-		if before, err = fsSize(u.dir); err != nil {
-			return err
-		}
 	}
 	if err := k.deletePod("before"); err != nil {
 		return err
@@ -616,6 +610,17 @@ func expandOffline(k *caseEnv) error {
 		return err
 	}
 	return grown(dir, before, u.want)
+}
+
+// useClaimToGrow gives pod a claim "data" of fsSizeBefore, with a proof written, and returns
+// the size of the filesystem seen through its mount (0 where the mount is not on this host).
+func (k *caseEnv) useClaimToGrow(pod string) (*inUse, int64, error) {
+	u, err := k.useClaim("data", classFS, fsSizeBefore, pod)
+	if err != nil || u.dir == "" {
+		return u, 0, err
+	}
+	before, err := fsSize(u.dir)
+	return u, before, err
 }
 
 // grown checks that the filesystem at dir grew by the expansion and kept the proof.
@@ -670,15 +675,9 @@ func (k *caseEnv) waitAllocated(claim, size string) error {
 // expandOnline: a claim grown while its pod uses it; the filesystem grows inside the live
 // mount.
 func expandOnline(k *caseEnv) error {
-	u, err := k.useClaim("data", classFS, fsSizeBefore, "app")
+	u, before, err := k.useClaimToGrow("app")
 	if err != nil {
 		return err
-	}
-	var before int64
-	if u.dir != "" {
-		if before, err = fsSize(u.dir); err != nil {
-			return err
-		}
 	}
 	if err := k.expand("data", fsSizeAfter); err != nil {
 		return err
