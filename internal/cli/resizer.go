@@ -10,9 +10,19 @@ import (
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
+// resizerFeatureGates are external-resizer's gates and their defaults.
+var resizerFeatureGates = map[string]bool{
+	"AnnotateFsResize":              false,
+	"RecoverVolumeExpansionFailure": true,
+	"VolumeAttributesClass":         true,
+	"ReleaseLeaderElectionOnExit":   false,
+}
+
 type resizerOptions struct {
 	sidecar        sidecar.Options
 	handleInUseErr bool
+	extraModify    bool
+	featureGates   map[string]bool
 	showVersion    bool
 }
 
@@ -27,7 +37,12 @@ the size in status.allocatedResources, calls ControllerExpandVolume, grows the P
 finishes the claim (status.capacity) or leaves it NodeResizePending with the condition
 FileSystemResizePending for the node. A driver without EXPAND_VOLUME gets its PVs grown without
 a call, as upstream's trivial resizer does. Failures are events, the ControllerResizeError
-condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
+condition and, when the driver refuses for good, ControllerResizeInfeasible.
+
+With a driver that has MODIFY_VOLUME (and the VolumeAttributesClass gate, on by default), a
+bound claim's spec.volumeAttributesClassName becomes ControllerModifyVolume with the class's
+parameters; status.modifyVolumeStatus says InProgress, Infeasible or Pending, and
+status.currentVolumeAttributesClassName and the PV's class follow once the driver agrees.`,
 		RunE: runSidecar(&o.showVersion, o.validate, o.run),
 	}
 	f := cmd.Flags()
@@ -40,6 +55,8 @@ condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
 	f.IntVar(&o.sidecar.WorkerThreads, "workers", 10, "Number of claims expanded at once.")
 	_ = f.MarkHidden("worker-threads")
 	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "After the driver answers FAILED_PRECONDITION, do not ask it again while a pod uses the volume; expand it once no pod uses it.")
+	f.BoolVar(&o.extraModify, "extra-modify-metadata", false, "Add the claim's name and namespace and the PV's name to the parameters of ControllerModifyVolume (csi.storage.k8s.io/pvc/name, pvc/namespace, pv/name).")
+	f.Var(newGatesValue(&o.featureGates, resizerFeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList(resizerFeatureGates))
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
 	return cmd
 }
@@ -50,7 +67,18 @@ func (o *resizerOptions) validate() error {
 		names["WorkerThreads"] = "--workers"
 		return flagError(err, names)
 	}
+	if on, ok := o.featureGates["RecoverVolumeExpansionFailure"]; ok && !on {
+		return usageErrorf("--feature-gates RecoverVolumeExpansionFailure=false is not supported: recovery from expansion failures is GA and always on")
+	}
 	return nil
+}
+
+// gate is a feature gate's value: the one set on the command line, else its default.
+func (o *resizerOptions) gate(name string) bool {
+	if on, ok := o.featureGates[name]; ok {
+		return on
+	}
+	return resizerFeatureGates[name]
 }
 
 func (o *resizerOptions) run(ctx context.Context) error {
@@ -59,9 +87,17 @@ func (o *resizerOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer sc.Close()
+	_, vacSet := o.featureGates["VolumeAttributesClass"]
 	ctrl, err := resizer.New(ctx, resizer.Config{
 		ControllerConfig:       sc.ControllerConfig(),
 		HandleVolumeInUseError: o.handleInUseErr,
+		AnnotateFsResize:       o.gate("AnnotateFsResize"),
+		Modify: resizer.ModifyConfig{
+			Enabled:       o.gate("VolumeAttributesClass"),
+			ExtraMetadata: o.extraModify,
+			// As upstream: a gate left at its default follows what the apiserver serves.
+			ProbeAPI: !vacSet,
+		},
 	})
 	if err != nil {
 		return err

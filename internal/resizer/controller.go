@@ -31,6 +31,10 @@ type Config struct {
 	// HandleVolumeInUseError (upstream --handle-volume-inuse-error) holds back the expansion
 	// of a volume that a pod uses once the driver refused it with FAILED_PRECONDITION.
 	HandleVolumeInUseError bool
+	// AnnotateFsResize (upstream's alpha gate) records the claim's size before an expansion
+	// on the PV (volume.alpha.kubernetes.io/pre-resize-capacity) until the node finished,
+	// so that a claim deleted and re-created meanwhile can still be finished by the node.
+	AnnotateFsResize bool
 	// Modify configures volume modification (VolumeAttributesClass); see modify.go.
 	Modify ModifyConfig
 }
