@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -338,7 +339,7 @@ func (c *Controller) modifyRequest(ctx context.Context, pvc *corev1.PersistentVo
 // csi.storage.k8s.io/controller-modify-secret-name/-namespace; else the controller-expand
 // secret.
 func modifySecretRef(pv *corev1.PersistentVolume) *corev1.SecretReference {
-	name, ns := pv.Annotations[AnnModifySecretName], pv.Annotations[AnnModifySecretNamespace]
+	name, ns := pv.Annotations[pvspec.AnnModifySecretName], pv.Annotations[pvspec.AnnModifySecretNamespace]
 	if name != "" && ns != "" {
 		return &corev1.SecretReference{Name: name, Namespace: ns}
 	}

@@ -12,12 +12,6 @@ import (
 
 // Names external-resizer's modify controller shares with the provisioner and users.
 const (
-	// AnnModifySecretName and AnnModifySecretNamespace name the secret of
-	// ControllerModifyVolume on a PV; external-provisioner sets them from the StorageClass
-	// parameters csi.storage.k8s.io/controller-modify-secret-name and -namespace.
-	AnnModifySecretName      = "volume.kubernetes.io/controller-modify-secret-name"
-	AnnModifySecretNamespace = "volume.kubernetes.io/controller-modify-secret-namespace"
-
 	// The keys --extra-modify-metadata adds to the parameters.
 	paramPVCName      = "csi.storage.k8s.io/pvc/name"
 	paramPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
