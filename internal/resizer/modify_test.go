@@ -99,6 +99,13 @@ func (d *modifyDriver) last() *csi.ControllerModifyVolumeRequest {
 // startModify runs a Controller with modification on against the fake clientset.
 func startModify(t *testing.T, drv *modifyDriver, cfg ModifyConfig, retryMax time.Duration, objs ...runtime.Object) *env {
 	t.Helper()
+	return startConfig(t, drv, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: retryMax}, Modify: cfg}, objs...)
+}
+
+// startConfig runs a Controller of cfg (its client, driver and workers filled in) against
+// the fake clientset, which applies updates and patches as the apiserver does.
+func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Object) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
 	if err != nil {
@@ -107,8 +114,8 @@ func startModify(t *testing.T, drv *modifyDriver, cfg ModifyConfig, retryMax tim
 	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv.fakeDriver}
 	optimisticConcurrency(e.cs)
 	patchConcurrency(e.cs)
-	c, err := New(ctx, Config{ControllerConfig: sidecar.ControllerConfig{Client: e.cs, CSI: conn, DriverName: driverName, Workers: 2,
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: retryMax}, Modify: cfg})
+	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers, cfg.RetryIntervalStart = e.cs, conn, driverName, 2, 10*time.Millisecond
+	c, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
