@@ -94,10 +94,12 @@ func (c *Controller) setupModify(ctx context.Context, factory informers.SharedIn
 			old, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
 			cur, ok2 := newObj.(*corev1.PersistentVolumeClaim)
 			// The class asked for, binding, and every resync; the controller's own status
-			// writes are left out, so a failure keeps its backoff.
+			// writes are left out, so a failure keeps its backoff, except the one that
+			// finished a modification short of the spec (the target was kept while the
+			// user changed the spec): the next one starts from it.
 			if ok1 && ok2 && old.ResourceVersion != cur.ResourceVersion &&
 				ptr.Deref(old.Spec.VolumeAttributesClassName, "") == ptr.Deref(cur.Spec.VolumeAttributesClassName, "") &&
-				old.Status.Phase == cur.Status.Phase && old.Spec.VolumeName == cur.Spec.VolumeName {
+				old.Status.Phase == cur.Status.Phase && old.Spec.VolumeName == cur.Spec.VolumeName && !behindSpec(cur) {
 				return
 			}
 			m.enqueue(newObj)
@@ -148,6 +150,12 @@ func servesClasses(d discovery.DiscoveryInterface) (bool, error) {
 		return false, err
 	}
 	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "volumeattributesclasses" }), nil
+}
+
+// behindSpec reports a claim that finished a modification but not the one its spec asks for.
+func behindSpec(pvc *corev1.PersistentVolumeClaim) bool {
+	spec := ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")
+	return pvc.Status.ModifyVolumeStatus == nil && spec != "" && spec != ptr.Deref(pvc.Status.CurrentVolumeAttributesClassName, "")
 }
 
 func (m *modifier) enqueue(obj any) {

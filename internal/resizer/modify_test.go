@@ -409,3 +409,22 @@ func TestModifyOff(t *testing.T) {
 		})
 	}
 }
+
+// A resizer killed during a call leaves the claim InProgress: the next one finishes that
+// target before it follows the spec, since the call may have run in the driver.
+func TestModifyAfterRestartFinishesTarget(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
+	pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
+	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: corev1.PersistentVolumeClaimModifyVolumeInProgress, TargetVolumeAttributesClassName: "silver"}
+	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue, Message: modifyingMessage}}
+	drv := newModifyDriver()
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Second, pvc, pv,
+		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}))
+	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "gold"}) {
+		t.Errorf("calls = %v, want the interrupted silver finished, then gold", got)
+	}
+	if got := e.pvClass("pv-data"); got != "gold" {
+		t.Errorf("PV class = %q", got)
+	}
+}
