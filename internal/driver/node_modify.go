@@ -42,27 +42,18 @@ func (n *node) applyMutable(ctx context.Context, id string, mutable map[string]s
 	return nil
 }
 
+// perMountFlags are the mountinfo per-mount options a bind remount must repeat.
+var perMountFlags = map[string]uintptr{
+	"nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV, "noexec": unix.MS_NOEXEC, "noatime": unix.MS_NOATIME,
+	"nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME, "strictatime": unix.MS_STRICTATIME,
+}
+
 // remountBind changes a bind mount between read-only and read-write in place, keeping its
 // other per-mount flags: a bind remount replaces them all, so they are read back first.
 func remountBind(target string, opts []string, ro bool) error {
 	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND)
 	for _, o := range opts {
-		switch o {
-		case "nosuid":
-			flags |= unix.MS_NOSUID
-		case "nodev":
-			flags |= unix.MS_NODEV
-		case "noexec":
-			flags |= unix.MS_NOEXEC
-		case "noatime":
-			flags |= unix.MS_NOATIME
-		case "nodiratime":
-			flags |= unix.MS_NODIRATIME
-		case "relatime":
-			flags |= unix.MS_RELATIME
-		case "strictatime":
-			flags |= unix.MS_STRICTATIME
-		}
+		flags |= perMountFlags[o]
 	}
 	if ro {
 		flags |= unix.MS_RDONLY

@@ -341,7 +341,9 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 	e.setClass("data", "gold")
 	close(release)
 	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
-	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "silver", "gold"}) {
+	// silver again until it worked (a repeat from a cache that lags behind the write is
+	// the same idempotent call), and only then gold.
+	if got := drv.calls("tier"); len(got) < 3 || !slices.Equal(slices.Compact(slices.Clone(got)), []string{"silver", "gold"}) {
 		t.Errorf("calls = %v, want silver finished before gold", got)
 	}
 	e.waitEvent("data", reasonModifyFailed, "Still modifying to VAC silver")

@@ -218,17 +218,18 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		return nil
 	}
 	logger.Info("Volume expanded", "size", newSize.String())
-	// The controller finished alone: the kubelet must not try a node expansion.
-	if pvc, err = c.setNodeExpansionNotRequired(ctx, pvc, true); err != nil {
-		return err
-	}
-	_, err = c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+	saved, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
 		s.Capacity = setQuantity(s.Capacity, newSize)
 		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, "")
 		s.Conditions = setResizeConditions(s.Conditions)
 	})
 	if err != nil {
 		return fmt.Errorf("marking the claim as resized: %w", err)
+	}
+	// The controller finished alone: the kubelet must not try a node expansion. A failure
+	// only costs the kubelet a node expansion that does nothing.
+	if _, err := c.setNodeExpansionNotRequired(ctx, saved, true); err != nil {
+		logger.Error(err, "Marking the claim as needing no node expansion")
 	}
 	c.recorder.Eventf(pvc, corev1.EventTypeNormal, reasonSucceeded, "Volume %s expanded to %s", pv.Name, newSize.String())
 	return nil

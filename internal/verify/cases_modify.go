@@ -112,6 +112,18 @@ func deref(s *string) string {
 	return *s
 }
 
+// checkPVClass checks that the claim's PV names class.
+func (k *caseEnv) checkPVClass(claim, class string) error {
+	pv, err := k.boundPV(claim)
+	if err != nil {
+		return err
+	}
+	if got := deref(pv.Spec.VolumeAttributesClassName); got != class {
+		return fmt.Errorf("PV %s names class %q, want %q", pv.Name, got, class)
+	}
+	return nil
+}
+
 // modified reports whether the claim reached class and nothing of a modification is left.
 func modified(class string) func(*corev1.PersistentVolumeClaim) bool {
 	return func(c *corev1.PersistentVolumeClaim) bool {
@@ -141,12 +153,8 @@ func modifyClass(k *caseEnv) error {
 	if _, err := k.waitModify("data", "modified to "+class, modified(class)); err != nil {
 		return err
 	}
-	pv, err := k.boundPV("data")
-	if err != nil {
+	if err := k.checkPVClass("data", class); err != nil {
 		return err
-	}
-	if got := deref(pv.Spec.VolumeAttributesClassName); got != class {
-		return fmt.Errorf("PV %s names class %q, want %q", pv.Name, got, class)
 	}
 	if u.dir == "" || k.o.ModifyParameters["readOnly"] != "true" {
 		return k.deletePod("app")
@@ -223,12 +231,8 @@ func modifyInfeasible(k *caseEnv) error {
 	}) {
 		return fmt.Errorf("conditions %v: want ModifyVolumeError with the driver's InvalidArgument", conditionTypes(pvc))
 	}
-	pv, err := k.boundPV("data")
-	if err != nil {
-		return err
-	}
-	if got := deref(pv.Spec.VolumeAttributesClassName); got != good {
-		return fmt.Errorf("PV %s names class %q after an infeasible one, want %q", pv.Name, got, good)
+	if err := k.checkPVClass("data", good); err != nil {
+		return fmt.Errorf("after an infeasible class: %w", err)
 	}
 	if err := k.setClass("data", good); err != nil {
 		return err
