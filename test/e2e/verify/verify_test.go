@@ -35,8 +35,8 @@ type profile struct {
 	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
 	// never have succeeded (false): the profile really was exercised as switched.
 	calls map[string]bool
-	// only restricts the run to these cases (verify --only).
-	only string
+	// verifyArgs are added to the profile's verify command line.
+	verifyArgs []string
 }
 
 var profiles = []profile{
@@ -59,8 +59,10 @@ var profiles = []profile{
 		"modify/infeasible": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
-	// modification cases must fail.
-	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"}, only: "modify/", outcomes: map[string]string{
+	// modification cases must fail (each within a short --timeout: it waits for a
+	// modification that never comes).
+	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"},
+		verifyArgs: []string{"--only", "modify/", "--timeout", "20s"}, outcomes: map[string]string{
 		"modify/class": "failed", "modify/infeasible": "failed",
 	}},
 }
@@ -124,9 +126,7 @@ func TestVerifyProfiles(t *testing.T) {
 			if p.name == "default" {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
 			}
-			if p.only != "" {
-				args = append(args, "--only", p.only)
-			}
+			args = append(args, p.verifyArgs...)
 			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), slices.Contains(slices.Collect(maps.Values(p.outcomes)), "failed"), args...)
 			for name, want := range p.outcomes {
 				if got[name] != want {
