@@ -9,6 +9,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
 )
 
 // Mutable parameters: what a VolumeAttributesClass may set at CreateVolume
@@ -56,6 +58,16 @@ func recordedMutable(p map[string]string) map[string]string {
 	}
 	if len(out) == 0 {
 		return nil
+	}
+	return out
+}
+
+// reportMutable adds the volume's current mutable parameters to the volume context that
+// ListVolumes and ControllerGetVolume report (not CreateVolume's: the CO copies that one into
+// the PV, where it would go stale at the first modification).
+func reportMutable(out *csi.Volume, v *state.Volume) *csi.Volume {
+	for k, val := range v.MutableParameters {
+		out.VolumeContext[k] = val
 	}
 	return out
 }

@@ -311,7 +311,7 @@ func (c *controller) ListVolumes(_ context.Context, req *csi.ListVolumesRequest)
 		for _, id := range page {
 			v := c.st.Volumes[id]
 			resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
-				Volume: c.csiVolume(v),
+				Volume: reportMutable(c.csiVolume(v), v),
 				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
 			})
 		}
@@ -335,7 +335,7 @@ func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerG
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
 	return &csi.ControllerGetVolumeResponse{
-		Volume: c.csiVolume(v),
+		Volume: reportMutable(c.csiVolume(v), v),
 		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
 	}, nil
 }

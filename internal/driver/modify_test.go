@@ -100,6 +100,13 @@ func TestModifyVolumeReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkWritable(t, target, false)
+	got, err := c.ctrl.ControllerGetVolume(ctxT(t), &csi.ControllerGetVolumeRequest{VolumeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx := got.GetVolume().GetVolumeContext(); ctx["readOnly"] != "true" || ctx["csi.storage.k8s.io/pvc/name"] != "" {
+		t.Errorf("ControllerGetVolume volume_context = %v, want readOnly=true and no CO metadata", ctx)
+	}
 	// Idempotent: the same parameters again change nothing and succeed.
 	if err := modify(map[string]string{"readOnly": "true"}); err != nil {
 		t.Fatal(err)
