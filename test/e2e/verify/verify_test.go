@@ -63,8 +63,8 @@ var profiles = []profile{
 	// modification that never comes).
 	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"},
 		verifyArgs: []string{"--only", "modify/", "--timeout", "20s"}, outcomes: map[string]string{
-		"modify/class": "failed", "modify/infeasible": "failed",
-	}},
+			"modify/class": "failed", "modify/infeasible": "failed",
+		}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
