@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // noEffectAnnotation marks a flag that an upstream sidecar version has and kubevol
@@ -42,3 +47,17 @@ func warnNoEffect(cmd *cobra.Command) {
 		klog.Warning(line)
 	}
 }
+
+// warnGates logs one warning line for each gate of gates set away from its default (known)
+// whose other value kubevol does not honour; reasons says why, by gate.
+func warnGates(gates map[string]bool, known map[string]sidecar.FeatureGate, reasons map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(reasons)) {
+		if on, ok := gates[name]; ok && on != known[name].Default {
+			klog.Warningf("Flag --feature-gates %s=%v has no effect: %s", name, on, reasons[name])
+		}
+	}
+}
+
+// reasonReleaseOnExit: kubevol's sidecars always release their Lease when they stop, which
+// is what upstream's ReleaseLeaderElectionOnExit gate turns on.
+const reasonReleaseOnExit = "kubevol's sidecars always release their Lease when they stop"

@@ -97,7 +97,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.BoolVar(&c.ControllerPublishReadOnly, "controller-publish-readonly", false, "This option enables PV to be marked as readonly at controller publish volume call if PVC accessmode has been set to ROX.")
 	f.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
 	f.BoolVar(&o.enablePprof, "enable-pprof", false, "Accepted for compatibility; pprof is not served.")
-	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself since Go 1.25.")
+	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: namespace of the intent journal ConfigMap (default: the leader election namespace resolution).")
 	f.StringVar(&o.deprecatedProvName, "provisioner", "", "Deprecated and ignored: the driver name comes from GetPluginInfo.")
 	f.DurationVar(&o.deprecatedConnTimeo, "connection-timeout", 0, "Deprecated and ignored: the provisioner waits for the driver forever.")
@@ -153,16 +153,12 @@ func (o *provisionerOptions) validate() error {
 			return usageErrorf("--enable-capacity with --capacity-ownerref-level=%d needs the POD_NAME environment variable; use --capacity-ownerref-level=-1 for no owner", c.Capacity.OwnerrefLevel)
 		}
 	}
-	gates := c.Sidecar.FeatureGates
-	if !gates["Topology"] {
-		klog.Warning("Flag --feature-gates Topology=false has no effect: kubevol passes topology whenever the driver has VOLUME_ACCESSIBILITY_CONSTRAINTS")
-	}
-	if gates["CrossNamespaceVolumeDataSource"] {
-		klog.Warning("Flag --feature-gates CrossNamespaceVolumeDataSource=true has no effect: kubevol does not provision from a data source in another namespace")
-	}
-	if gates["ReleaseLeaderElectionOnExit"] {
-		klog.Warning("Flag --feature-gates ReleaseLeaderElectionOnExit=true has no effect: kubevol's Lease is left to expire on exit")
-	}
+	warnGates(c.Sidecar.FeatureGates, provisionerFeatureGates, map[string]string{
+		"Topology":                       "kubevol passes topology whenever the driver has VOLUME_ACCESSIBILITY_CONSTRAINTS",
+		"CrossNamespaceVolumeDataSource": "kubevol does not provision from a data source in another namespace",
+		"VolumeAttributesClass":          "kubevol passes the claim's VolumeAttributesClass parameters whenever the claim names one",
+		"ReleaseLeaderElectionOnExit":    reasonReleaseOnExit,
+	})
 	if c.IntentNamespace == "" {
 		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)
 	}

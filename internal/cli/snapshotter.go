@@ -110,11 +110,14 @@ flags, Lease (` + snapshotter.ControllerLease + `), annotations and finalizers. 
 	all.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
 	all.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
 	all.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
-	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Not supported: distributed snapshotting.")
-	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Not supported: distributed snapshotting.")
+	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Upstream: one csi-snapshotter per node for node-local volumes. kubevol's is central: replicas share the Lease (leader election is turned on).")
+	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Upstream: label contents with their volume's node for per-node csi-snapshotters. Accepted with no effect.")
+	noEffect(all, "kubevol's csi-snapshotter is central, so contents carry no node label", "enable-distributed-snapshotting")
 	all.BoolVar(&o.preventModeChange, "prevent-volume-mode-conversion", true, "Record the source volume mode on new contents, so that a restore cannot change it.")
 	all.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
-	all.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself.")
+	all.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	noEffect(all, reasonAutomaxprocs, "automaxprocs")
+	noEffect(all, "group snapshots are not implemented", "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length")
 	all.BoolVar(&o.showVersion, "version", false, "Show version.")
 	var skip []string
 	switch role {
@@ -142,11 +145,16 @@ func (o *snapshotterOptions) validate() error {
 		return usageErrorf("--snapshot-name-prefix must not be empty")
 	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
 		return usageErrorf("--snapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.uuidLength)
-	case o.nodeDeployment || o.distributed:
-		return usageErrorf("--node-deployment and --enable-distributed-snapshotting are not supported by kubevol")
 	case o.retryCRDMax <= 0:
 		return usageErrorf("--retry-crd-interval-max must be positive, got %s", o.retryCRDMax)
 	}
+	if o.nodeDeployment && o.sidecarRole && !o.sidecar.LeaderElection.Enabled {
+		// As the provisioner's --node-deployment: one central sidecar under the Lease, not
+		// one per node that would each call CreateSnapshot for every content.
+		klog.Warning("Flag --node-deployment is accepted for compatibility with upstream: kubevol's csi-snapshotter is central, so --leader-election is turned on and one replica snapshots every volume of the driver")
+		o.sidecar.LeaderElection.Enabled = true
+	}
+	warnGates(o.sidecar.FeatureGates, snapshotterFeatureGates, map[string]string{"ReleaseLeaderElectionOnExit": reasonReleaseOnExit})
 	return nil
 }
 
