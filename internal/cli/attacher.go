@@ -71,7 +71,6 @@ func (o *attacherOptions) validate() error {
 		return usageErrorf("--max-entries must be between 0 and %d, got %d", math.MaxInt32, o.maxEntries)
 	}
 	warnGates(o.sidecar.FeatureGates, attacherFeatureGates, map[string]string{
-		"ReleaseLeaderElectionOnExit":    reasonReleaseOnExit,
 		"MutableCSINodeAllocatableCount": "kubevol's attacher records no error code in VolumeAttachment status",
 	})
 	return nil

@@ -48,6 +48,9 @@ func warnNoEffect(cmd *cobra.Command) {
 	}
 }
 
+// ReleaseLeaderElectionOnExit needs no warning in any sidecar: kubevol's sidecars always
+// release their Lease when they stop, which is what the gate turns on upstream.
+
 // warnGates logs one warning line for each gate of gates set away from its default (known)
 // whose other value kubevol does not honour; reasons says why, by gate.
 func warnGates(gates map[string]bool, known map[string]sidecar.FeatureGate, reasons map[string]string) {
@@ -57,7 +60,3 @@ func warnGates(gates map[string]bool, known map[string]sidecar.FeatureGate, reas
 		}
 	}
 }
-
-// reasonReleaseOnExit: kubevol's sidecars always release their Lease when they stop, which
-// is what upstream's ReleaseLeaderElectionOnExit gate turns on.
-const reasonReleaseOnExit = "kubevol's sidecars always release their Lease when they stop"

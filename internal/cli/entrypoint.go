@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"io"
 	"maps"
 	"path/filepath"
@@ -32,13 +33,17 @@ func Entrypoints() []string { return slices.Sorted(maps.Keys(entrypoints)) }
 // Main runs the process: argv is the whole os.Args. Started as one of Entrypoints, it
 // runs that role with argv[1:] as its flags; otherwise argv[1:] is a kubevol command line.
 func Main(argv []string, stdout, stderr io.Writer) int {
+	return mainContext(context.Background(), argv, stdout, stderr)
+}
+
+func mainContext(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
-		return Execute(nil, stdout, stderr)
+		return runContext(ctx, NewRootCommand(), nil, stdout, stderr)
 	}
 	name := filepath.Base(argv[0])
 	newCmd, ok := entrypoints[name]
 	if !ok {
-		return Execute(argv[1:], stdout, stderr)
+		return runContext(ctx, NewRootCommand(), argv[1:], stdout, stderr)
 	}
 	cmd := newCmd()
 	cmd.Use = name
@@ -46,5 +51,5 @@ func Main(argv []string, stdout, stderr io.Writer) int {
 	if cmd.Args == nil {
 		cmd.Args = noArgs
 	}
-	return run(cmd, argv[1:], stdout, stderr)
+	return runContext(ctx, cmd, argv[1:], stdout, stderr)
 }

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"fmt"
+	"context"
 	"os"
 	"regexp"
 	"time"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/kubevol/kubevol/internal/provisioner"
 	"github.com/kubevol/kubevol/internal/sidecar"
-	"github.com/kubevol/kubevol/internal/version"
 )
 
 // Defaults that differ from upstream external-provisioner, with the reason in docs/provisioner.md.
@@ -28,6 +27,9 @@ var provisionerFeatureGates = map[string]sidecar.FeatureGate{
 	"CrossNamespaceVolumeDataSource": {Default: false, PreRelease: "Alpha"},
 	"VolumeAttributesClass":          {Default: true, PreRelease: "GA"},
 	"ReleaseLeaderElectionOnExit":    {Default: false, PreRelease: "Alpha"},
+	// GA in v4 and gone from v6, but manifests written for v5 (ceph-csi, rook) still set it;
+	// kubevol always honours the reclaim policy (the PV finalizer).
+	"HonorPVReclaimPolicy": {Default: true, PreRelease: "GA"},
 }
 
 type provisionerOptions struct {
@@ -55,16 +57,7 @@ func newProvisionerCommand() *cobra.Command {
 same flags, writes the same PersistentVolumes, annotations, finalizers, events and metrics, and
 records each CreateVolume in an intent journal first, so that a crash or a deleted claim never
 leaks a backend volume. See docs/provisioner.md for the defaults that differ from upstream.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.showVersion {
-				fmt.Fprintln(cmd.OutOrStdout(), version.String())
-				return nil
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return provisioner.Run(cmd.Context(), o.cfg)
-		},
+		RunE: runSidecar(&o.showVersion, o.validate, func(ctx context.Context) error { return provisioner.Run(ctx, o.cfg) }),
 	}
 	f := cmd.Flags()
 	c := &o.cfg
@@ -157,7 +150,7 @@ func (o *provisionerOptions) validate() error {
 		"Topology":                       "kubevol passes topology whenever the driver has VOLUME_ACCESSIBILITY_CONSTRAINTS",
 		"CrossNamespaceVolumeDataSource": "kubevol does not provision from a data source in another namespace",
 		"VolumeAttributesClass":          "kubevol passes the claim's VolumeAttributesClass parameters whenever the claim names one",
-		"ReleaseLeaderElectionOnExit":    reasonReleaseOnExit,
+		"HonorPVReclaimPolicy":           "kubevol always deletes the volume of a deleted PV whose reclaim policy is Delete",
 	})
 	if c.IntentNamespace == "" {
 		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)

@@ -68,7 +68,6 @@ func (o *resizerOptions) validate() error {
 	warnGates(o.sidecar.FeatureGates, resizerFeatureGates, map[string]string{
 		"AnnotateFsResize":              "kubevol's resizer annotates no PersistentVolume for the node's filesystem resize",
 		"RecoverVolumeExpansionFailure": "kubevol's resizer always records the expansion in status.allocatedResources, so that a failed one can be retried smaller",
-		"ReleaseLeaderElectionOnExit":   reasonReleaseOnExit,
 	})
 	return nil
 }

@@ -98,6 +98,11 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 
 // run executes the command tree of root on args and returns the process exit code.
 func run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), root, args, stdout, stderr)
+}
+
+// runContext is run under parent, which also ends the command.
+func runContext(parent context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	// Every command, at every -v: no secret, token or Secret body in a log line (see
 	// redact.LogFilter for what client-go logs from -v=8 on and why a filter stops it).
 	klog.SetLogFilter(redact.LogFilter{})
@@ -110,7 +115,7 @@ func run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(goFlagArgs(target, args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd, err := root.ExecuteContextC(ctx)
 	defer resetLogging()

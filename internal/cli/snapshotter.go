@@ -154,7 +154,6 @@ func (o *snapshotterOptions) validate() error {
 		klog.Warning("Flag --node-deployment is accepted for compatibility with upstream: kubevol's csi-snapshotter is central, so --leader-election is turned on and one replica snapshots every volume of the driver")
 		o.sidecar.LeaderElection.Enabled = true
 	}
-	warnGates(o.sidecar.FeatureGates, snapshotterFeatureGates, map[string]string{"ReleaseLeaderElectionOnExit": reasonReleaseOnExit})
 	return nil
 }
 
