@@ -10,10 +10,19 @@ import (
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
+// resizerFeatureGates are external-resizer v2.1's gates; others are refused.
+var resizerFeatureGates = map[string]sidecar.FeatureGate{
+	"AnnotateFsResize":              {Default: false, PreRelease: "Alpha"},
+	"RecoverVolumeExpansionFailure": {Default: true, PreRelease: "Beta"},
+	"VolumeAttributesClass":         {Default: true, PreRelease: "GA"},
+	"ReleaseLeaderElectionOnExit":   {Default: false, PreRelease: "Alpha"},
+}
+
 type resizerOptions struct {
 	sidecar        sidecar.Options
 	handleInUseErr bool
 	showVersion    bool
+	automaxprocs   bool
 }
 
 func newResizerCommand() *cobra.Command {
@@ -41,6 +50,12 @@ condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
 	_ = f.MarkHidden("worker-threads")
 	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "After the driver answers FAILED_PRECONDITION, do not ask it again while a pod uses the volume; expand it once no pod uses it.")
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	f.StringVar(&o.sidecar.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the resizer is being run out of cluster.")
+	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	noEffect(f, reasonAutomaxprocs, "automaxprocs")
+	// The flags of the VolumeAttributesClass modify controller (--extra-modify-metadata)
+	// belong to it, with o.sidecar.FeatureGates["VolumeAttributesClass"].
+	o.sidecar.AddFeatureGates(f, resizerFeatureGates)
 	return cmd
 }
 
@@ -50,6 +65,10 @@ func (o *resizerOptions) validate() error {
 		names["WorkerThreads"] = "--workers"
 		return flagError(err, names)
 	}
+	warnGates(o.sidecar.FeatureGates, resizerFeatureGates, map[string]string{
+		"AnnotateFsResize":              "kubevol's resizer annotates no PersistentVolume for the node's filesystem resize",
+		"RecoverVolumeExpansionFailure": "kubevol's resizer always records the expansion in status.allocatedResources, so that a failed one can be retried smaller",
+	})
 	return nil
 }
 
