@@ -12,12 +12,20 @@ import (
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
+// attacherFeatureGates are external-attacher v4.12's gates; others are refused.
+var attacherFeatureGates = map[string]sidecar.FeatureGate{
+	"ReleaseLeaderElectionOnExit":    {Default: false, PreRelease: "Alpha"},
+	"MutableCSINodeAllocatableCount": {Default: false, PreRelease: "Beta"},
+}
+
 type attacherOptions struct {
 	sidecar       sidecar.Options
 	reconcileSync time.Duration
 	maxEntries    int
 	defaultFSType string
 	showVersion   bool
+	maxLogLength  int
+	automaxprocs  bool
 }
 
 func newAttacherCommand() *cobra.Command {
@@ -44,6 +52,11 @@ again.`,
 	f.IntVar(&o.maxEntries, "max-entries", 0, "Max entries per page of the reconciler's ListVolumes calls; 0 means no limit.")
 	f.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type for volumes whose PV names none.")
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	f.IntVar(&o.maxLogLength, "max-grpc-log-length", -1, "The maximum amount of characters logged for every gRPC response (-1: no limit).")
+	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	o.sidecar.AddFeatureGates(f, attacherFeatureGates)
+	noEffect(f, "kubevol logs CSI requests and responses (at -v=5, secrets stripped) whole", "max-grpc-log-length")
+	noEffect(f, reasonAutomaxprocs, "automaxprocs")
 	return cmd
 }
 
@@ -57,6 +70,9 @@ func (o *attacherOptions) validate() error {
 	if o.maxEntries < 0 || o.maxEntries > math.MaxInt32 {
 		return usageErrorf("--max-entries must be between 0 and %d, got %d", math.MaxInt32, o.maxEntries)
 	}
+	warnGates(o.sidecar.FeatureGates, attacherFeatureGates, map[string]string{
+		"MutableCSINodeAllocatableCount": "kubevol's attacher records no error code in VolumeAttachment status",
+	})
 	return nil
 }
 

@@ -22,11 +22,9 @@ func TestProvisionerFlagValidation(t *testing.T) {
 		{[]string{"--http-endpoint=:8080", "--metrics-address=:8081"}, "only one of --metrics-address and --http-endpoint can be set"},
 		{[]string{"--metrics-path=metrics"}, "--metrics-path"},
 		{[]string{"--leader-election", "--leader-election-renew-deadline=20s"}, "--leader-election-lease-duration (15s) > --leader-election-renew-deadline (20s)"},
-		{[]string{"--node-deployment"}, "--node-deployment is not supported"},
 		{[]string{"--capacity-ownerref-level=3"}, "--capacity-ownerref-level must be -1, 0, 1 or 2"},
 		{[]string{"--feature-gates=Nope=true"}, "unrecognized feature gate: Nope"},
 		{[]string{"--feature-gates=Topology=maybe"}, "invalid value of Topology"},
-		{[]string{"--feature-gates=CrossNamespaceVolumeDataSource=true"}, "not supported by kubevol yet"},
 		{[]string{"--timeout=soon"}, "invalid argument"},
 		{[]string{"--leader-election-labels=a=b"}, `"a=b" is not key:value`},
 	} {

@@ -2,28 +2,31 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
-// resizerFeatureGates are external-resizer's gates and their defaults.
-var resizerFeatureGates = map[string]bool{
-	"AnnotateFsResize":              false,
-	"RecoverVolumeExpansionFailure": true,
-	"VolumeAttributesClass":         true,
-	"ReleaseLeaderElectionOnExit":   false,
+// resizerFeatureGates are external-resizer v2.1's gates; others are refused.
+var resizerFeatureGates = map[string]sidecar.FeatureGate{
+	"AnnotateFsResize":              {Default: false, PreRelease: "Alpha"},
+	"RecoverVolumeExpansionFailure": {Default: true, PreRelease: "Beta"},
+	"VolumeAttributesClass":         {Default: true, PreRelease: "GA"},
+	"ReleaseLeaderElectionOnExit":   {Default: false, PreRelease: "Alpha"},
 }
 
 type resizerOptions struct {
 	sidecar        sidecar.Options
 	handleInUseErr bool
 	extraModify    bool
-	featureGates   map[string]bool
+	gates          *pflag.Flag // --feature-gates, to tell a gate set from its default
 	showVersion    bool
+	automaxprocs   bool
 }
 
 func newResizerCommand() *cobra.Command {
@@ -56,8 +59,12 @@ status.currentVolumeAttributesClassName and the PV's class follow once the drive
 	_ = f.MarkHidden("worker-threads")
 	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "After the driver answers FAILED_PRECONDITION, do not ask it again while a pod uses the volume; expand it once no pod uses it.")
 	f.BoolVar(&o.extraModify, "extra-modify-metadata", false, "Add the claim's name and namespace and the PV's name to the parameters of ControllerModifyVolume (csi.storage.k8s.io/pvc/name, pvc/namespace, pv/name).")
-	f.Var(newGatesValue(&o.featureGates, resizerFeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList(resizerFeatureGates))
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	f.StringVar(&o.sidecar.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the resizer is being run out of cluster.")
+	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	noEffect(f, reasonAutomaxprocs, "automaxprocs")
+	o.sidecar.AddFeatureGates(f, resizerFeatureGates)
+	o.gates = f.Lookup("feature-gates")
 	return cmd
 }
 
@@ -67,18 +74,10 @@ func (o *resizerOptions) validate() error {
 		names["WorkerThreads"] = "--workers"
 		return flagError(err, names)
 	}
-	if on, ok := o.featureGates["RecoverVolumeExpansionFailure"]; ok && !on {
-		return usageErrorf("--feature-gates RecoverVolumeExpansionFailure=false is not supported: recovery from expansion failures is GA and always on")
-	}
+	warnGates(o.sidecar.FeatureGates, resizerFeatureGates, map[string]string{
+		"RecoverVolumeExpansionFailure": "kubevol's resizer always records the expansion in status.allocatedResources, so that a failed one can be retried smaller",
+	})
 	return nil
-}
-
-// gate is a feature gate's value: the one set on the command line, else its default.
-func (o *resizerOptions) gate(name string) bool {
-	if on, ok := o.featureGates[name]; ok {
-		return on
-	}
-	return resizerFeatureGates[name]
 }
 
 func (o *resizerOptions) run(ctx context.Context) error {
@@ -87,16 +86,16 @@ func (o *resizerOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer sc.Close()
-	_, vacSet := o.featureGates["VolumeAttributesClass"]
+	// As upstream: a gate left at its default follows what the apiserver serves.
+	vacSet := strings.Contains(o.gates.Value.String(), "VolumeAttributesClass=")
 	ctrl, err := resizer.New(ctx, resizer.Config{
 		ControllerConfig:       sc.ControllerConfig(),
 		HandleVolumeInUseError: o.handleInUseErr,
-		AnnotateFsResize:       o.gate("AnnotateFsResize"),
+		AnnotateFsResize:       o.sidecar.FeatureGates["AnnotateFsResize"],
 		Modify: resizer.ModifyConfig{
-			Enabled:       o.gate("VolumeAttributesClass"),
+			Enabled:       o.sidecar.FeatureGates["VolumeAttributesClass"],
 			ExtraMetadata: o.extraModify,
-			// As upstream: a gate left at its default follows what the apiserver serves.
-			ProbeAPI: !vacSet,
+			ProbeAPI:      !vacSet,
 		},
 	})
 	if err != nil {

@@ -41,26 +41,20 @@ func usageErrorf(format string, args ...any) error {
 // NewRootCommand returns the `kubevol` command with every subcommand attached.
 func NewRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "kubevol",
-		Short:         "kubevol: the Kubernetes volume lifecycle (provisioning, attach, node mount)",
-		Version:       version.Get(),
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:     "kubevol",
+		Short:   "kubevol: the Kubernetes volume lifecycle (provisioning, attach, node mount)",
+		Version: version.Get(),
 	}
 	root.SetVersionTemplate(version.String() + "\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
-
-	// klog's flags (-v, --vmodule, ...) are global, as in every Kubernetes component.
-	goflags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(goflags)
-	root.PersistentFlags().AddGoFlagSet(goflags)
-
+	setupRoot(root)
 	root.AddCommand(
 		newUpCommand(),
 		newProvisionerCommand(),
 		newAttacherCommand(),
 		newResizerCommand(),
 		newSnapshotterCommand(),
+		newCSISnapshotterCommand(),
+		newSnapshotControllerCommand(),
 		newNodeCommand(),
 		newCSRApproverCommand(),
 		newDriverCommand(),
@@ -76,19 +70,55 @@ func NewRootCommand() *cobra.Command {
 	return root
 }
 
-// Execute runs the command line and returns the process exit code.
+// setupRoot makes cmd the root of a command tree: usage errors exit 2 and print one line,
+// and the logging flags are global, as in every Kubernetes component.
+func setupRoot(cmd *cobra.Command) {
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &UsageError{Err: err} })
+	goflags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(goflags)
+	cmd.PersistentFlags().AddGoFlagSet(goflags)
+	logging := &loggingOptions{klog: goflags}
+	logging.addFlags(cmd.PersistentFlags())
+	// After parsing, before any command runs: the log format first, so that the warnings
+	// about flags without effect are written in it.
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := logging.apply(c.OutOrStdout(), c.ErrOrStderr()); err != nil {
+			return err
+		}
+		warnNoEffect(c)
+		return nil
+	}
+}
+
+// Execute runs the kubevol command line args (os.Args[1:]) and returns the process exit code.
 func Execute(args []string, stdout, stderr io.Writer) int {
+	return run(NewRootCommand(), args, stdout, stderr)
+}
+
+// run executes the command tree of root on args and returns the process exit code.
+func run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), root, args, stdout, stderr)
+}
+
+// runContext is run under parent, which also ends the command.
+func runContext(parent context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	// Every command, at every -v: no secret, token or Secret body in a log line (see
 	// redact.LogFilter for what client-go logs from -v=8 on and why a filter stops it).
 	klog.SetLogFilter(redact.LogFilter{})
-	root := NewRootCommand()
-	root.SetArgs(args)
+	target := root
+	if c, _, err := root.Find(args); err == nil && c != nil {
+		target = c
+	}
+	target.InitDefaultHelpFlag()
+	root.InitDefaultVersionFlag()
+	root.SetArgs(goFlagArgs(target, args))
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd, err := root.ExecuteContextC(ctx)
-	defer klog.Flush()
+	defer resetLogging()
 	if err == nil {
 		return exitOK
 	}

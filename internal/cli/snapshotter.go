@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -24,9 +26,9 @@ import (
 
 // snapshotterFeatureGates are the gates of the upstream snapshot-controller and
 // csi-snapshotter; group snapshots are not implemented, so the gate only is accepted.
-var snapshotterFeatureGates = map[string]bool{
-	"CSIVolumeGroupSnapshot":      true,
-	"ReleaseLeaderElectionOnExit": false,
+var snapshotterFeatureGates = map[string]sidecar.FeatureGate{
+	"CSIVolumeGroupSnapshot":      {Default: true, PreRelease: "GA"},
+	"ReleaseLeaderElectionOnExit": {Default: false, PreRelease: "Alpha"},
 }
 
 type snapshotterOptions struct {
@@ -42,13 +44,35 @@ type snapshotterOptions struct {
 	distributed         bool
 	preventModeChange   bool
 	retryCRDMax         time.Duration
-	featureGates        map[string]bool
 	automaxprocs        bool
 	showVersion         bool
 }
 
-func newSnapshotterCommand() *cobra.Command {
-	o := &snapshotterOptions{}
+// snapshotterRole selects what a snapshotter command runs and which flags it takes.
+type snapshotterRole int
+
+const (
+	bothRoles      snapshotterRole = iota // kubevol snapshotter: either or both, for kubevol up
+	sidecarRole                           // csi-snapshotter: upstream's sidecar and its flags only
+	controllerRole                        // snapshot-controller: upstream's controller and its flags only
+)
+
+// Flags only one of upstream's two binaries has (the others they share).
+var (
+	csiSnapshotterOnlyFlags = []string{"csi-address", "timeout", "metrics-address", "leader-election-labels",
+		"snapshot-name-prefix", "snapshot-name-uuid-length", "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length",
+		"extra-create-metadata", "node-deployment"}
+	snapshotControllerOnlyFlags = []string{"enable-distributed-snapshotting", "prevent-volume-mode-conversion", "retry-crd-interval-max"}
+)
+
+func newSnapshotterCommand() *cobra.Command { return newSnapshotterRoleCommand(bothRoles) }
+
+func newCSISnapshotterCommand() *cobra.Command { return newSnapshotterRoleCommand(sidecarRole) }
+
+func newSnapshotControllerCommand() *cobra.Command { return newSnapshotterRoleCommand(controllerRole) }
+
+func newSnapshotterRoleCommand(role snapshotterRole) *cobra.Command {
+	o := &snapshotterOptions{controllerRole: role != sidecarRole, sidecarRole: role != controllerRole}
 	cmd := &cobra.Command{
 		Use:   "snapshotter",
 		Short: "VolumeSnapshots: the snapshot-controller and the csi-snapshotter sidecar, either or both",
@@ -57,27 +81,56 @@ Leases, annotations and finalizers: the snapshot-controller (--snapshot-controll
 cluster: default classes, contents of dynamic snapshots, binding, finalizers, deletion) and the
 csi-snapshotter sidecar (--csi-snapshotter; one per driver: CreateSnapshot, ListSnapshots,
 DeleteSnapshot and the contents' status). Both run by default; turn one off to run beside the
-other's upstream counterpart. A kill -9 at any point leaks no backend snapshot.`,
+other's upstream counterpart, or run csi-snapshotter or snapshot-controller, which are one role
+each with exactly that upstream binary's flags. A kill -9 at any point leaks no backend snapshot.`,
 		RunE: runSidecar(&o.showVersion, o.validate, o.run),
 	}
-	f := cmd.Flags()
+	switch role {
+	case sidecarRole:
+		cmd.Use, cmd.Short = "csi-snapshotter", "The csi-snapshotter sidecar alone: CreateSnapshot, DeleteSnapshot and the contents' status for the driver at --csi-address"
+		cmd.Long = `csi-snapshotter replaces kubernetes-csi/external-snapshotter's csi-snapshotter sidecar, with its
+flags, Lease (external-snapshotter-leader-<driver>), annotations and finalizers. It runs beside
+a snapshot-controller, kubevol's or upstream's.`
+	case controllerRole:
+		cmd.Use, cmd.Short = "snapshot-controller", "The snapshot-controller alone: default classes, dynamic contents, binding and deletion; needs no driver"
+		cmd.Long = `snapshot-controller replaces kubernetes-csi/external-snapshotter's snapshot-controller, with its
+flags, Lease (` + snapshotter.ControllerLease + `), annotations and finalizers. Run one per cluster.`
+	}
+	all := pflag.NewFlagSet(cmd.Use, pflag.ContinueOnError)
 	// Upstream's defaults (a 1 min CSI timeout), except the client QPS, as for the other sidecars.
-	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: time.Minute, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
+	o.sidecar.AddFlags(all, sidecar.Defaults{Timeout: time.Minute, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
 		Resync: 15 * time.Minute, ResyncFlag: "resync-period"})
-	f.BoolVar(&o.controllerRole, "snapshot-controller", true, "Run the snapshot-controller role (Lease "+snapshotter.ControllerLease+").")
-	f.BoolVar(&o.sidecarRole, "csi-snapshotter", true, "Run the csi-snapshotter role for the driver at --csi-address (Lease external-snapshotter-leader-<driver>).")
-	f.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
-	f.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
-	f.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
-	f.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
-	f.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
-	f.BoolVar(&o.nodeDeployment, "node-deployment", false, "Not supported: distributed snapshotting.")
-	f.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Not supported: distributed snapshotting.")
-	f.BoolVar(&o.preventModeChange, "prevent-volume-mode-conversion", true, "Record the source volume mode on new contents, so that a restore cannot change it.")
-	f.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
-	f.Var(newGatesValue(&o.featureGates, snapshotterFeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates: "+gateList(snapshotterFeatureGates))
-	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself.")
-	f.BoolVar(&o.showVersion, "version", false, "Show version.")
+	o.sidecar.AddFeatureGates(all, snapshotterFeatureGates)
+	if role == bothRoles {
+		all.BoolVar(&o.controllerRole, "snapshot-controller", true, "Run the snapshot-controller role (Lease "+snapshotter.ControllerLease+").")
+		all.BoolVar(&o.sidecarRole, "csi-snapshotter", true, "Run the csi-snapshotter role for the driver at --csi-address (Lease external-snapshotter-leader-<driver>).")
+	}
+	all.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
+	all.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
+	all.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
+	all.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
+	all.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
+	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Upstream: one csi-snapshotter per node for node-local volumes. kubevol's is central: replicas share the Lease (leader election is turned on).")
+	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Upstream: label contents with their volume's node for per-node csi-snapshotters. Accepted with no effect.")
+	noEffect(all, "kubevol's csi-snapshotter is central, so contents carry no node label", "enable-distributed-snapshotting")
+	all.BoolVar(&o.preventModeChange, "prevent-volume-mode-conversion", true, "Record the source volume mode on new contents, so that a restore cannot change it.")
+	all.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
+	all.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
+	noEffect(all, reasonAutomaxprocs, "automaxprocs")
+	noEffect(all, "group snapshots are not implemented", "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length")
+	all.BoolVar(&o.showVersion, "version", false, "Show version.")
+	var skip []string
+	switch role {
+	case sidecarRole:
+		skip = snapshotControllerOnlyFlags
+	case controllerRole:
+		skip = csiSnapshotterOnlyFlags
+	}
+	all.VisitAll(func(fl *pflag.Flag) {
+		if !slices.Contains(skip, fl.Name) {
+			cmd.Flags().AddFlag(fl)
+		}
+	})
 	return cmd
 }
 
@@ -92,10 +145,14 @@ func (o *snapshotterOptions) validate() error {
 		return usageErrorf("--snapshot-name-prefix must not be empty")
 	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
 		return usageErrorf("--snapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.uuidLength)
-	case o.nodeDeployment || o.distributed:
-		return usageErrorf("--node-deployment and --enable-distributed-snapshotting are not supported by kubevol")
 	case o.retryCRDMax <= 0:
 		return usageErrorf("--retry-crd-interval-max must be positive, got %s", o.retryCRDMax)
+	}
+	if o.nodeDeployment && o.sidecarRole && !o.sidecar.LeaderElection.Enabled {
+		// As the provisioner's --node-deployment: one central sidecar under the Lease, not
+		// one per node that would each call CreateSnapshot for every content.
+		klog.Warning("Flag --node-deployment is accepted for compatibility with upstream: kubevol's csi-snapshotter is central, so --leader-election is turned on and one replica snapshots every volume of the driver")
+		o.sidecar.LeaderElection.Enabled = true
 	}
 	return nil
 }

@@ -15,8 +15,6 @@ func TestSnapshotterFlagValidation(t *testing.T) {
 		{[]string{"--snapshot-name-prefix="}, "--snapshot-name-prefix must not be empty"},
 		{[]string{"--snapshot-name-uuid-length=0"}, "--snapshot-name-uuid-length must be -1 or between 1 and 32, got 0"},
 		{[]string{"--snapshot-name-uuid-length=33"}, "got 33"},
-		{[]string{"--node-deployment"}, "not supported"},
-		{[]string{"--enable-distributed-snapshotting"}, "not supported"},
 		{[]string{"--resync-period=0s"}, "--resync-period must be positive"},
 		{[]string{"--retry-crd-interval-max=0s"}, "--retry-crd-interval-max must be positive"},
 		{[]string{"--worker-threads=0"}, "--worker-threads must be between 1 and 10000"},

@@ -58,7 +58,7 @@ func Connect(ctx context.Context, component string, o *Options) (*Sidecar, error
 		return nil, err
 	}
 	klog.FromContext(ctx).Info("Waiting for the CSI driver", "address", o.CSIAddress)
-	if err := s.CSI.ProbeForever(ctx); err != nil {
+	if err := waitForDriver(ctx, s.CSI, o.CSIAddress); err != nil {
 		s.CSI.Close()
 		return nil, err
 	}

@@ -17,7 +17,10 @@ package sidecar
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +58,9 @@ type Options struct {
 	MetricsPath        string
 	// Resync is the informers' resync period: the safety net of level-triggered sync.
 	Resync time.Duration
+	// FeatureGates holds every gate the sidecar knows (AddFeatureGates), at its default
+	// unless --feature-gates set it.
+	FeatureGates map[string]bool
 }
 
 // Defaults are the per-sidecar defaults of the shared flags.
@@ -218,6 +224,90 @@ func (l *labelsValue) Set(s string) error {
 			return fmt.Errorf("%q is not key:value", kv)
 		}
 		(*l.m)[k] = v
+	}
+	return nil
+}
+
+// FeatureGate is one gate of an upstream sidecar's --feature-gates.
+type FeatureGate struct {
+	Default bool
+	// PreRelease is Alpha, Beta or GA: AllAlpha=true and AllBeta=true turn on the gates of
+	// their stage that the flag does not name, as component-base's gates do.
+	PreRelease string
+}
+
+// AddFeatureGates registers --feature-gates with the gates known to the sidecar, as
+// upstream's k=v,k2=v2 form (strconv booleans). An unknown gate is a parse error, so the
+// command exits 2, as upstream refuses it.
+func (o *Options) AddFeatureGates(f *pflag.FlagSet, known map[string]FeatureGate) {
+	o.FeatureGates = map[string]bool{}
+	for name, g := range known {
+		o.FeatureGates[name] = g.Default
+	}
+	f.Var(&gatesValue{gates: o.FeatureGates, known: known}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. Options are:\n"+GateList(known))
+}
+
+// GateList describes the known gates, one a line, as upstream's help does.
+func GateList(known map[string]FeatureGate) string {
+	out := []string{"AllAlpha=true|false (ALPHA - default=false)", "AllBeta=true|false (BETA - default=false)"}
+	for _, name := range slices.Sorted(maps.Keys(known)) {
+		g := known[name]
+		out = append(out, fmt.Sprintf("%s=true|false (%s - default=%v)", name, strings.ToUpper(g.PreRelease), g.Default))
+	}
+	return strings.Join(out, "\n")
+}
+
+type gatesValue struct {
+	gates map[string]bool
+	known map[string]FeatureGate
+	set   []string // the gates the flag named, in order
+}
+
+func (g *gatesValue) Type() string { return "mapStringBool" }
+
+func (g *gatesValue) String() string {
+	var out []string
+	for _, name := range g.set {
+		out = append(out, fmt.Sprintf("%s=%v", name, g.gates[name]))
+	}
+	return strings.Join(out, ",")
+}
+
+func (g *gatesValue) Set(s string) error {
+	stages := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok {
+			return fmt.Errorf("missing bool value for %s", k)
+		}
+		on, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("invalid value of %s=%s, err: %v", k, v, err)
+		}
+		switch k {
+		case "AllAlpha":
+			stages["Alpha"] = on
+			continue
+		case "AllBeta":
+			stages["Beta"] = on
+			continue
+		}
+		if _, known := g.known[k]; !known {
+			return fmt.Errorf("unrecognized feature gate: %s", k)
+		}
+		g.gates[k] = on
+		if !slices.Contains(g.set, k) {
+			g.set = append(g.set, k)
+		}
+	}
+	for name, gate := range g.known {
+		if on, ok := stages[gate.PreRelease]; ok && !slices.Contains(g.set, name) {
+			g.gates[name] = on
+		}
 	}
 	return nil
 }
