@@ -20,15 +20,14 @@ func TestNodeExpansionNotRequired(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "2Gi", nil)
 	drv := newModifyDriver()
 	e := startConfig(t, drv, Config{}, pvc, pv)
-	got := e.waitClaim("data", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
-	if got.Annotations[AnnNodeExpansionNotRequired] != "true" {
-		t.Fatalf("annotations = %v, want %s=true", got.Annotations, AnnNodeExpansionNotRequired)
-	}
+	e.waitClaim("data", "expanded and marked", func(c *corev1.PersistentVolumeClaim) bool {
+		return storageQ(c.Status.Capacity) == gi(2) && c.Annotations[AnnNodeExpansionNotRequired] == "true"
+	})
 	drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 		return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 	})
 	e.setRequest("data", "3Gi")
-	got = e.waitClaim("data", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.waitClaim("data", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	if _, ok := got.Annotations[AnnNodeExpansionNotRequired]; ok {

@@ -54,8 +54,8 @@ type modifier struct {
 	// restart it is empty: a claim InProgress keeps its target until the driver answers
 	// for good (upstream's uncertain claims).
 	finalErrors controller.Writes[string]
-	// infeasible holds the claims whose target the driver refused with INVALID_ARGUMENT:
-	// the same target is tried again only after --retry-interval-max (upstream's slow set).
+	// infeasible holds, per claim, the class the driver refused with INVALID_ARGUMENT: that
+	// class is tried again only after --retry-interval-max (upstream's slow set).
 	infeasible controller.Writes[string]
 }
 
@@ -226,14 +226,6 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *corev1.Persist
 		// so the volume stays as it is.
 		return c.modifyCancelled(ctx, pvc)
 	}
-	if st != nil && st.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible && st.TargetVolumeAttributesClassName == spec {
-		if m.infeasible.Pending(key) {
-			// The driver refused this class for good: asked again only at the slow rate.
-			return controller.RetryAfter(m.infeasible.Remaining(key))
-		}
-	} else {
-		m.infeasible.Forget(key)
-	}
 	if inProgress && (spec == "" || !m.finalErrors.Pending(key)) {
 		// The last call may still run in the driver (a timeout, a restart): it is
 		// finished with the same class before the target may change.
@@ -242,6 +234,12 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *corev1.Persist
 			return err
 		}
 		return c.controllerModify(ctx, key, pvc, pv, vac)
+	}
+	if m.infeasible.Is(key, spec) {
+		// The driver refused this very class for good: it is asked again only at the slow
+		// rate (upstream's slow set); another class goes ahead at once. The mark names the
+		// class, so a cache that lags behind the Infeasible write cannot clear it.
+		return controller.RetryAfter(m.infeasible.Remaining(key))
 	}
 	vac, err := c.modifyClass(pvc, spec)
 	if apierrors.IsNotFound(err) {
@@ -308,7 +306,7 @@ func (c *Controller) controllerModify(ctx context.Context, key string, pvc *core
 		// Only INVALID_ARGUMENT makes a class infeasible, as upstream.
 		state = corev1.PersistentVolumeClaimModifyVolumeInfeasible
 		m.finalErrors.Expect(key, "")
-		m.infeasible.Expect(key, "")
+		m.infeasible.Expect(key, vac.Name)
 	default:
 		m.finalErrors.Expect(key, "")
 	}
