@@ -21,3 +21,9 @@ var Manifests embed.FS
 //
 //go:embed snapshot/*.yaml
 var Snapshot embed.FS
+
+// Modify holds modify/: VolumeAttributesClasses of the kubevol driver, which `kubevol up
+// --demo` applies to the demo's claim, in use, to make it read-only and writable again.
+//
+//go:embed modify/*.yaml
+var Modify embed.FS

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -21,6 +23,8 @@ var resizerFeatureGates = map[string]sidecar.FeatureGate{
 type resizerOptions struct {
 	sidecar        sidecar.Options
 	handleInUseErr bool
+	extraModify    bool
+	gates          *pflag.Flag // --feature-gates, to tell a gate set from its default
 	showVersion    bool
 	automaxprocs   bool
 }
@@ -36,7 +40,12 @@ the size in status.allocatedResources, calls ControllerExpandVolume, grows the P
 finishes the claim (status.capacity) or leaves it NodeResizePending with the condition
 FileSystemResizePending for the node. A driver without EXPAND_VOLUME gets its PVs grown without
 a call, as upstream's trivial resizer does. Failures are events, the ControllerResizeError
-condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
+condition and, when the driver refuses for good, ControllerResizeInfeasible.
+
+With a driver that has MODIFY_VOLUME (and the VolumeAttributesClass gate, on by default), a
+bound claim's spec.volumeAttributesClassName becomes ControllerModifyVolume with the class's
+parameters; status.modifyVolumeStatus says InProgress, Infeasible or Pending, and
+status.currentVolumeAttributesClassName and the PV's class follow once the driver agrees.`,
 		RunE: runSidecar(&o.showVersion, o.validate, o.run),
 	}
 	f := cmd.Flags()
@@ -49,13 +58,13 @@ condition and, when the driver refuses for good, ControllerResizeInfeasible.`,
 	f.IntVar(&o.sidecar.WorkerThreads, "workers", 10, "Number of claims expanded at once.")
 	_ = f.MarkHidden("worker-threads")
 	f.BoolVar(&o.handleInUseErr, "handle-volume-inuse-error", true, "After the driver answers FAILED_PRECONDITION, do not ask it again while a pod uses the volume; expand it once no pod uses it.")
+	f.BoolVar(&o.extraModify, "extra-modify-metadata", false, "Add the claim's name and namespace and the PV's name to the parameters of ControllerModifyVolume (csi.storage.k8s.io/pvc/name, pvc/namespace, pv/name).")
 	f.BoolVar(&o.showVersion, "version", false, "Show version.")
 	f.StringVar(&o.sidecar.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the resizer is being run out of cluster.")
 	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	noEffect(f, reasonAutomaxprocs, "automaxprocs")
-	// The flags of the VolumeAttributesClass modify controller (--extra-modify-metadata)
-	// belong to it, with o.sidecar.FeatureGates["VolumeAttributesClass"].
 	o.sidecar.AddFeatureGates(f, resizerFeatureGates)
+	o.gates = f.Lookup("feature-gates")
 	return cmd
 }
 
@@ -66,7 +75,6 @@ func (o *resizerOptions) validate() error {
 		return flagError(err, names)
 	}
 	warnGates(o.sidecar.FeatureGates, resizerFeatureGates, map[string]string{
-		"AnnotateFsResize":              "kubevol's resizer annotates no PersistentVolume for the node's filesystem resize",
 		"RecoverVolumeExpansionFailure": "kubevol's resizer always records the expansion in status.allocatedResources, so that a failed one can be retried smaller",
 	})
 	return nil
@@ -78,9 +86,17 @@ func (o *resizerOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer sc.Close()
+	// As upstream: a gate left at its default follows what the apiserver serves.
+	vacSet := strings.Contains(o.gates.Value.String(), "VolumeAttributesClass=")
 	ctrl, err := resizer.New(ctx, resizer.Config{
 		ControllerConfig:       sc.ControllerConfig(),
 		HandleVolumeInUseError: o.handleInUseErr,
+		AnnotateFsResize:       o.sidecar.FeatureGates["AnnotateFsResize"],
+		Modify: resizer.ModifyConfig{
+			Enabled:       o.sidecar.FeatureGates["VolumeAttributesClass"],
+			ExtraMetadata: o.extraModify,
+			ProbeAPI:      !vacSet,
+		},
 	})
 	if err != nil {
 		return err

@@ -20,6 +20,9 @@ func TestResizerFlagValidation(t *testing.T) {
 		{[]string{"--http-endpoint=:8080", "--metrics-address=:8081"}, "only one of --metrics-address and --http-endpoint can be set"},
 		{[]string{"--handle-volume-inuse-error=maybe"}, "invalid argument"},
 		{[]string{"--resync=1m"}, "unknown flag: --resync"},
+		{[]string{"--feature-gates=Bogus=true"}, "unrecognized feature gate: Bogus"},
+		{[]string{"--feature-gates=VolumeAttributesClass=maybe"}, "invalid value of VolumeAttributesClass"},
+		{[]string{"--extra-modify-metadata=maybe"}, "invalid argument"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("KUBECONFIG", "")
@@ -43,7 +46,8 @@ func TestResizerFlagsMatchUpstream(t *testing.T) {
 	}
 	help := stdout.String()
 	for _, want := range []string{"--workers int", "(default 10)", "--timeout duration", "(default 10s)", "--resync-period duration", "--handle-volume-inuse-error", "(default true)",
-		"--kube-api-qps float32", "(default 200)", "--kube-api-burst int", "(default 400)", "--leader-election-namespace", "--http-endpoint", "--metrics-path"} {
+		"--kube-api-qps float32", "(default 200)", "--kube-api-burst int", "(default 400)", "--leader-election-namespace", "--http-endpoint", "--metrics-path",
+		"--extra-modify-metadata", "--feature-gates", "VolumeAttributesClass=true|false (GA - default=true)", "AnnotateFsResize=true|false (ALPHA - default=false)"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}

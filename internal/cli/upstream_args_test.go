@@ -87,10 +87,9 @@ var upstreamArgs = []struct {
 	// The flags kubevol accepts without honouring them: one warning line each.
 	{"attacher compatibility flags", "/csi-attacher", []string{"--max-grpc-log-length=200", "--automaxprocs", "--feature-gates=MutableCSINodeAllocatableCount=true", "--logging-format=text", "--log-flush-frequency=10s"},
 		nil, []string{"--max-grpc-log-length", "--automaxprocs", "MutableCSINodeAllocatableCount=true"}},
-	{"resizer compatibility flags", "/csi-resizer", []string{"--master=https://127.0.0.1:6443", "--automaxprocs=true", "--feature-gates=AnnotateFsResize=true,VolumeAttributesClass=true", "--log-text-split-stream", "--log-text-info-buffer-size=4Ki"},
-		nil, []string{"--automaxprocs", "AnnotateFsResize=true", "--log-text-split-stream", "--log-text-info-buffer-size"}},
-	// The resizer's --extra-modify-metadata (upstream v2.1) arrives with the modify
-	// controller (branch i22-modify); until then it is not in this table.
+	// AnnotateFsResize and --extra-modify-metadata are honoured: no warning.
+	{"resizer compatibility flags", "/csi-resizer", []string{"--master=https://127.0.0.1:6443", "--automaxprocs=true", "--feature-gates=AnnotateFsResize=true,VolumeAttributesClass=true", "--extra-modify-metadata", "--log-text-split-stream", "--log-text-info-buffer-size=4Ki"},
+		nil, []string{"--automaxprocs", "--log-text-split-stream", "--log-text-info-buffer-size"}},
 	{"provisioner compatibility flags", "/csi-provisioner", []string{"--enable-pprof", "--cloning-protection-threads=2", "--capacity-threads=2", "--snapshot-orphan-sweep-interval=1m", "--node-deployment-immediate-binding=false", "--node-deployment-base-delay=10s", "--node-deployment-max-delay=30s", "--max-grpc-log-length=100"},
 		nil, []string{"--enable-pprof", "--cloning-protection-threads", "--capacity-threads", "--snapshot-orphan-sweep-interval", "--node-deployment-immediate-binding", "--node-deployment-base-delay", "--node-deployment-max-delay"}},
 	// (--max-grpc-log-length is the attacher's only: the provisioner refuses it, below.)

@@ -17,8 +17,7 @@ var upstreamFlags = map[string]string{
 		node-deployment-max-delay controller-publish-readonly prevent-volume-mode-conversion feature-gates`,
 	"csi-attacher": standardFlags + loggingFlags + `automaxprocs resync timeout retry-interval-start retry-interval-max
 		worker-threads max-entries default-fstype reconcile-sync max-grpc-log-length feature-gates`,
-	// --extra-modify-metadata arrives with the modify controller (branch i22-modify).
-	"csi-resizer": loggingFlags + `automaxprocs master kubeconfig resync-period workers csi-address timeout version
+	"csi-resizer": loggingFlags + `automaxprocs master kubeconfig resync-period workers csi-address timeout version extra-modify-metadata
 		retry-interval-start retry-interval-max leader-election leader-election-namespace leader-election-lease-duration
 		leader-election-renew-deadline leader-election-retry-period metrics-address http-endpoint metrics-path
 		kube-api-qps kube-api-burst handle-volume-inuse-error feature-gates`,

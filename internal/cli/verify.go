@@ -18,6 +18,8 @@ type verifyOptions struct {
 	o               verify.Options
 	junit           string
 	blockParameters string
+	modifyParams    string
+	infeasibleMod   string
 }
 
 // errCasesFailed makes verify exit 1 after printing its table.
@@ -34,7 +36,8 @@ capabilities allow, each case in a namespace of its own that it deletes afterwar
 the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inline and generic
 ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
 restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
-reclaim Delete and Retain, and nothing left behind.
+reclaim Delete and Retain, volume modification by a VolumeAttributesClass (--modify-parameters)
+with an infeasible class and its rollback, and nothing left behind.
 
 The driver's capabilities come from its CSIDriver object and, when its socket is on this machine,
 from the driver itself. A case they do not allow is "not applicable", with the reason; so is a case
@@ -59,6 +62,8 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
 	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
 	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
+	f.StringVar(&o.modifyParams, "modify-parameters", "", "key=value,... parameters of a VolumeAttributesClass the driver accepts, for the modification cases (default for *.kubevol.io drivers: readOnly=true)")
+	f.StringVar(&o.infeasibleMod, "infeasible-modify-parameters", "", "key=value,... parameters the driver refuses with INVALID_ARGUMENT, for the infeasible modification case (default: a key no driver knows)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
 	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
@@ -84,14 +89,24 @@ func (o *verifyOptions) validate() error {
 			return usageErrorf("--junit %s: %v", o.junit, err)
 		}
 	}
-	if o.blockParameters != "" {
-		o.o.BlockParameters = map[string]string{}
-		for _, kv := range strings.Split(o.blockParameters, ",") {
+	for _, p := range []struct {
+		flag, value string
+		into        *map[string]string
+	}{
+		{"block-parameters", o.blockParameters, &o.o.BlockParameters},
+		{"modify-parameters", o.modifyParams, &o.o.ModifyParameters},
+		{"infeasible-modify-parameters", o.infeasibleMod, &o.o.InfeasibleModifyParameters},
+	} {
+		if p.value == "" {
+			continue
+		}
+		*p.into = map[string]string{}
+		for _, kv := range strings.Split(p.value, ",") {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
-				return usageErrorf("--block-parameters %q: want key=value,...", o.blockParameters)
+				return usageErrorf("--%s %q: want key=value,...", p.flag, p.value)
 			}
-			o.o.BlockParameters[k] = v
+			(*p.into)[k] = v
 		}
 	}
 	return nil

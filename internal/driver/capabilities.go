@@ -24,6 +24,7 @@ func (c *Config) controllerCapabilities() []csi.ControllerServiceCapability_RPC_
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	}
 	if c.AttachRequired {
 		caps = append(caps,

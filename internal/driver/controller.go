@@ -40,6 +40,9 @@ type controller struct {
 	// that take space. peer reports what the node's records hold (nil: no node).
 	pool *pool
 	peer func(typ string) []hold
+	// modified applies a volume's new mutable parameters to its live publishes, when the
+	// node service runs in this process; the caller holds the volume's in-flight lock.
+	modified func(ctx context.Context, id string, mutable map[string]string) error
 }
 
 func controllerLayout(stateDir string) backend.Layout {

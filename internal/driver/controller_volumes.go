@@ -30,8 +30,11 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported: the driver has no MODIFY_VOLUME capability")
+	if len(req.GetMutableParameters()) > 0 && c.cfg.off[WithoutModify] {
+		return nil, status.Error(codes.InvalidArgument, "mutable_parameters: the driver runs --without modify")
+	}
+	if err := validateMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
 	}
 	if r := c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)
@@ -124,10 +127,12 @@ func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volum
 		CapacityBytes: size,
 		FsType:        params.fsType,
 		Parameters:    maps.Clone(req.GetParameters()),
-		Source:        source,
-		Node:          c.cfg.NodeID,
-		CreatedAt:     time.Now().UTC(),
-		Creating:      true,
+		// The class's mutable parameters hold from the start, as ControllerModifyVolume's.
+		MutableParameters: recordedMutable(req.GetMutableParameters()),
+		Source:            source,
+		Node:              c.cfg.NodeID,
+		CreatedAt:         time.Now().UTC(),
+		Creating:          true,
 	}, fromPath, nil
 }
 
@@ -306,7 +311,7 @@ func (c *controller) ListVolumes(_ context.Context, req *csi.ListVolumesRequest)
 		for _, id := range page {
 			v := c.st.Volumes[id]
 			resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
-				Volume: c.csiVolume(v),
+				Volume: reportMutable(c.csiVolume(v), v),
 				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
 			})
 		}
@@ -330,7 +335,7 @@ func (c *controller) ControllerGetVolume(_ context.Context, req *csi.ControllerG
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
 	return &csi.ControllerGetVolumeResponse{
-		Volume: c.csiVolume(v),
+		Volume: reportMutable(c.csiVolume(v), v),
 		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: sortedKeys(v.Attachments)},
 	}, nil
 }

@@ -101,6 +101,7 @@ func New(cfg Config) (*Driver, error) {
 			if d.cfg.off[WithoutControllerExpansion] {
 				d.node.grow = d.ctrl.expand
 			}
+			d.ctrl.modified = d.node.applyMutable
 		}
 	}
 	// Start-up repairs run once both sides are known, so that each sees the other's holds.

@@ -175,7 +175,8 @@ func (n *node) mountPublish(p *state.Publish) error {
 		return err
 	}
 	opts := []string{"bind"}
-	if p.ReadOnly {
+	// A volume made read-only by its mutable parameters is mounted so wherever it is published.
+	if p.ReadOnly || (!p.Ephemeral && n.readOnlyVolume(p.VolumeID)) {
 		opts = append(opts, "ro")
 	}
 	if p.Block {

@@ -33,11 +33,14 @@ const (
 	WithoutSnapshots = "snapshots"
 	// WithoutBlock refuses raw block access in every call that takes a capability.
 	WithoutBlock = "block"
+	// WithoutModify drops MODIFY_VOLUME: ControllerModifyVolume answers UNIMPLEMENTED and
+	// CreateVolume refuses mutable_parameters.
+	WithoutModify = "modify"
 )
 
 // WithoutNames lists every name Config.Without accepts.
 var WithoutNames = []string{WithoutStaging, WithoutPluginExpansion, WithoutControllerExpansion,
-	WithoutListVolumes, WithoutGetCapacity, WithoutSnapshots, WithoutBlock}
+	WithoutListVolumes, WithoutGetCapacity, WithoutSnapshots, WithoutBlock, WithoutModify}
 
 // without is the parsed Config.Without.
 type without map[string]bool
@@ -73,6 +76,7 @@ var controllerRPCOff = map[string][]csi.ControllerServiceCapability_RPC_Type{
 	WithoutGetCapacity:         {csi.ControllerServiceCapability_RPC_GET_CAPACITY},
 	WithoutSnapshots: {csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_GET_SNAPSHOT},
+	WithoutModify: {csi.ControllerServiceCapability_RPC_MODIFY_VOLUME},
 }
 
 // methodsOff maps a switched-off capability to the RPCs that then answer UNIMPLEMENTED, as
@@ -83,6 +87,7 @@ var methodsOff = map[string][]string{
 	WithoutListVolumes:         {"ListVolumes"},
 	WithoutGetCapacity:         {"GetCapacity"},
 	WithoutSnapshots:           {"CreateSnapshot", "DeleteSnapshot", "ListSnapshots", "GetSnapshot"},
+	WithoutModify:              {"ControllerModifyVolume"},
 }
 
 func (w without) filterController(caps []csi.ControllerServiceCapability_RPC_Type) []csi.ControllerServiceCapability_RPC_Type {

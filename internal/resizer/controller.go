@@ -31,6 +31,12 @@ type Config struct {
 	// HandleVolumeInUseError (upstream --handle-volume-inuse-error) holds back the expansion
 	// of a volume that a pod uses once the driver refused it with FAILED_PRECONDITION.
 	HandleVolumeInUseError bool
+	// AnnotateFsResize (upstream's alpha gate) records the claim's size before an expansion
+	// on the PV (volume.alpha.kubernetes.io/pre-resize-capacity) until the node finished,
+	// so that a claim deleted and re-created meanwhile can still be finished by the node.
+	AnnotateFsResize bool
+	// Modify configures volume modification (VolumeAttributesClass); see modify.go.
+	Modify ModifyConfig
 }
 
 // Controller expands the driver's volumes when their claims ask for more storage.
@@ -58,6 +64,11 @@ type Controller struct {
 	// FAILED_PRECONDITION: while a pod uses one, the driver is not asked again (upstream's
 	// in-use error). After a restart it is empty, and the driver is asked once more.
 	inUseErrors controller.Writes[string]
+
+	// mod is the modification half, nil when it is off; locks keeps the expansion and the
+	// modification of one claim apart.
+	mod   *modifier
+	locks claimLocks
 }
 
 // mark sets or clears key's mark in w.
@@ -115,8 +126,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
+	if err := c.setupModify(ctx, factory, caps.Controller[modifyCapability]); err != nil {
+		return nil, err
+	}
 	c.runner.AddSource(controller.Informers(factory))
-	controller.Handle(c.runner, c.queue, cfg.Workers, c.syncClaim)
+	controller.Handle(c.runner, c.queue, cfg.Workers, c.serialised(c.syncClaim))
 	return c, nil
 }
 
@@ -124,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
 	klog.FromContext(ctx).Info("Starting resizer", "driver", c.cfg.DriverName, "controllerExpand", c.expands,
-		"watchPods", c.pods != nil, "workers", c.cfg.Workers)
+		"watchPods", c.pods != nil, "modify", c.mod != nil, "workers", c.cfg.Workers)
 	return c.runner.Run(ctx)
 }
 

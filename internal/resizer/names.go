@@ -19,6 +19,7 @@ const (
 
 	expandCapability = csi.ControllerServiceCapability_RPC_EXPAND_VOLUME
 	multiWriterCap   = csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER
+	modifyCapability = csi.ControllerServiceCapability_RPC_MODIFY_VOLUME
 )
 
 // LeaseName is the leader election Lease of the resizer of driver, the name external-resizer

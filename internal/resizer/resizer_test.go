@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
@@ -83,22 +82,8 @@ type env struct {
 
 func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
-	optimisticConcurrency(e.cs)
-	c, err := New(ctx, Config{ControllerConfig: sidecar.ControllerConfig{Client: e.cs, CSI: conn, DriverName: driverName, Workers: 2,
-		RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond}, HandleVolumeInUseError: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; conn.Close() })
-	return e
+	return startConfig(t, &modifyDriver{fakeDriver: drv}, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: 100 * time.Millisecond},
+		HandleVolumeInUseError: true}, objs...)
 }
 
 // optimisticConcurrency makes the fake clientset behave as the apiserver does with

@@ -40,6 +40,9 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 	if pv == nil {
 		return nil
 	}
+	if err := c.dropPreResize(ctx, pvc, pv); err != nil {
+		return err
+	}
 	size, ok := c.target(key, pvc, pv)
 	if !ok {
 		return nil
@@ -172,6 +175,10 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 	}
 	// The claim says what is being done before the driver is asked, so that a crash in
 	// between leaves allocatedResources naming the size that may be in flight.
+	// A new round may need the node again (upstream clears the annotation with this mark).
+	if pvc, err = c.setNodeExpansionNotRequired(ctx, pvc, false); err != nil {
+		return err
+	}
 	pvc, err = c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
 		s.AllocatedResources = setQuantity(s.AllocatedResources, size)
 		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimControllerResizeInProgress)
@@ -196,6 +203,9 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 	}
 	if nodeExpand {
 		logger.Info("Volume expanded, the node must expand it too", "size", newSize.String())
+		if err := c.recordPreResize(ctx, pvc, pv); err != nil {
+			return err
+		}
 		_, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
 			s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, corev1.PersistentVolumeClaimNodeResizePending)
 			s.Conditions = setResizeConditions(s.Conditions)
@@ -208,13 +218,18 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		return nil
 	}
 	logger.Info("Volume expanded", "size", newSize.String())
-	_, err = c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
+	saved, err := c.writeStatus(ctx, pvc, func(s *corev1.PersistentVolumeClaimStatus) {
 		s.Capacity = setQuantity(s.Capacity, newSize)
 		s.AllocatedResourceStatuses = setResizeStatus(s.AllocatedResourceStatuses, "")
 		s.Conditions = setResizeConditions(s.Conditions)
 	})
 	if err != nil {
 		return fmt.Errorf("marking the claim as resized: %w", err)
+	}
+	// The controller finished alone: the kubelet must not try a node expansion. A failure
+	// only costs the kubelet a node expansion that does nothing.
+	if _, err := c.setNodeExpansionNotRequired(ctx, saved, true); err != nil {
+		logger.Error(err, "Marking the claim as needing no node expansion")
 	}
 	c.recorder.Eventf(pvc, corev1.EventTypeNormal, reasonSucceeded, "Volume %s expanded to %s", pv.Name, newSize.String())
 	return nil

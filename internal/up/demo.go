@@ -91,6 +91,9 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 	if err := s.demoSnapshot(ctx, cs, out); err != nil {
 		return err
 	}
+	if err := s.demoModify(ctx, cs, second, out); err != nil {
+		return err
+	}
 	kc := s.Cluster.KubeconfigPath()
 	fmt.Fprintf(out, "\ninspect it:\n  kubectl --kubeconfig %s -n %s get pod,pvc -o wide\n  kubectl --kubeconfig %s get pv,volumeattachments,csinodes\n  kubectl --kubeconfig %s -n %s describe pod %s\n",
 		kc, examples.Namespace, kc, kc, examples.Namespace, pod.Name)

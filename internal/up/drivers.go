@@ -331,7 +331,8 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	if d.attachRequired {
 		kinds = append(kinds, "attacher")
 	}
-	if d.canExpand() {
+	// The resizer also modifies volumes (VolumeAttributesClass), as external-resizer does.
+	if d.canExpand() || d.controller[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME] {
 		kinds = append(kinds, "resizer")
 	}
 	if d.controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {

@@ -42,7 +42,7 @@ type testCase struct {
 }
 
 func allCases() []*testCase {
-	return []*testCase{
+	return append([]*testCase{
 		{name: "provision/immediate", run: provisionImmediate},
 		{name: "provision/wffc", run: provisionWFFC},
 		{name: "data/persist", host: true, run: dataPersists},
@@ -63,7 +63,7 @@ func allCases() []*testCase {
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
-	}
+	}, modifyCases()...)
 }
 
 // provisionImmediate: Immediate binding, restricted to the node's topology segment; the PV

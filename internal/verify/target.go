@@ -146,6 +146,7 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	if e.o.BlockParameters == nil && strings.HasSuffix(e.driver, ".kubevol.io") {
 		e.o.BlockParameters = DefaultBlockParameters
 	}
+	e.defaultModifyParameters()
 	if err := e.createClasses(ctx); err != nil {
 		_ = e.removeClasses()
 		return nil, err

@@ -33,6 +33,12 @@ type Options struct {
 	// BlockParameters are added to the StorageClass parameters of the raw block and the
 	// filesystem expansion cases; nil means the default (DefaultBlockParameters).
 	BlockParameters map[string]string
+	// ModifyParameters are the parameters of a VolumeAttributesClass the driver accepts,
+	// for the modification cases; nil means the default (DefaultModifyParameters for
+	// kubevol's own driver, none otherwise: the cases are then not applicable).
+	// InfeasibleModifyParameters are ones it refuses with INVALID_ARGUMENT; nil means
+	// DefaultInfeasibleModifyParameters.
+	ModifyParameters, InfeasibleModifyParameters map[string]string
 	// Parallel is how many cases run at once (the disruptive ones always run alone).
 	Parallel int
 	// Timeout bounds each case.

@@ -40,6 +40,9 @@ type Volume struct {
 	CapacityBytes int64             `json:"capacityBytes"`
 	FsType        string            `json:"fsType,omitempty"`
 	Parameters    map[string]string `json:"parameters,omitempty"`
+	// MutableParameters are the volume's current mutable parameters: CreateVolume's
+	// mutable_parameters, then every ControllerModifyVolume merged in.
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
 	// Source is "snapshot:<id>" or "volume:<id>" when the volume was pre-populated.
 	Source    string    `json:"source,omitempty"`
 	Node      string    `json:"node"`
@@ -86,6 +89,7 @@ func (v *Volume) Clone() *Volume {
 	}
 	c := *v
 	c.Parameters = maps.Clone(v.Parameters)
+	c.MutableParameters = maps.Clone(v.MutableParameters)
 	c.Attachments = maps.Clone(v.Attachments)
 	return &c
 }

@@ -15,7 +15,8 @@ import (
 
 // `kubevol up --demo` as a user runs it: it applies examples/, lists the demo pod's volumes
 // with where they are mounted, shows the PVC's data survived recreating the pod, then takes
-// a VolumeSnapshot of the claim and shows the data in a claim restored from it.
+// a VolumeSnapshot of the claim and shows the data in a claim restored from it, and changes
+// the claim's VolumeAttributesClass while in use: read-only, then writable again.
 func TestUpDemo(t *testing.T) {
 	t.Parallel()
 	dir, err := os.MkdirTemp("", "kvdemo-")
@@ -39,7 +40,7 @@ func TestUpDemo(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(context.Context) (bool, error) {
 		raw, _ := os.ReadFile(p.LogPath)
 		out = string(raw)
-		return strings.Contains(out, "the restored claim is mounted at") || p.Exited(), nil
+		return strings.Contains(out, "takes writes again") || p.Exited(), nil
 	})
 	if err != nil || !strings.Contains(out, "hello.txt still says: written at") || !strings.Contains(out, "hello.txt says: written at") {
 		t.Fatalf("demo did not finish (%v); output:\n%s", err, out)
@@ -48,6 +49,7 @@ func TestUpDemo(t *testing.T) {
 		"volumes/kubernetes.io~csi/pvc-", "volumes/kubernetes.io~configmap/config", "volumes/kubernetes.io~secret/secret",
 		"volumes/kubernetes.io~empty-dir/scratch", "volumes/kubernetes.io~csi/inline/mount", "mounted: ",
 		"ready to use after", "class kubevol-local",
+		"is read-only now", "takes writes again",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)

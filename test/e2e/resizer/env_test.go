@@ -32,6 +32,8 @@ type env struct {
 	node    string
 	callLog string
 	http    string // the resizer's --http-endpoint
+	dir     string // the driver's directory, for the test's own mounts
+	drv     *framework.ControllerDriver
 }
 
 func newEnv(t *testing.T, driverArgs ...string) *env {
@@ -45,7 +47,9 @@ func newEnv(t *testing.T, driverArgs ...string) *env {
 	dir := drivertest.TempDir(t)
 	e.callLog = filepath.Join(dir, "calls.jsonl")
 	framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
-	socket := framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, append([]string{"--call-log", e.callLog}, driverArgs...)...).Endpoint
+	e.dir = dir
+	e.drv = framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, append([]string{"--call-log", e.callLog}, driverArgs...)...)
+	socket := e.drv.Endpoint
 	kubeconfig := framework.Cluster().KubeconfigPath()
 	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")

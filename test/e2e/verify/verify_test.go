@@ -1,5 +1,5 @@
 // Package verify runs `kubevol verify` as a driver author would in CI: one `kubevol up` with
-// kubevol's driver in four capability profiles attached as external drivers (`--driver`),
+// kubevol's driver in five capability profiles attached as external drivers (`--driver`),
 // then `kubevol verify --driver NAME` against each, with JUnit output.
 package verify
 
@@ -7,10 +7,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +35,8 @@ type profile struct {
 	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
 	// never have succeeded (false): the profile really was exercised as switched.
 	calls map[string]bool
+	// verifyArgs are added to the profile's verify command line.
+	verifyArgs []string
 }
 
 var profiles = []profile{
@@ -39,17 +44,27 @@ var profiles = []profile{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
 		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
-	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false}},
+		"modify/class": "passed", "modify/infeasible": "passed",
+	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
 	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
-	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity"}, outcomes: map[string]string{
+	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,modify"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
-	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false}},
-	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots"}, outcomes: map[string]string{
+		"modify/class": "skipped",
+	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false}},
+	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify"}, outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
+		"modify/infeasible": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
+	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
+	// modification cases must fail (each within a short --timeout: it waits for a
+	// modification that never comes).
+	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"},
+		verifyArgs: []string{"--only", "modify/", "--timeout", "20s"}, outcomes: map[string]string{
+			"modify/class": "failed", "modify/infeasible": "failed",
+		}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -111,14 +126,15 @@ func TestVerifyProfiles(t *testing.T) {
 			if p.name == "default" {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
 			}
-			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), args...)
+			args = append(args, p.verifyArgs...)
+			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), slices.Contains(slices.Collect(maps.Values(p.outcomes)), "failed"), args...)
 			for name, want := range p.outcomes {
 				if got[name] != want {
 					t.Errorf("case %s: %s, want %s", name, got[name], want)
 				}
 			}
 			for name, o := range got {
-				if o == "failed" {
+				if o == "failed" && p.outcomes[name] != "failed" {
 					t.Errorf("case %s failed", name)
 				}
 			}
@@ -134,7 +150,7 @@ func TestVerifyProfiles(t *testing.T) {
 	// Through a kubeconfig, as for a cluster elsewhere, and by StorageClass: the cases that
 	// need this machine are not applicable, the others run.
 	t.Run("kubeconfig", func(t *testing.T) {
-		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), "--storage-class", driverName(profiles[2]),
+		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), false, "--storage-class", driverName(profiles[2]),
 			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
 		want := map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
 			"data/persist": "skipped", "crash/node-agent": "skipped"}
@@ -146,12 +162,19 @@ func TestVerifyProfiles(t *testing.T) {
 	})
 }
 
-// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes.
-func runVerify(t *testing.T, bin, junit string, args ...string) map[string]string {
+// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes; wantFail
+// expects its exit code 1 (some cases failed).
+func runVerify(t *testing.T, bin, junit string, wantFail bool, args ...string) map[string]string {
 	t.Helper()
 	start := time.Now()
 	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
 	t.Logf("kubevol verify %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
+	var exit *exec.ExitError
+	if wantFail && errors.As(err, &exit) && exit.ExitCode() == 1 {
+		err = nil
+	} else if wantFail && err == nil {
+		err = errors.New("exit code 0, want 1: no case failed")
+	}
 	if err != nil {
 		t.Errorf("kubevol verify: %v", err)
 	}

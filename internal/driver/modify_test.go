@@ -1,0 +1,148 @@
+package driver_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	mount "k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/driver/drivertest"
+)
+
+// mountOptions returns the per-mount options of the mount at target.
+func mountOptions(t *testing.T, target string) []string {
+	t.Helper()
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []string
+	for _, mi := range infos {
+		if mi.MountPoint == filepath.Clean(target) {
+			opts = mi.MountOptions // the last one listed is the topmost
+		}
+	}
+	if opts == nil {
+		t.Fatalf("nothing mounted at %s", target)
+	}
+	return opts
+}
+
+// checkWritable asserts that a write through target succeeds or fails with EROFS.
+func checkWritable(t *testing.T, target string, want bool) {
+	t.Helper()
+	err := os.WriteFile(filepath.Join(target, "probe"), []byte("x"), 0o644)
+	switch {
+	case want && err != nil:
+		t.Fatalf("write through %s: %v, want it to work", target, err)
+	case !want && !errors.Is(err, syscall.EROFS):
+		t.Fatalf("write through %s: %v, want EROFS", target, err)
+	}
+	if ro := slices.Contains(mountOptions(t, target), "ro"); ro == want {
+		t.Fatalf("mount options of %s: %v, read-only %v", target, mountOptions(t, target), !want)
+	}
+}
+
+// The readOnly mutable parameter is enforced on the node: at publish when the volume was
+// created with it, and live on a volume already published when ControllerModifyVolume
+// changes it, back and forth; bad parameters are INVALID_ARGUMENT and change nothing.
+func TestModifyVolumeReadOnly(t *testing.T) {
+	drivertest.RequireRoot(t)
+	in := drivertest.Start(t, driver.Config{})
+	c := clients{ctrl: in.Controller, node: in.Node}
+	caps, err := c.ctrl.ControllerGetCapabilities(ctxT(t), &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasControllerCap(caps, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME) {
+		t.Fatal("MODIFY_VOLUME not advertised")
+	}
+
+	for _, bad := range []map[string]string{{"readOnly": "maybe"}, {"iops": "3000"}} {
+		req := createReq("bad", "dir", 1<<20)
+		req.MutableParameters = bad
+		_, err := c.ctrl.CreateVolume(ctxT(t), req)
+		wantCode(t, err, codes.InvalidArgument, "CreateVolume with mutable parameters "+bad["readOnly"]+bad["iops"])
+	}
+
+	req := createReq("ro-at-create", "dir", 1<<20)
+	req.MutableParameters = map[string]string{"readOnly": "true"}
+	rsp, err := c.ctrl.CreateVolume(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := rsp.GetVolume().GetVolumeId()
+	staging, target := in.Path("staging", "a"), in.Path("pods", "a")
+	c.stage(t, id, staging, mountCap(""))
+	c.publish(t, id, staging, target, mountCap(""))
+	checkWritable(t, target, false)
+
+	modify := func(p map[string]string) error {
+		_, err := c.ctrl.ControllerModifyVolume(ctxT(t), &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: p})
+		return err
+	}
+	// The CO's metadata keys (--extra-modify-metadata) are accepted.
+	if err := modify(map[string]string{"readOnly": "false", "csi.storage.k8s.io/pvc/name": "data"}); err != nil {
+		t.Fatal(err)
+	}
+	checkWritable(t, target, true)
+	wantCode(t, modify(map[string]string{"readOnly": "yes"}), codes.InvalidArgument, "a bad value")
+	wantCode(t, modify(map[string]string{"throughput": "1"}), codes.InvalidArgument, "an unknown key")
+	checkWritable(t, target, true)
+	if err := modify(map[string]string{"readOnly": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	checkWritable(t, target, false)
+	got, err := c.ctrl.ControllerGetVolume(ctxT(t), &csi.ControllerGetVolumeRequest{VolumeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx := got.GetVolume().GetVolumeContext(); ctx["readOnly"] != "true" || ctx["csi.storage.k8s.io/pvc/name"] != "" {
+		t.Errorf("ControllerGetVolume volume_context = %v, want readOnly=true and no CO metadata", ctx)
+	}
+	// Idempotent: the same parameters again change nothing and succeed.
+	if err := modify(map[string]string{"readOnly": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, func() error {
+		_, err := c.ctrl.ControllerModifyVolume(ctxT(t), &csi.ControllerModifyVolumeRequest{VolumeId: "v-unknown", MutableParameters: map[string]string{"readOnly": "true"}})
+		return err
+	}(), codes.NotFound, "an unknown volume")
+	c.unpublish(t, id, target)
+	c.unstage(t, id, staging)
+	c.delete(t, id)
+}
+
+// --without modify: no capability, UNIMPLEMENTED, and mutable_parameters refused.
+func TestWithoutModify(t *testing.T) {
+	in := drivertest.Start(t, driver.Config{Without: []string{driver.WithoutModify}})
+	caps, err := in.Controller.ControllerGetCapabilities(ctxT(t), &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasControllerCap(caps, csi.ControllerServiceCapability_RPC_MODIFY_VOLUME) {
+		t.Error("MODIFY_VOLUME advertised --without modify")
+	}
+	_, err = in.Controller.ControllerModifyVolume(ctxT(t), &csi.ControllerModifyVolumeRequest{VolumeId: "v-x", MutableParameters: map[string]string{"readOnly": "true"}})
+	wantCode(t, err, codes.Unimplemented, "ControllerModifyVolume --without modify")
+	req := createReq("m", "dir", 1<<20)
+	req.MutableParameters = map[string]string{"readOnly": "true"}
+	_, err = in.Controller.CreateVolume(ctxT(t), req)
+	wantCode(t, err, codes.InvalidArgument, "mutable_parameters --without modify")
+}
+
+func hasControllerCap(rsp *csi.ControllerGetCapabilitiesResponse, want csi.ControllerServiceCapability_RPC_Type) bool {
+	for _, c := range rsp.GetCapabilities() {
+		if c.GetRpc().GetType() == want {
+			return true
+		}
+	}
+	return false
+}

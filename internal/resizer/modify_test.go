@@ -1,0 +1,432 @@
+package resizer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/csitest"
+	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
+)
+
+// modifyDriver adds ControllerModifyVolume and MODIFY_VOLUME to fakeDriver.
+type modifyDriver struct {
+	*fakeDriver
+
+	mu       sync.Mutex
+	modifies []*csi.ControllerModifyVolumeRequest
+	answer   func(*csi.ControllerModifyVolumeRequest) error
+	// modifying is set while a ControllerModifyVolume runs; an expansion that starts
+	// meanwhile counts as overlapping.
+	modifying   atomic.Bool
+	overlapping atomic.Int32
+}
+
+func newModifyDriver() *modifyDriver {
+	d := &modifyDriver{fakeDriver: newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, expandCapability, modifyCapability)}
+	d.fakeDriver.setRespond(func(req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+		if d.modifying.Load() {
+			d.overlapping.Add(1)
+		}
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
+	})
+	return d
+}
+
+func (d *modifyDriver) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	d.modifying.Store(true)
+	defer d.modifying.Store(false)
+	d.mu.Lock()
+	d.modifies = append(d.modifies, req)
+	answer := d.answer
+	d.mu.Unlock()
+	if answer != nil {
+		if err := answer(req); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+func (d *modifyDriver) setAnswer(f func(*csi.ControllerModifyVolumeRequest) error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.answer = f
+}
+
+// calls returns the value of key in the parameters of each ControllerModifyVolume so far.
+func (d *modifyDriver) calls(key string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, r := range d.modifies {
+		out = append(out, r.GetMutableParameters()[key])
+	}
+	return out
+}
+
+func (d *modifyDriver) last() *csi.ControllerModifyVolumeRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.modifies) == 0 {
+		return nil
+	}
+	return d.modifies[len(d.modifies)-1]
+}
+
+// startModify runs a Controller with modification on against the fake clientset.
+func startModify(t *testing.T, drv *modifyDriver, cfg ModifyConfig, retryMax time.Duration, objs ...runtime.Object) *env {
+	t.Helper()
+	return startConfig(t, drv, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: retryMax}, Modify: cfg}, objs...)
+}
+
+// startConfig runs a Controller of cfg (its client, driver and workers filled in) against
+// the fake clientset, which applies updates and patches as the apiserver does.
+func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Object) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv.fakeDriver}
+	optimisticConcurrency(e.cs)
+	patchConcurrency(e.cs)
+	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers, cfg.RetryIntervalStart = e.cs, conn, driverName, 2, 10*time.Millisecond
+	c, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; conn.Close() })
+	return e
+}
+
+// patchConcurrency applies the patches of claims and PVs as the apiserver does: a patch that
+// carries a resourceVersion fails with a conflict unless it is the object's, and every
+// patch gives the object a new one.
+func patchConcurrency(cs *fake.Clientset) {
+	var mu sync.Mutex
+	version := 10000
+	cs.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		p := a.(clienttesting.PatchAction)
+		var schema runtime.Object
+		switch a.GetResource().Resource {
+		case "persistentvolumeclaims":
+			schema = &corev1.PersistentVolumeClaim{}
+		case "persistentvolumes":
+			schema = &corev1.PersistentVolume{}
+		default:
+			return false, nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		cur, err := cs.Tracker().Get(a.GetResource(), a.GetNamespace(), p.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		var meta struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(p.GetPatch(), &meta)
+		curMeta := cur.(metav1.Object)
+		if rv := meta.Metadata.ResourceVersion; rv != "" && rv != curMeta.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), p.GetName(), errors.New("the object has been modified"))
+		}
+		raw, _ := json.Marshal(cur)
+		patched, err := strategicpatch.StrategicMergePatch(raw, p.GetPatch(), schema)
+		if err != nil {
+			return true, nil, err
+		}
+		if err := json.Unmarshal(patched, schema); err != nil {
+			return true, nil, err
+		}
+		version++
+		schema.(metav1.Object).SetResourceVersion(strconv.Itoa(version))
+		if err := cs.Tracker().Update(a.GetResource(), schema, a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, schema, nil
+	})
+}
+
+func class(name string, params map[string]string) *storagev1.VolumeAttributesClass {
+	return &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: name}, DriverName: driverName, Parameters: params}
+}
+
+// modifiedTo reports whether the claim reached class: current, nothing in progress, no
+// modify condition.
+func modifiedTo(class string) func(*corev1.PersistentVolumeClaim) bool {
+	return func(c *corev1.PersistentVolumeClaim) bool {
+		return ptr.Deref(c.Status.CurrentVolumeAttributesClassName, "") == class && c.Status.ModifyVolumeStatus == nil &&
+			condition(c, corev1.PersistentVolumeClaimVolumeModifyingVolume) == nil && condition(c, corev1.PersistentVolumeClaimVolumeModifyVolumeError) == nil
+	}
+}
+
+func (e *env) setClass(name, class string) {
+	e.t.Helper()
+	pvc := e.claim(name)
+	pvc.Spec.VolumeAttributesClassName = ptr.To(class)
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(ns).Update(e.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) pvClass(name string) string {
+	e.t.Helper()
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ptr.Deref(pv.Spec.VolumeAttributesClassName, "")
+}
+
+// A claim that names a class gets ControllerModifyVolume with its parameters, the claim's
+// metadata (--extra-modify-metadata) and the PV's controller-modify secret; then the PV and
+// the claim's status name the class.
+func TestModifyVolume(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", func(pv *corev1.PersistentVolume) {
+		pv.Annotations = map[string]string{pvspec.AnnModifySecretName: "modify", pvspec.AnnModifySecretNamespace: "secrets"}
+		pv.Spec.CSI.ControllerExpandSecretRef = &corev1.SecretReference{Name: "expand", Namespace: "secrets"}
+	})
+	pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "modify", Namespace: "secrets"}, Data: map[string][]byte{"key": []byte("m0dify")}}
+	drv := newModifyDriver()
+	e := startModify(t, drv, ModifyConfig{Enabled: true, ExtraMetadata: true}, time.Second, pvc, pv, secret, class("gold", map[string]string{"iops": "3000"}))
+
+	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	if got := e.pvClass("pv-data"); got != "gold" {
+		t.Errorf("PV class = %q, want gold", got)
+	}
+	req := drv.last()
+	want := map[string]string{"iops": "3000", paramPVCName: "data", paramPVCNamespace: ns, paramPVName: "pv-data"}
+	if req.GetVolumeId() != "vol-data" || !maps.Equal(req.GetMutableParameters(), want) || req.GetSecrets()["key"] != "m0dify" {
+		t.Errorf("request = %v, want parameters %v and the modify secret", req, want)
+	}
+	e.waitEvent("data", reasonModify, "with vac gold")
+	e.waitEvent("data", reasonModified, "with vac gold successfully")
+	// Done means done: no further call.
+	time.Sleep(100 * time.Millisecond)
+	if n := len(drv.calls("iops")); n != 1 {
+		t.Errorf("%d ControllerModifyVolume calls, want 1", n)
+	}
+}
+
+// A class that does not exist yet leaves the claim Pending, without a call; its creation
+// starts the modification at once.
+func TestModifyPendingClass(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
+	pvc.Spec.VolumeAttributesClassName = ptr.To("later")
+	drv := newModifyDriver()
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv)
+
+	got := e.waitClaim("data", "Pending", func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumePending
+	})
+	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "later" {
+		t.Errorf("target = %q, want later", got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName)
+	}
+	e.waitEvent("data", reasonModifyFailed, `VAC "later" does not exist.`)
+	if n := len(drv.calls("tier")); n != 0 {
+		t.Fatalf("%d calls before the class exists", n)
+	}
+	if _, err := e.cs.StorageV1().VolumeAttributesClasses().Create(e.ctx, class("later", map[string]string{"tier": "fast"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitClaim("data", "modified to later", modifiedTo("later"))
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"fast"}) {
+		t.Errorf("calls = %v", got)
+	}
+}
+
+// INVALID_ARGUMENT makes the class Infeasible, with the error condition, and the same class
+// is not asked for again before --retry-interval-max; going back to the current class is
+// a rollback the driver is asked for, after which nothing is left of the failure.
+func TestModifyInfeasibleRollback(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", func(pv *corev1.PersistentVolume) { pv.Spec.VolumeAttributesClassName = ptr.To("gold") })
+	pvc.Spec.VolumeAttributesClassName = ptr.To("bad")
+	pvc.Status.CurrentVolumeAttributesClassName = ptr.To("gold")
+	drv := newModifyDriver()
+	drv.setAnswer(func(r *csi.ControllerModifyVolumeRequest) error {
+		if r.GetMutableParameters()["tier"] == "nope" {
+			return status.Error(codes.InvalidArgument, "tier nope unknown")
+		}
+		return nil
+	})
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv, class("gold", map[string]string{"tier": "gold"}), class("bad", map[string]string{"tier": "nope"}))
+
+	got := e.waitClaim("data", "Infeasible", func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible
+	})
+	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "bad" || ptr.Deref(got.Status.CurrentVolumeAttributesClassName, "") != "gold" {
+		t.Errorf("status = %+v, want target bad and current gold", got.Status)
+	}
+	cond := condition(got, corev1.PersistentVolumeClaimVolumeModifyVolumeError)
+	if cond == nil || cond.Message != "ModifyVolume failed with error: rpc error: code = InvalidArgument desc = tier nope unknown. Waiting for retry." {
+		t.Errorf("ModifyVolumeError condition = %+v", cond)
+	}
+	if condition(got, corev1.PersistentVolumeClaimVolumeModifyingVolume) != nil {
+		t.Error("ModifyingVolume stayed next to the error condition")
+	}
+	e.waitEvent("data", reasonModifyFailed, "tier nope unknown")
+	// No hot loop: a resync or an unrelated change does not ask the driver again.
+	e.setRequest("data", "1Gi")
+	time.Sleep(300 * time.Millisecond)
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope"}) {
+		t.Fatalf("calls = %v, want the one refused", got)
+	}
+	if e.pvClass("pv-data") != "gold" {
+		t.Error("the PV's class changed with an infeasible modification")
+	}
+
+	e.setClass("data", "gold")
+	e.waitClaim("data", "rolled back to gold", modifiedTo("gold"))
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope", "gold"}) {
+		t.Errorf("calls = %v, want the refused one and the rollback", got)
+	}
+}
+
+// A call that may still run in the driver (DEADLINE_EXCEEDED) keeps its target: the class
+// the user asks for next is applied only once the first one was confirmed. A final error
+// lets the target follow the claim.
+func TestModifyUncertainKeepsTarget(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
+	pvc.Spec.VolumeAttributesClassName = ptr.To("silver")
+	drv := newModifyDriver()
+	var failures atomic.Int32
+	release := make(chan struct{})
+	drv.setAnswer(func(r *csi.ControllerModifyVolumeRequest) error {
+		switch r.GetMutableParameters()["tier"] {
+		case "silver":
+			if failures.Add(1) == 1 {
+				<-release
+				return status.Error(codes.DeadlineExceeded, "slow backend")
+			}
+		case "bronze":
+			return status.Error(codes.Internal, "bronze broke")
+		}
+		return nil
+	})
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, 200*time.Millisecond, pvc, pv,
+		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}), class("bronze", map[string]string{"tier": "bronze"}))
+
+	e.waitClaim("data", "InProgress", func(c *corev1.PersistentVolumeClaim) bool {
+		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
+	})
+	e.setClass("data", "gold")
+	close(release)
+	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	// silver again until it worked (a repeat from a cache that lags behind the write is
+	// the same idempotent call), and only then gold.
+	if got := drv.calls("tier"); len(got) < 3 || !slices.Equal(slices.Compact(slices.Clone(got)), []string{"silver", "gold"}) {
+		t.Errorf("calls = %v, want silver finished before gold", got)
+	}
+	e.waitEvent("data", reasonModifyFailed, "Still modifying to VAC silver")
+
+	// A final error: InProgress with the error, and the next class replaces the target.
+	e.setClass("data", "bronze")
+	e.waitClaim("data", "failing on bronze", func(c *corev1.PersistentVolumeClaim) bool {
+		return condition(c, corev1.PersistentVolumeClaimVolumeModifyVolumeError) != nil && c.Status.ModifyVolumeStatus != nil &&
+			c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
+	})
+	e.setClass("data", "silver")
+	e.waitClaim("data", "modified to silver", modifiedTo("silver"))
+}
+
+// Expansion and modification of one claim never call the driver at the same time.
+func TestModifyAndExpandSerialised(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
+	drv := newModifyDriver()
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	drv.setAnswer(func(*csi.ControllerModifyVolumeRequest) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	})
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Second, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
+	e.setClass("data", "gold")
+	<-entered
+	e.setRequest("data", "2Gi")
+	time.Sleep(200 * time.Millisecond)
+	if n := len(drv.requests()); n != 0 {
+		t.Fatalf("%d expansions while the modification ran", n)
+	}
+	close(release)
+	e.waitClaim("data", "modified and expanded", func(c *corev1.PersistentVolumeClaim) bool {
+		return modifiedTo("gold")(c) && storageQ(c.Status.Capacity) == gi(2)
+	})
+	if n := drv.overlapping.Load(); n != 0 {
+		t.Errorf("%d expansions overlapped a modification", n)
+	}
+}
+
+// With the gate off, or a driver without MODIFY_VOLUME, a class on the claim is left alone.
+func TestModifyOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gate bool
+		drv  *modifyDriver
+	}{
+		{"gate off", false, newModifyDriver()},
+		{"no capability", true, &modifyDriver{fakeDriver: newFakeDriver()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc, pv := volume("data", driverName, "1Gi", "2Gi", nil)
+			pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
+			e := startModify(t, tc.drv, ModifyConfig{Enabled: tc.gate}, time.Second, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
+			// The expansion still runs, and shows the claim was looked at.
+			got := e.waitClaim("data", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+			if got.Status.ModifyVolumeStatus != nil || got.Status.CurrentVolumeAttributesClassName != nil {
+				t.Errorf("status = %+v, want no modification", got.Status)
+			}
+			if n := len(tc.drv.calls("tier")); n != 0 {
+				t.Errorf("%d ControllerModifyVolume calls", n)
+			}
+		})
+	}
+}
+
+// A resizer killed during a call leaves the claim InProgress: the next one finishes that
+// target before it follows the spec, since the call may have run in the driver.
+func TestModifyAfterRestartFinishesTarget(t *testing.T) {
+	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
+	pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
+	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: corev1.PersistentVolumeClaimModifyVolumeInProgress, TargetVolumeAttributesClassName: "silver"}
+	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue, Message: modifyingMessage}}
+	drv := newModifyDriver()
+	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Second, pvc, pv,
+		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}))
+	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "gold"}) {
+		t.Errorf("calls = %v, want the interrupted silver finished, then gold", got)
+	}
+	if got := e.pvClass("pv-data"); got != "gold" {
+		t.Errorf("PV class = %q", got)
+	}
+}
