@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/provisioner"
+	"github.com/kubevol/kubevol/internal/provisioner/claim"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -36,6 +36,7 @@ type provisionerOptions struct {
 	cfg                 provisioner.Config
 	showVersion         bool
 	nodeDeployment      bool
+	nodeName            string
 	nodeDeploymentImm   bool
 	nodeBaseDelay       time.Duration
 	nodeMaxDelay        time.Duration
@@ -83,7 +84,8 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.BoolVar(&c.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "Enables producing capacity information for storage classes with immediate binding. Not needed for the Kubernetes scheduler, maybe useful for other consumers or for debugging.")
 	f.DurationVar(&c.Capacity.PollInterval, "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes.")
 	f.IntVar(&c.Capacity.OwnerrefLevel, "capacity-ownerref-level", 1, "The level indicates the number of objects that need to be traversed starting from the pod identified by the POD_NAME and NAMESPACE environment variables to reach the owning object for CSIStorageCapacity objects: -1 for no owner, 0 for the pod itself, 1 for a StatefulSet or DaemonSet, 2 for a Deployment.")
-	f.BoolVar(&o.nodeDeployment, "node-deployment", false, "Distributed, per-node provisioning (not supported by kubevol yet).")
+	f.BoolVar(&o.nodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes to manage node-local volumes. Needs $NODE_NAME (or --node-name).")
+	f.StringVar(&o.nodeName, "node-name", "", "kubevol: the node of a --node-deployment instance (default: $NODE_NAME).")
 	f.BoolVar(&o.nodeDeploymentImm, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node.")
 	f.DurationVar(&o.nodeBaseDelay, "node-deployment-base-delay", 20*time.Second, "Determines how long the external-provisioner sleeps initially before trying to own a PVC with immediate binding.")
 	f.DurationVar(&o.nodeMaxDelay, "node-deployment-max-delay", 60*time.Second, "Determines how long the external-provisioner sleeps at most before trying to own a PVC with immediate binding.")
@@ -102,7 +104,6 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	noEffect(f, "kubevol sets no snapshot source finalizers that could be orphaned", "snapshot-orphan-sweep-interval")
 	noEffect(f, "pprof is not served", "enable-pprof")
 	noEffect(f, reasonAutomaxprocs, "automaxprocs")
-	noEffect(f, "kubevol's provisioner is central (see --node-deployment)", "node-deployment-immediate-binding", "node-deployment-base-delay", "node-deployment-max-delay")
 	return cmd
 }
 
@@ -127,12 +128,8 @@ func (o *provisionerOptions) validate() error {
 	if c.CapacityQPS <= 0 || c.CapacityBurst < 1 {
 		return usageErrorf("--kube-api-capacity-qps must be positive and --kube-api-capacity-burst at least 1; got %v and %d", c.CapacityQPS, c.CapacityBurst)
 	}
-	if o.nodeDeployment && !c.Sidecar.LeaderElection.Enabled {
-		// Per-node provisioners of upstream each take only their node's claims. kubevol's
-		// provisioner is central: replicas started per node share one Lease, so exactly one
-		// provisions, instead of every replica creating a volume for every claim.
-		klog.Warning("Flag --node-deployment is accepted for compatibility with upstream: kubevol's provisioner is central, so --leader-election is turned on and one replica provisions every claim of the driver")
-		c.Sidecar.LeaderElection.Enabled = true
+	if err := o.validateNodeDeployment(); err != nil {
+		return err
 	}
 	if lvl := c.Capacity.OwnerrefLevel; lvl < -1 || lvl > 2 {
 		return usageErrorf("--capacity-ownerref-level must be -1, 0, 1 or 2, got %d", lvl)
@@ -155,5 +152,25 @@ func (o *provisionerOptions) validate() error {
 	if c.IntentNamespace == "" {
 		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)
 	}
+	return nil
+}
+
+// validateNodeDeployment fills the node deployment of --node-deployment (upstream: one
+// provisioner per node, which takes only its node's claims and needs NODE_NAME).
+func (o *provisionerOptions) validateNodeDeployment() error {
+	if !o.nodeDeployment {
+		return nil
+	}
+	if o.nodeName == "" {
+		o.nodeName = os.Getenv("NODE_NAME")
+	}
+	if o.nodeName == "" {
+		return usageErrorf("--node-deployment needs the NODE_NAME environment variable (or --node-name): the node this instance provisions for")
+	}
+	if o.nodeBaseDelay <= 0 || o.nodeMaxDelay < o.nodeBaseDelay {
+		return usageErrorf("--node-deployment-base-delay must be positive and --node-deployment-max-delay at least as long; got %s and %s", o.nodeBaseDelay, o.nodeMaxDelay)
+	}
+	o.cfg.NodeDeployment = &claim.NodeDeployment{NodeName: o.nodeName, ImmediateBinding: o.nodeDeploymentImm,
+		BaseDelay: o.nodeBaseDelay, MaxDelay: o.nodeMaxDelay}
 	return nil
 }

@@ -41,7 +41,7 @@ var upstreamArgs = []struct {
 	{"hostpath snapshotter", "/csi-snapshotter", []string{"-v=5", "--csi-address=/csi/csi.sock"}, nil, nil},
 	// csi-driver-host-path distributed deploy: one provisioner per node
 	{"hostpath distributed provisioner", "/csi-provisioner", []string{"-v=5", "--csi-address=/csi/csi.sock", "--feature-gates=Topology=true", "--node-deployment=true", "--strict-topology=true", "--immediate-topology=false", "--worker-threads=5"},
-		map[string]string{"NODE_NAME": "node-1"}, []string{"--node-deployment"}},
+		map[string]string{"NODE_NAME": "node-1"}, nil},
 
 	// aws-ebs-csi-driver Helm chart, templates/controller.yaml (defaults rendered)
 	{"aws-ebs provisioner", "/csi-provisioner", []string{"--csi-address=$(ADDRESS)", "--v=2", "--feature-gates=Topology=true", "--extra-create-metadata", "--leader-election=true", "--default-fstype=ext4"},
@@ -91,7 +91,7 @@ var upstreamArgs = []struct {
 	{"resizer compatibility flags", "/csi-resizer", []string{"--master=https://127.0.0.1:6443", "--automaxprocs=true", "--feature-gates=AnnotateFsResize=true,VolumeAttributesClass=true", "--extra-modify-metadata", "--log-text-split-stream", "--log-text-info-buffer-size=4Ki"},
 		nil, []string{"--automaxprocs", "--log-text-split-stream", "--log-text-info-buffer-size"}},
 	{"provisioner compatibility flags", "/csi-provisioner", []string{"--enable-pprof", "--cloning-protection-threads=2", "--capacity-threads=2", "--snapshot-orphan-sweep-interval=1m", "--node-deployment-immediate-binding=false", "--node-deployment-base-delay=10s", "--node-deployment-max-delay=30s", "--max-grpc-log-length=100"},
-		nil, []string{"--enable-pprof", "--cloning-protection-threads", "--capacity-threads", "--snapshot-orphan-sweep-interval", "--node-deployment-immediate-binding", "--node-deployment-base-delay", "--node-deployment-max-delay"}},
+		nil, []string{"--enable-pprof", "--cloning-protection-threads", "--capacity-threads", "--snapshot-orphan-sweep-interval"}},
 	// (--max-grpc-log-length is the attacher's only: the provisioner refuses it, below.)
 	{"snapshot-controller compatibility flags", "/snapshot-controller", []string{"--enable-distributed-snapshotting", "--automaxprocs", "--retry-crd-interval-max=1m", "--prevent-volume-mode-conversion=false", "--feature-gates=ReleaseLeaderElectionOnExit=true"},
 		nil, []string{"--enable-distributed-snapshotting", "--automaxprocs"}},

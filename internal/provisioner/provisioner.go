@@ -43,6 +43,10 @@ type Config struct {
 
 	// IntentNamespace holds the intent journal ConfigMap.
 	IntentNamespace string
+
+	// NodeDeployment is set by --node-deployment: this instance serves one node. Run fills
+	// its Topology from the driver's NodeGetInfo.
+	NodeDeployment *claim.NodeDeployment
 }
 
 // Run runs the provisioner until ctx ends.
@@ -60,9 +64,19 @@ func Run(ctx context.Context, cfg Config) error {
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("CSI driver is ready", "topology", caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
 
-	p := &instance{cfg: cfg, sc: sc, caps: caps,
-		identity: fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver),
-		journal:  intent.New(sc.Client, cfg.IntentNamespace, "kubevol-provisioner-"+objectName(sc.Driver)),
+	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver)
+	journalName := "kubevol-provisioner-" + objectName(sc.Driver)
+	if nd := cfg.NodeDeployment; nd != nil {
+		if err := nodeInfo(ctx, sc, nd); err != nil {
+			return err
+		}
+		identity += "-" + nd.NodeName
+		// Each node's instance has its own in-flight records.
+		journalName += "-" + strings.ToLower(nd.NodeName)
+		logger.Info("Node deployment: provisioning only this node's claims", "node", nd.NodeName, "topology", nd.Topology, "immediateBinding", nd.ImmediateBinding)
+	}
+	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity,
+		journal: intent.New(sc.Client, cfg.IntentNamespace, journalName),
 	}
 	p.hostname, _ = os.Hostname()
 	// Events get their own client and budget so an event storm never delays a PV create
@@ -117,7 +131,7 @@ func (p *instance) lead(ctx context.Context) error {
 		ControllerConfig: cc, Options: cfg.Options, Recorder: recorder, Caps: caps, Identity: p.identity,
 		Journal: p.journal, Metrics: m, Snapshots: p.snapshots,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
-		Classes: factory.Storage().V1().StorageClasses(),
+		Classes: factory.Storage().V1().StorageClasses(), Node: cfg.NodeDeployment,
 	}
 	if topo {
 		ccfg.Nodes, ccfg.CSINodes = factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()
@@ -129,6 +143,9 @@ func (p *instance) lead(ctx context.Context) error {
 	claims.Register(r, cc.Workers)
 
 	rcfg := reclaim.Config{ControllerConfig: cc, Recorder: recorder, Metrics: m, Volumes: factory.Core().V1().PersistentVolumes()}
+	if nd := cfg.NodeDeployment; nd != nil {
+		rcfg.NodeTopology = nd.Topology
+	}
 	if caps.Controller[csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME] {
 		rcfg.Attachments = factory.Storage().V1().VolumeAttachments()
 	}
@@ -144,6 +161,7 @@ func (p *instance) lead(ctx context.Context) error {
 		capCtl, err := capacity.New(capacity.Config{
 			ControllerConfig: capCC, Options: cfg.Capacity, Topology: topo,
 			Classes: factory.Storage().V1().StorageClasses(), Nodes: factory.Core().V1().Nodes(), CSINodes: factory.Storage().V1().CSINodes(),
+			NodeSegment: nodeSegment(cfg.NodeDeployment, topo), ManagedBy: nodeManagedBy(cfg.NodeDeployment),
 		})
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ package capacity
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -62,6 +63,11 @@ type Config struct {
 	Classes  storageinformers.StorageClassInformer
 	Nodes    coreinformers.NodeInformer
 	CSINodes storageinformers.CSINodeInformer
+	// NodeSegment, when set, is the one segment this instance reports (upstream's node
+	// deployment: the topology of the driver's NodeGetInfo, no Node or CSINode watch);
+	// ManagedBy then names the instance in the managed-by label.
+	NodeSegment map[string]string
+	ManagedBy   string
 }
 
 // Controller is the capacity controller. All work is one level-triggered item, "sync":
@@ -152,6 +158,9 @@ func segmentString(s map[string]string) string {
 }
 
 func (c *Controller) segments() ([]map[string]string, error) {
+	if c.cfg.NodeSegment != nil {
+		return []map[string]string{c.cfg.NodeSegment}, nil
+	}
 	if !c.cfg.Topology {
 		return []map[string]string{nil}, nil // one object for the whole cluster
 	}
@@ -235,7 +244,23 @@ func (c *Controller) sync(ctx context.Context) error {
 }
 
 func (c *Controller) labels() map[string]string {
+	if c.cfg.ManagedBy != "" {
+		return map[string]string{LabelDriverName: c.cfg.DriverName, LabelManagedBy: c.cfg.ManagedBy}
+	}
 	return map[string]string{LabelDriverName: c.cfg.DriverName, LabelManagedBy: ManagedBy}
+}
+
+// NodeManagedBy is the managed-by value of a node deployment's objects, as upstream:
+// "external-provisioner-<node>", cut to a label's 63 characters with a hash of the rest.
+func NodeManagedBy(node string) string {
+	name := ManagedBy + "-" + node
+	if len(name) <= 63 {
+		return name
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	sum := fmt.Sprintf("%08x", h.Sum32())
+	return name[:63-len(sum)-1] + "-" + sum
 }
 
 func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStorageCapacity) error {
@@ -246,7 +271,7 @@ func (c *Controller) syncOne(ctx context.Context, w want, cur *storagev1.CSIStor
 		return fmt.Errorf("StorageClass %s: %w", w.class.Name, err)
 	}
 	req := &csi.GetCapacityRequest{Parameters: p.Parameters}
-	if w.segment != nil {
+	if len(w.segment) > 0 {
 		req.AccessibleTopology = &csi.Topology{Segments: w.segment}
 	}
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)

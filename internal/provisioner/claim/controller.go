@@ -60,6 +60,9 @@ type Config struct {
 	Classes  storageinformers.StorageClassInformer
 	Nodes    coreinformers.NodeInformer       // nil without topology
 	CSINodes storageinformers.CSINodeInformer // nil without topology
+
+	// Node is set for a node deployment (--node-deployment); nil serves every node.
+	Node *NodeDeployment
 }
 
 // Controller is the claim controller.
@@ -77,6 +80,7 @@ type Controller struct {
 	// saved holds the claims whose PV this process created, until the PV informer shows it,
 	// so that a claim update arriving first does not repeat CreateVolume and the PV create.
 	saved controller.Writes[types.UID]
+	race  *ownerRace
 }
 
 const uidIndex = "uid"
@@ -91,6 +95,7 @@ func New(cfg Config) (*Controller, error) {
 		queue:    sidecar.NewQueue[types.UID](&cfg.ControllerConfig, "claims"),
 		synced:   []cache.InformerSynced{cfg.Claims.Informer().HasSynced, cfg.Volumes.Informer().HasSynced, cfg.Classes.Informer().HasSynced},
 		topology: cfg.Caps.Plugin[csiPluginTopology],
+		race:     newOwnerRace(),
 	}
 	c.saved.Window = savedWindow
 	if c.topology {

@@ -75,6 +75,9 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	if class.Provisioner != c.cfg.DriverName {
 		return nil
 	}
+	if mine, err := c.checkNode(ctx, claim, class); !mine {
+		return err // another node's claim, or one this node is still waiting to take
+	}
 	selectedNode := claim.Annotations[pvspec.AnnSelectedNode]
 	if class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer && selectedNode == "" {
 		return nil // the scheduler picks a node first

@@ -47,6 +47,9 @@ type Config struct {
 	Volumes coreinformers.PersistentVolumeInformer
 	// Attachments is nil when the driver has no PUBLISH_UNPUBLISH_VOLUME capability.
 	Attachments storageinformers.VolumeAttachmentInformer
+	// NodeTopology, set in a node deployment, limits deletion to the PVs accessible from
+	// this node's segment (upstream: a per-node provisioner deletes only what it created).
+	NodeTopology map[string]string
 }
 
 // Controller is the volume controller.
@@ -156,6 +159,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
 	if pv.Spec.CSI == nil {
+		return nil
+	}
+	if !accessibleFrom(pv, c.cfg.NodeTopology) {
+		logger.V(5).Info("Not deleting: the PV was not provisioned on this node")
 		return nil
 	}
 	logger = logger.WithValues("volumeID", pv.Spec.CSI.VolumeHandle)
