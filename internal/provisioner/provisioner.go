@@ -41,7 +41,8 @@ type Config struct {
 	CapacityQPS   float32
 	CapacityBurst int
 
-	// IntentNamespace holds the intent journal ConfigMap.
+	// IntentNamespace is no longer used: the intent records live on the claims. The
+	// --intent-namespace flag is still accepted.
 	IntentNamespace string
 }
 
@@ -62,7 +63,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	p := &instance{cfg: cfg, sc: sc, caps: caps,
 		identity: fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver),
-		journal:  intent.New(sc.Client, cfg.IntentNamespace, "kubevol-provisioner-"+objectName(sc.Driver)),
+		journal:  intent.New(sc.Client, sc.Driver),
 	}
 	p.hostname, _ = os.Hostname()
 	// Events get their own client and budget so an event storm never delays a PV create
@@ -103,7 +104,6 @@ func (p *instance) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go p.journal.Run(ctx)
 
 	recorder, stopEvents := controller.NewEventRecorder(ctx, p.events, driver+"_"+p.hostname)
 	defer stopEvents()
@@ -157,11 +157,10 @@ func (p *instance) lead(ctx context.Context) error {
 		claims.Enqueue(rec.ClaimUID)
 	}
 	if len(records) > 0 {
-		klog.FromContext(ctx).Info("Resuming in-flight provisions from the intent journal", "count", len(records))
+		klog.FromContext(ctx).Info("Resuming in-flight provisions recorded on claims", "count", len(records))
 	}
 	return r.Run(ctx)
 }
 
-// objectName is the driver's name as an object name: the Lease (as upstream names it) and
-// the intent journal.
+// objectName is the driver's name as an object name: the Lease, as upstream names it.
 func objectName(driver string) string { return strings.ToLower(csiclient.SanitizeDriverName(driver)) }
