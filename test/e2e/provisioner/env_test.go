@@ -12,6 +12,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +52,10 @@ type envOptions struct {
 	provArgs   []string // extra `kubevol provisioner` flags
 	noProv     bool     // do not start the provisioner
 	driverName string   // default: unique per test
-	kubeconfig string   // the provisioner's; default: the admin kubeconfig
+	kubeconfig string   // the provisioner's; default: its ServiceAccount bound to deploy/'s RBAC
+	// readSecrets grants the provisioner `get` on secrets, as an operator adds it to
+	// upstream's role for StorageClasses with secret parameters.
+	readSecrets bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -72,7 +76,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.http = freeAddr(t)
 	kubeconfig := o.kubeconfig
 	if kubeconfig == "" {
-		kubeconfig = framework.Cluster().KubeconfigPath()
+		rules := framework.ShippedRules(t, framework.Provisioner)
+		if o.readSecrets {
+			rules.Cluster = append(rules.Cluster, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+		}
+		kubeconfig = framework.RunWithRules(e.ctx, t, e.ns, "provisioner", rules)
 	}
 	e.provArgs = append([]string{"provisioner", "--csi-address", e.socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--http-endpoint", e.http, "--retry-interval-max", "10s", "-v", "3"}, o.provArgs...)
