@@ -115,7 +115,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
 
 	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
-	kc := framework.Cluster().KubeconfigPath()
 	args := []string{"driver", "--endpoint", sock, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
 		"--drivername", e.name, "--call-log", e.callLog, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry")}
 	if o.attachRequired {
@@ -138,12 +137,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 		return p
 	}
 	e.driver = start(args...)
-	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
-		start("attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("attacher", "--csi-address", sock, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "attacher", framework.Attacher), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	if o.resizer {
-		start("resizer", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("resizer", "--csi-address", sock, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "resizer", framework.Resizer), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	ports, err := localcluster.FreePorts(1)
 	if err != nil {
