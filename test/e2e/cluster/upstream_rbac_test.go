@@ -185,7 +185,9 @@ func TestShippedRBACIsUpstreams(t *testing.T) {
 				}
 			}
 		}
-		if !slices.ContainsFunc(review.Status.ResourceRules, func(rr authorizationv1.ResourceRule) bool { return len(rr.Resources) > 0 && !strings.HasPrefix(rr.Resources[0], "self") }) {
+		if !slices.ContainsFunc(review.Status.ResourceRules, func(rr authorizationv1.ResourceRule) bool {
+			return len(rr.Resources) > 0 && !strings.HasPrefix(rr.Resources[0], "self")
+		}) {
 			t.Errorf("%s: the review lists none of the shipped rights: %+v", comp, review.Status.ResourceRules)
 		}
 	}
