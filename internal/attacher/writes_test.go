@@ -3,6 +3,7 @@ package attacher
 import (
 	"fmt"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestAttachAndDetachOnlyPatch(t *testing.T) {
 	e := startController(t, drv, Config{}, attachment("vol-a"))
 	e.waitFor("va-vol-a attached", func() bool { return e.attached("vol-a") })
 	va := e.va("va-vol-a")
-	if va.Annotations[nodeIDAnnotation] != testNodeID || !containsString(va.Finalizers, Finalizer(testDriver)) {
+	if va.Annotations[nodeIDAnnotation] != testNodeID || !slices.Contains(va.Finalizers, Finalizer(testDriver)) {
 		t.Fatalf("VolumeAttachment lacks the node ID or the finalizer: %v %v", va.Annotations, va.Finalizers)
 	}
 	if va.Status.AttachmentMetadata["node"] != testNodeID {
@@ -122,13 +123,4 @@ func TestAttachErrorCode(t *testing.T) {
 	if got := e.va("va-other").Status.AttachError.ErrorCode; got != nil {
 		t.Errorf("errorCode = %d for an error that never reached the driver, want none", *got)
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -1,10 +1,7 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,15 +60,7 @@ func upstreamRoles(t *testing.T, path string) framework.Rules {
 		t.Fatal(err)
 	}
 	var out framework.Rules
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, doc := range framework.YAMLDocuments(t, data) {
 		var role struct {
 			Kind  string              `json:"kind"`
 			Rules []rbacv1.PolicyRule `json:"rules"`

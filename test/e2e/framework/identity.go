@@ -68,7 +68,7 @@ func ShippedRules(t testing.TB, c Component) Rules {
 		t.Fatal(err)
 	}
 	var out Rules
-	for _, doc := range yamlDocs(t, data) {
+	for _, doc := range YAMLDocuments(t, data) {
 		var meta struct {
 			Kind     string            `json:"kind"`
 			Metadata metav1.ObjectMeta `json:"metadata"`
@@ -100,7 +100,8 @@ func ShippedRules(t testing.TB, c Component) Rules {
 	return out
 }
 
-func yamlDocs(t testing.TB, data []byte) [][]byte {
+// YAMLDocuments splits a multi-document YAML file into its non-empty documents.
+func YAMLDocuments(t testing.TB, data []byte) [][]byte {
 	t.Helper()
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var docs [][]byte
