@@ -55,7 +55,7 @@ func newProvisionerCommand() *cobra.Command {
 		Short: "CSI external provisioner: PVCs to CreateVolume and PVs",
 		Long: `provisioner is a drop-in replacement for kubernetes-csi/external-provisioner: it takes the
 same flags, writes the same PersistentVolumes, annotations, finalizers, events and metrics, and
-records each CreateVolume in an intent journal first, so that a crash or a deleted claim never
+records each CreateVolume on its claim first, so that a crash or a deleted claim never
 leaks a backend volume. See docs/provisioner.md for the defaults that differ from upstream.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.showVersion {
@@ -100,7 +100,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
 	f.BoolVar(&o.enablePprof, "enable-pprof", false, "Accepted for compatibility; pprof is not served.")
 	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Accepted for compatibility; Go sets GOMAXPROCS from the cgroup quota itself since Go 1.25.")
-	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: namespace of the intent journal ConfigMap (default: the leader election namespace resolution).")
+	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: no longer used (the provisioning records live on the claims); accepted for compatibility.")
 	f.StringVar(&o.deprecatedProvName, "provisioner", "", "Deprecated and ignored: the driver name comes from GetPluginInfo.")
 	f.DurationVar(&o.deprecatedConnTimeo, "connection-timeout", 0, "Deprecated and ignored: the provisioner waits for the driver forever.")
 	for _, name := range []string{"provisioner", "connection-timeout"} {
