@@ -138,6 +138,15 @@ func RunAs(ctx context.Context, t testing.TB, ns, name string, components ...Com
 	return RunWithRules(ctx, t, ns, name, rules)
 }
 
+// RunAsReadingSecrets is RunAs with `get` on secrets added, as an operator adds it to the
+// upstream roles (which leave it commented out) for StorageClasses that name secrets.
+func RunAsReadingSecrets(ctx context.Context, t testing.TB, ns, name string, c Component) string {
+	t.Helper()
+	rules := ShippedRules(t, c)
+	rules.Cluster = append(rules.Cluster, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+	return RunWithRules(ctx, t, ns, name, rules)
+}
+
 // RunWithRules is RunAs with rules given by the test (upstream's, for instance).
 func RunWithRules(ctx context.Context, t testing.TB, ns, name string, rules Rules) string {
 	t.Helper()

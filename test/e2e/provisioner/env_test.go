@@ -12,7 +12,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,11 +75,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.http = freeAddr(t)
 	kubeconfig := o.kubeconfig
 	if kubeconfig == "" {
-		rules := framework.ShippedRules(t, framework.Provisioner)
 		if o.readSecrets {
-			rules.Cluster = append(rules.Cluster, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+			kubeconfig = framework.RunAsReadingSecrets(e.ctx, t, e.ns, "provisioner", framework.Provisioner)
+		} else {
+			kubeconfig = framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner)
 		}
-		kubeconfig = framework.RunWithRules(e.ctx, t, e.ns, "provisioner", rules)
 	}
 	e.provArgs = append([]string{"provisioner", "--csi-address", e.socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--http-endpoint", e.http, "--retry-interval-max", "10s", "-v", "3"}, o.provArgs...)
