@@ -223,6 +223,20 @@ func bumpResourceVersions(cs *fake.Clientset) {
 	}
 	cs.PrependReactor("create", "*", bump)
 	cs.PrependReactor("update", "*", bump)
+	// A patch has no object to bump: apply it, then store the result with a new version.
+	apply := clienttesting.ObjectReaction(cs.Tracker())
+	cs.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		handled, obj, err := apply(a)
+		if err != nil || obj == nil {
+			return handled, obj, err
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return true, nil, err
+		}
+		m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
+		return true, obj, cs.Tracker().Update(a.GetResource(), obj, a.GetNamespace())
+	})
 }
 
 // attachment returns the VolumeAttachment of volume on testNode, as the attach/detach

@@ -2,15 +2,18 @@ package attacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
+	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
@@ -23,6 +26,8 @@ const publishCapability = csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_
 const (
 	reasonAttachFailed = "AttachFailed"
 	reasonDetachFailed = "DetachFailed"
+	// reasonWriteFailed: the API server refused one of the attacher's writes.
+	reasonWriteFailed = "WriteFailed"
 )
 
 // syncVA brings one VolumeAttachment to its desired state: attached while it lives,
@@ -105,7 +110,7 @@ func (c *Controller) attach(ctx context.Context, va *storagev1.VolumeAttachment)
 			return c.attachFailed(ctx, va, fmt.Errorf("PersistentVolume %q is marked for deletion", src.pv.Name))
 		}
 		// The PV must outlive every attachment of it, so it gets our finalizer first.
-		if err := c.addPVFinalizer(ctx, src.pv); err != nil {
+		if err := c.addPVFinalizer(ctx, va, src.pv); err != nil {
 			return err
 		}
 	}
@@ -172,12 +177,13 @@ func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment)
 	}
 	// As upstream, the finalizer goes before the status changes: once it is gone the object
 	// may vanish, and a second ControllerUnpublish is never made for it.
-	va.Finalizers = slices.DeleteFunc(va.Finalizers, func(f string) bool { return f == c.finalizer() })
-	if _, err := c.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{}); err != nil {
+	released := va.DeepCopy()
+	released.Finalizers = slices.DeleteFunc(released.Finalizers, func(f string) bool { return f == c.finalizer() })
+	if _, err := c.patchVA(ctx, va, released, ""); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return err
+		return c.writeFailed(ctx, va, "remove the finalizer of the VolumeAttachment", err)
 	}
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)
@@ -245,41 +251,107 @@ func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttac
 	if slices.Contains(va.Finalizers, c.finalizer()) && va.Annotations[nodeIDAnnotation] == nodeID {
 		return va, nil
 	}
-	if !slices.Contains(va.Finalizers, c.finalizer()) {
-		va.Finalizers = append(va.Finalizers, c.finalizer())
+	cur := va.DeepCopy()
+	if !slices.Contains(cur.Finalizers, c.finalizer()) {
+		cur.Finalizers = append(cur.Finalizers, c.finalizer())
 	}
-	if va.Annotations == nil {
-		va.Annotations = map[string]string{}
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
 	}
-	va.Annotations[nodeIDAnnotation] = nodeID
-	return c.cfg.Client.StorageV1().VolumeAttachments().Update(ctx, va, metav1.UpdateOptions{})
+	cur.Annotations[nodeIDAnnotation] = nodeID
+	out, err := c.patchVA(ctx, va, cur, "")
+	if err != nil {
+		return nil, c.writeFailed(ctx, va, "add the finalizer and node ID to the VolumeAttachment", err)
+	}
+	return out, nil
 }
 
-func (c *Controller) addPVFinalizer(ctx context.Context, pv *corev1.PersistentVolume) error {
+func (c *Controller) addPVFinalizer(ctx context.Context, va *storagev1.VolumeAttachment, pv *corev1.PersistentVolume) error {
 	if slices.Contains(pv.Finalizers, c.finalizer()) {
 		return nil
 	}
-	pv = pv.DeepCopy()
-	pv.Finalizers = append(pv.Finalizers, c.finalizer())
-	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
+	cur := pv.DeepCopy()
+	cur.Finalizers = append(cur.Finalizers, c.finalizer())
+	if err := c.patchPV(ctx, pv, cur); err != nil {
+		return c.writeFailed(ctx, va, fmt.Sprintf("add the finalizer to PersistentVolume %s", pv.Name), err)
+	}
+	return nil
+}
+
+// patchVA writes the difference between old and cur, to the status subresource when
+// subresource is "status". external-attacher's role grants only patch on
+// volumeattachments and volumeattachments/status.
+func (c *Controller) patchVA(ctx context.Context, old, cur *storagev1.VolumeAttachment, subresource string) (*storagev1.VolumeAttachment, error) {
+	data, changed, err := sidecar.TwoWayPatch(old, cur)
+	if err != nil || !changed {
+		return old, err
+	}
+	var sub []string
+	if subresource != "" {
+		sub = []string{subresource}
+	}
+	return c.cfg.Client.StorageV1().VolumeAttachments().Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, sub...)
+}
+
+// patchPV writes the difference between old and cur: external-attacher's role grants
+// only patch on persistentvolumes.
+func (c *Controller) patchPV(ctx context.Context, old, cur *corev1.PersistentVolume) error {
+	data, changed, err := sidecar.TwoWayPatch(old, cur)
+	if err != nil || !changed {
+		return err
+	}
+	_, err = c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+	return err
+}
+
+// writeFailed reports an API write the server refused (403 under a role without the
+// verb, a conflict, a webhook): one line at the default verbosity that names the object
+// and the write, and a Warning event on the VolumeAttachment. The key is retried with the
+// queue's backoff, so both repeat no faster than that.
+func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, what string, err error) error {
+	err = fmt.Errorf("cannot %s: %w", what, err)
+	klog.FromContext(ctx).Error(err, "API write refused; will retry with backoff", "volumeAttachment", va.Name)
+	c.recorder.Event(va, corev1.EventTypeWarning, reasonWriteFailed, err.Error())
 	return err
 }
 
 // markAttached and the error recorders update va in place, resourceVersion included, so the
 // caller knows which version its last write produced.
 func (c *Controller) markAttached(ctx context.Context, va *storagev1.VolumeAttachment, metadata map[string]string) error {
-	va.Status = storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}
-	return c.updateStatus(ctx, va)
+	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}); err != nil {
+		return c.writeFailed(ctx, va, "mark the VolumeAttachment attached", err)
+	}
+	return nil
 }
 
-func (c *Controller) updateStatus(ctx context.Context, va *storagev1.VolumeAttachment) error {
-	updated, err := c.cfg.Client.StorageV1().VolumeAttachments().UpdateStatus(ctx, va, metav1.UpdateOptions{})
+// writeStatus patches va's status to status and updates va in place.
+func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, status storagev1.VolumeAttachmentStatus) error {
+	cur := va.DeepCopy()
+	cur.Status = status
+	updated, err := c.patchVA(ctx, va, cur, "status")
 	if err != nil {
 		return err
 	}
-	va.ResourceVersion = updated.ResourceVersion
-	c.unobserved.Expect(va.Name, updated.ResourceVersion)
+	va.Status = status
+	if updated != va {
+		va.ResourceVersion = updated.ResourceVersion
+		c.unobserved.Expect(va.Name, updated.ResourceVersion)
+	}
 	return nil
+}
+
+// volumeError is the status record of a failed attach or detach. Like external-attacher
+// v4.10+, errorCode carries the gRPC code of a driver's error (the attach/detach
+// controller and the scheduler read ResourceExhausted from it); errors that never reached
+// the driver have none.
+func volumeError(cause error) *storagev1.VolumeError {
+	e := &storagev1.VolumeError{Message: cause.Error(), Time: metav1.Now()}
+	var se interface{ GRPCStatus() *grpcstatus.Status }
+	if errors.As(cause, &se) {
+		code := int32(se.GRPCStatus().Code())
+		e.ErrorCode = &code
+	}
+	return e
 }
 
 // attachFailed records the error where `kubectl describe` and the attach/detach controller
@@ -287,9 +359,10 @@ func (c *Controller) updateStatus(ctx context.Context, va *storagev1.VolumeAttac
 func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttachment, cause error) error {
 	klog.FromContext(ctx).Error(cause, "Attach failed")
 	c.recorder.Event(va, corev1.EventTypeWarning, reasonAttachFailed, cause.Error())
-	va.Status.AttachError = &storagev1.VolumeError{Message: cause.Error(), Time: metav1.Now()}
-	if err := c.updateStatus(ctx, va); err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Error(err, "Saving attachError failed")
+	st := *va.Status.DeepCopy()
+	st.AttachError = volumeError(cause)
+	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
+		_ = c.writeFailed(ctx, va, "save status.attachError", err)
 	}
 	return cause
 }
@@ -297,9 +370,10 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttachment, cause error) error {
 	klog.FromContext(ctx).Error(cause, "Detach failed")
 	c.recorder.Event(va, corev1.EventTypeWarning, reasonDetachFailed, cause.Error())
-	va.Status.DetachError = &storagev1.VolumeError{Message: cause.Error(), Time: metav1.Now()}
-	if err := c.updateStatus(ctx, va); err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Error(err, "Saving detachError failed")
+	st := *va.Status.DeepCopy()
+	st.DetachError = volumeError(cause)
+	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
+		_ = c.writeFailed(ctx, va, "save status.detachError", err)
 	}
 	return cause
 }
@@ -323,9 +397,11 @@ func (c *Controller) syncPV(ctx context.Context, name string) error {
 	if len(vas) > 0 {
 		return nil // a VolumeAttachment's deletion enqueues the PV again
 	}
-	pv = pv.DeepCopy()
-	pv.Finalizers = slices.DeleteFunc(pv.Finalizers, func(f string) bool { return f == c.finalizer() })
-	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	cur := pv.DeepCopy()
+	cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == c.finalizer() })
+	if err := c.patchPV(ctx, pv, cur); err != nil && !apierrors.IsNotFound(err) {
+		err = fmt.Errorf("cannot remove the finalizer of PersistentVolume %s: %w", name, err)
+		klog.FromContext(ctx).Error(err, "API write refused; will retry with backoff", "pv", name)
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Released PersistentVolume", "pv", name)

@@ -67,7 +67,7 @@ func TestCacheTransform(t *testing.T) {
 		t.Error("a stripped foreign PV reads as ours")
 	}
 
-	claim := apply(&corev1.PersistentVolumeClaim{ObjectMeta: meta(map[string]string{pvspec.AnnSelectedNode: "n"}),
+	claim := apply(&corev1.PersistentVolumeClaim{ObjectMeta: meta(map[string]string{pvspec.AnnSelectedNode: "n", corev1.LastAppliedConfigAnnotation: "{}"}),
 		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv"},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			Conditions: []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimResizing}}}}).(*corev1.PersistentVolumeClaim)
@@ -76,6 +76,10 @@ func TestCacheTransform(t *testing.T) {
 	}
 	if claim.Spec.VolumeName != "pv" || claim.Annotations[pvspec.AnnSelectedNode] != "n" || claim.ManagedFields != nil {
 		t.Errorf("claim: spec or annotations lost, or managedFields kept: %+v", claim)
+	}
+	// Claims are written back with an update, which would drop an annotation missing here.
+	if claim.Annotations[corev1.LastAppliedConfigAnnotation] == "" {
+		t.Errorf("claim lost its last-applied annotation: %+v", claim.Annotations)
 	}
 
 	node := apply(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"topology.kubevol.io/node": "n"}, Annotations: map[string]string{"a": "b"}},

@@ -41,7 +41,8 @@ type Config struct {
 	CapacityQPS   float32
 	CapacityBurst int
 
-	// IntentNamespace holds the intent journal ConfigMap.
+	// IntentNamespace is no longer used: the intent records live on the claims. The
+	// --intent-namespace flag is still accepted.
 	IntentNamespace string
 
 	// NodeDeployment is set by --node-deployment: this instance serves one node. Run fills
@@ -65,18 +66,15 @@ func Run(ctx context.Context, cfg Config) error {
 	logger.Info("CSI driver is ready", "topology", caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
 
 	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver)
-	journalName := "kubevol-provisioner-" + objectName(sc.Driver)
 	if nd := cfg.NodeDeployment; nd != nil {
 		if err := nodeInfo(ctx, sc, nd); err != nil {
 			return err
 		}
 		identity += "-" + nd.NodeName
-		// Each node's instance has its own in-flight records.
-		journalName += "-" + strings.ToLower(nd.NodeName)
 		logger.Info("Node deployment: provisioning only this node's claims", "node", nd.NodeName, "topology", nd.Topology, "immediateBinding", nd.ImmediateBinding)
 	}
 	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity,
-		journal: intent.New(sc.Client, cfg.IntentNamespace, journalName),
+		journal: intent.New(sc.Client, sc.Driver),
 	}
 	p.hostname, _ = os.Hostname()
 	// Events get their own client and budget so an event storm never delays a PV create
@@ -117,7 +115,6 @@ func (p *instance) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go p.journal.Run(ctx)
 
 	recorder, stopEvents := controller.NewEventRecorder(ctx, p.events, driver+"_"+p.hostname)
 	defer stopEvents()
@@ -175,11 +172,10 @@ func (p *instance) lead(ctx context.Context) error {
 		claims.Enqueue(rec.ClaimUID)
 	}
 	if len(records) > 0 {
-		klog.FromContext(ctx).Info("Resuming in-flight provisions from the intent journal", "count", len(records))
+		klog.FromContext(ctx).Info("Resuming in-flight provisions recorded on claims", "count", len(records))
 	}
 	return r.Run(ctx)
 }
 
-// objectName is the driver's name as an object name: the Lease (as upstream names it) and
-// the intent journal.
+// objectName is the driver's name as an object name: the Lease, as upstream names it.
 func objectName(driver string) string { return strings.ToLower(csiclient.SanitizeDriverName(driver)) }

@@ -112,6 +112,7 @@ func optimisticConcurrency(cs *fake.Clientset) {
 		m.SetResourceVersion(strconv.Itoa(version))
 		return false, nil, nil
 	})
+	patchWithVersion(cs, &mu, &version)
 }
 
 // volume returns a bound claim of size capacity that requests request, and its PV.

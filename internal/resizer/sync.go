@@ -14,10 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
 
@@ -309,31 +311,40 @@ func (c *Controller) expandFailed(ctx context.Context, key string, pvc *corev1.P
 	return cause
 }
 
-// growPV sets the PV's capacity to size unless it is already that large. The update
-// carries the cached resourceVersion: a stale cache gets a conflict and a retry, never an
-// overwrite.
+// growPV sets the PV's capacity to size unless it is already that large. It patches, as
+// external-resizer's role grants only patch on PVs; the patch carries the cached
+// resourceVersion, so a stale cache gets a conflict and a retry, never an overwrite.
 func (c *Controller) growPV(ctx context.Context, pv *corev1.PersistentVolume, size resource.Quantity) error {
 	if cur := pv.Spec.Capacity[corev1.ResourceStorage]; cur.Cmp(size) >= 0 {
 		return nil
 	}
-	pv = pv.DeepCopy()
-	pv.Spec.Capacity = setQuantity(pv.Spec.Capacity, size)
-	if _, err := c.cfg.Client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+	grown := pv.DeepCopy()
+	grown.Spec.Capacity = setQuantity(grown.Spec.Capacity, size)
+	patch, _, err := sidecar.VersionedPatch(pv, grown)
+	if err == nil {
+		_, err = c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
 		return fmt.Errorf("updating the capacity of PV %s: %w", pv.Name, err)
 	}
 	return nil
 }
 
 // writeStatus applies change to a copy of the claim's status and saves it when it differs.
-// UpdateStatus carries the claim's resourceVersion, so a status computed from a stale cache
-// fails with a conflict and the claim is retried from fresh data.
+// It patches persistentvolumeclaims/status, the one claim write external-resizer's role
+// grants; the patch carries the claim's resourceVersion, so a status computed from a stale
+// cache fails with a conflict and the claim is retried from fresh data.
 func (c *Controller) writeStatus(ctx context.Context, pvc *corev1.PersistentVolumeClaim, change func(*corev1.PersistentVolumeClaimStatus)) (*corev1.PersistentVolumeClaim, error) {
 	updated := pvc.DeepCopy()
 	change(&updated.Status)
 	if equality.Semantic.DeepEqual(pvc.Status, updated.Status) {
 		return pvc, nil
 	}
-	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	patch, _, err := sidecar.VersionedPatch(pvc, updated)
+	if err != nil {
+		return pvc, err
+	}
+	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return pvc, err
 	}

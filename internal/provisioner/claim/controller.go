@@ -148,7 +148,7 @@ func (c *Controller) onClaim(obj any) {
 	if !ok {
 		return
 	}
-	if _, inFlight := c.cfg.Journal.Get(pvc.UID); inFlight {
+	if _, inFlight := c.record(pvc.UID, pvc); inFlight {
 		c.queue.Add(pvc.UID)
 		return
 	}

@@ -2,6 +2,8 @@ package claim
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,14 +11,19 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
@@ -40,10 +47,11 @@ type fixture struct {
 }
 
 // newFixture runs a claim controller against a fake API server and an in-memory driver.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(), recorder: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100)}
+	honourFinalizers(f.cs)
 	f.drv = csitest.Start(t, &csitest.Driver{Name: driverName})
 	conn, err := csiclient.Dial(csiclient.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
 	if err != nil {
@@ -54,11 +62,10 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.journal = intent.New(f.cs, "kube-system", "journal")
+	f.journal = intent.New(f.cs, driverName)
 	if _, err := f.journal.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go f.journal.Run(ctx)
 	factory := informers.NewSharedInformerFactory(f.cs, 0)
 	f.ctl, err = New(Config{
 		ControllerConfig: sidecar.ControllerConfig{Client: f.cs, CSI: conn, DriverName: driverName,
@@ -120,7 +127,12 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 	if err := f.cs.CoreV1().PersistentVolumeClaims("ns").Delete(f.ctx, pvc.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the informer to lose the claim", func() bool { return f.ctl.claimByUID(pvc.UID) == nil })
+	// The record's finalizer holds the deleted claim, and so the record, until the
+	// volume is dealt with.
+	f.waitFor("the informer to see the claim deleted", func() bool {
+		c := f.ctl.claimByUID(pvc.UID)
+		return c != nil && c.DeletionTimestamp != nil
+	})
 	f.drv.Hook("CreateVolume", nil)
 	close(release)
 	f.waitFor("DeleteVolume", func() bool { return f.drv.Calls("DeleteVolume") > 0 && len(f.drv.Volumes()) == 0 })
@@ -128,36 +140,137 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 		t.Fatal("a PV was made for a deleted claim")
 	}
 	f.waitFor("an empty journal", func() bool { return f.journal.Len() == 0 })
+	f.waitFor("the claim to go once its finalizer is removed", func() bool {
+		_, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, pvc.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
 
-// A record left by a crashed run whose claim is gone is cleaned up: the recorded
-// CreateVolume is repeated to learn the volume ID, then the volume is deleted.
+// A record left on a claim by a crashed run, the claim deleted meanwhile, is found by the
+// next run: the recorded CreateVolume is repeated to learn the volume ID, the volume is
+// deleted, and only then the finalizer lets the claim go.
 func TestSweepsOrphanedIntentOnStart(t *testing.T) {
-	f := newFixture(t)
-	// The earlier run's CreateVolume reached the driver; then it crashed and the claim went.
-	f.claim("gone")
-	f.waitFor("the volume", func() bool { return len(f.drv.Volumes()) == 1 })
-	f.waitFor("the PV", func() bool {
-		pvs, _ := f.cs.CoreV1().PersistentVolumes().List(f.ctx, metav1.ListOptions{})
-		return len(pvs.Items) == 1
+	now := metav1.Now()
+	class := "sc"
+	gone := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "ns", UID: "uid-gone", DeletionTimestamp: &now,
+			Finalizers: []string{intent.Finalizer(driverName)},
+			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName,
+				intent.Annotation: `{"driver":"` + driverName + `","pv":"pvc-uid-gone","request":"` + base64.StdEncoding.EncodeToString(mustRequest(t, "pvc-uid-gone")) + `"}`}},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}
+	f := newFixture(t, gone)
+	if recs, _ := f.journal.Load(f.ctx); len(recs) != 1 || recs[0].PVName != "pvc-uid-gone" || recs[0].ClaimUID != "uid-gone" {
+		t.Fatalf("Load = %+v; want the record of claim gone", recs)
+	}
+	f.waitFor("the orphan to be deleted", func() bool { return f.drv.Calls("DeleteVolume") > 0 && len(f.drv.Volumes()) == 0 })
+	f.waitFor("the claim to go", func() bool {
+		_, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, "gone", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
 	})
-	// Simulate the crash: the PV never got saved and the claim is gone.
-	if err := f.cs.CoreV1().PersistentVolumes().Delete(f.ctx, "pvc-uid-gone", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	if n := f.drv.Calls("CreateVolume"); n != 1 {
+		t.Errorf("CreateVolume calls = %d, want 1 (the lookup by name)", n)
 	}
-	if err := f.cs.CoreV1().PersistentVolumeClaims("ns").Delete(f.ctx, "gone", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+}
+
+// external-provisioner's role grants update on claims, and create, patch and delete on
+// PVs: a provision and its record use nothing else, and no ConfigMap.
+func TestProvisionUsesUpstreamVerbs(t *testing.T) {
+	f := newFixture(t)
+	pvc := f.claim("verbs")
+	f.waitFor("the PV", func() bool {
+		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
+		return err == nil
+	})
+	f.waitFor("the record removed from the claim", func() bool {
+		c, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, pvc.Name, metav1.GetOptions{})
+		return err == nil && c.Annotations[intent.Annotation] == "" && len(c.Finalizers) == 0
+	})
+	var claimUpdates int
+	for _, a := range f.cs.Actions() {
+		verb, res := a.GetVerb(), a.GetResource().Resource
+		switch {
+		case verb == "get" || verb == "list" || verb == "watch":
+		case res == "persistentvolumeclaims" && verb == "update" && a.GetSubresource() == "":
+			claimUpdates++
+		case res == "persistentvolumes" && (verb == "create" || verb == "patch" || verb == "delete"):
+		case res == "storageclasses" && verb == "create": // the fixture's
+		case res == "persistentvolumeclaims" && verb == "create": // the test's
+		default:
+			t.Errorf("%s %s/%s: not granted by external-provisioner's role", verb, res, a.GetSubresource())
+		}
 	}
-	f.waitFor("the informer to lose the claim", func() bool { return f.ctl.claimByUID("uid-gone") == nil })
-	if err := f.journal.Add(f.ctx, intent.Record{ClaimUID: "uid-gone", Namespace: "ns", Claim: "gone", PVName: "pvc-uid-gone", Request: mustRequest(t, "pvc-uid-gone")}); err != nil {
-		t.Fatal(err)
+	if claimUpdates < 2 {
+		t.Errorf("%d claim updates, want the record written and removed", claimUpdates)
 	}
-	f.ctl.Enqueue("uid-gone")
-	f.waitFor("the orphan to be deleted", func() bool { return len(f.drv.Volumes()) == 0 })
-	f.waitFor("an empty journal", func() bool { return f.journal.Len() == 0 })
-	if n := f.drv.Calls("CreateVolume"); n != 2 {
-		t.Errorf("CreateVolume calls = %d, want 2 (the provision and the lookup by name)", n)
+}
+
+// Where the claim update is refused, the provisioner goes on as upstream does, says so once
+// with a Warning event on the claim, and still provisions.
+func TestRefusedRecordDegrades(t *testing.T) {
+	f := newFixture(t)
+	f.cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "x", errors.New("RBAC: update not allowed"))
+	})
+	f.drv.Hook("CreateVolume", func(any) error {
+		if f.drv.Calls("CreateVolume") < 3 {
+			return status.Error(codes.Unavailable, "busy") // two retries of the same claim
+		}
+		return nil
+	})
+	pvc := f.claim("norecord")
+	f.waitFor("the PV", func() bool {
+		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
+		return err == nil
+	})
+	var unrecorded int
+	for done := false; !done; {
+		select {
+		case e := <-f.recorder.Events:
+			if strings.HasPrefix(e, "Warning "+ReasonProvisioningUnrecorded) {
+				unrecorded++
+				if !strings.Contains(e, "update on persistentvolumeclaims") {
+					t.Errorf("event does not say what is missing: %s", e)
+				}
+			}
+		default:
+			done = true
+		}
 	}
+	if unrecorded != 1 {
+		t.Errorf("%d ProvisioningUnrecorded events, want exactly one for the claim", unrecorded)
+	}
+}
+
+// honourFinalizers makes the fake delete claims as the API server does: a claim with
+// finalizers only gets a deletionTimestamp, and goes once an update removes the last one.
+func honourFinalizers(cs *fake.Clientset) {
+	gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	cs.PrependReactor("delete", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		d := a.(k8stesting.DeleteAction)
+		obj, err := cs.Tracker().Get(gvr, d.GetNamespace(), d.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		pvc := obj.(*corev1.PersistentVolumeClaim)
+		if len(pvc.Finalizers) == 0 {
+			return false, nil, nil
+		}
+		if pvc.DeletionTimestamp == nil {
+			now := metav1.Now()
+			pvc.DeletionTimestamp = &now
+			return true, nil, cs.Tracker().Update(gvr, pvc, pvc.Namespace)
+		}
+		return true, nil, nil
+	})
+	cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		pvc := a.(k8stesting.UpdateAction).GetObject().(*corev1.PersistentVolumeClaim)
+		if pvc.DeletionTimestamp == nil || len(pvc.Finalizers) > 0 {
+			return false, nil, nil
+		}
+		return true, pvc, cs.Tracker().Delete(gvr, pvc.Namespace, pvc.Name)
+	})
 }
 
 // A claim whose size CSI cannot carry gets a ProvisioningFailed event that names the limit,

@@ -12,11 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
+	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
 
@@ -105,8 +105,8 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 		return nil, fmt.Errorf("the clone and its source %s must have the same volumeMode", name)
 	}
 	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
-		patch := []byte(`{"metadata":{"finalizers":["` + pvspec.CloneFinalizer + `"]}}`)
-		if _, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(src.Namespace).Patch(ctx, src.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		// external-provisioner's role grants update on claims, not patch.
+		if _, err := sidecar.SetClaimFinalizer(ctx, c.cfg.Client, src, pvspec.CloneFinalizer, true); err != nil {
 			return nil, fmt.Errorf("protect clone source %s: %w", name, err)
 		}
 	}
@@ -136,8 +136,7 @@ func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.Persist
 		}
 		return fmt.Errorf("clone %s of %s is still being provisioned", p.Name, src.Name)
 	}
-	patch := []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + pvspec.CloneFinalizer + `"]}}`)
-	_, err = c.cfg.Client.CoreV1().PersistentVolumeClaims(src.Namespace).Patch(ctx, src.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	_, err = sidecar.SetClaimFinalizer(ctx, c.cfg.Client, src, pvspec.CloneFinalizer, false)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

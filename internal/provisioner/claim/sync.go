@@ -30,6 +30,9 @@ const (
 	ReasonProvisioning          = "Provisioning"
 	ReasonProvisioningSucceeded = "ProvisioningSucceeded"
 	ReasonProvisioningFailed    = "ProvisioningFailed"
+	// ReasonProvisioningUnrecorded is kubevol's: the claim could not carry the record that
+	// makes its provisioning leak-free.
+	ReasonProvisioningUnrecorded = "ProvisioningUnrecorded"
 )
 
 // addressedToUs: the PVC names this driver as its provisioner (GA key, then beta key, then
@@ -44,7 +47,7 @@ func (c *Controller) addressedToUs(pvc *corev1.PersistentVolumeClaim) bool {
 
 func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	claim := c.claimByUID(uid)
-	rec, inFlight := c.cfg.Journal.Get(uid)
+	rec, inFlight := c.record(uid, claim)
 	if claim == nil || claim.DeletionTimestamp != nil {
 		if claim != nil && pvspec.HasFinalizer(claim, pvspec.CloneFinalizer) {
 			if err := c.releaseCloneSource(ctx, claim); err != nil {
@@ -87,9 +90,8 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only, so with
 	// another --volume-name-prefix its early exit for an existing PV never fires.
 	if _, err := c.volumes.Get(pvName); err == nil {
-		c.cfg.Journal.Remove(uid)
 		c.saved.Forget(uid)
-		return nil
+		return c.forget(ctx, uid)
 	}
 	if wait := c.saved.Remaining(uid); wait > 0 {
 		return controller.RetryAfter(wait) // our PV is on its way into the cache
@@ -134,11 +136,16 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	if err != nil {
 		return err
 	}
-	if err := c.cfg.Journal.Add(ctx, intent.Record{
-		ClaimUID: claim.UID, Namespace: claim.Namespace, Claim: claim.Name, PVName: pvName,
-		Request: raw, Secret: p.secrets.Provisioner,
-	}); err != nil {
-		logger.Error(err, "Cannot record the provisioning intent; not calling CreateVolume")
+	claim, err = c.cfg.Journal.Add(ctx, claim, intent.Record{PVName: pvName, Request: raw, Secret: p.secrets.Provisioner})
+	switch {
+	case errors.Is(err, intent.ErrUnrecorded):
+		// Upstream's behaviour, said once per claim: without the record a crash before the
+		// PV is saved, with the claim deleted meanwhile, leaves the volume on the backend.
+		msg := fmt.Sprintf("provisioning without a durable record on the claim (%v): grant the provisioner update on persistentvolumeclaims, as external-provisioner's role does", err)
+		logger.Error(err, "Provisioning without a durable record on the claim; a crash before the PV is saved could leak the volume if the claim is deleted meanwhile")
+		c.cfg.Recorder.Event(claim, corev1.EventTypeWarning, ReasonProvisioningUnrecorded, msg)
+	case err != nil:
+		logger.Error(err, "Cannot record the provisioning intent on the claim; not calling CreateVolume")
 		return err
 	}
 
@@ -182,7 +189,10 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	// The informer stores the PV before it calls the handler that forgets the mark, so
 	// checking the cache under the tracker's lock cannot miss that handler.
 	c.saved.ExpectUnless(claim.UID, "", func() bool { _, err := c.volumes.Get(pvName); return err == nil })
-	c.cfg.Journal.Remove(claim.UID)
+	if err := c.forget(ctx, claim.UID); err != nil {
+		// The PV owns the volume now; the next sync of the claim removes the record.
+		logger.Info("Could not remove the provisioning record yet", "err", err)
+	}
 	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()
 	c.cfg.Metrics.ProvisionDuration.WithLabelValues(class.Name, source).Observe(time.Since(start).Seconds())
 	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioningSucceeded, "Successfully provisioned volume %s", pvName)
@@ -224,8 +234,7 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
 		if existing.Spec.CSI != nil && existing.Spec.CSI.VolumeHandle == pv.Spec.CSI.VolumeHandle && existing.DeletionTimestamp == nil {
 			// Same backend volume, now owned by that PV: deleting it would destroy its data.
-			c.cfg.Journal.Remove(claim.UID)
-			return nil
+			return c.forget(ctx, claim.UID)
 		}
 		return c.cleanup(ctx, c.mustRecord(claim.UID))
 	}
@@ -237,7 +246,11 @@ func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentV
 	logger := klog.FromContext(ctx)
 	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
 	if !csiclient.MayBeInProgress(err) {
-		c.cfg.Journal.Remove(claim.UID) // a final answer: nothing was created
+		// A final answer: nothing was created. A record left by a failed removal is
+		// harmless: the claim's next sync rewrites or removes it.
+		if ferr := c.forget(ctx, claim.UID); ferr != nil {
+			logger.V(2).Info("Could not remove the provisioning record yet", "err", ferr)
+		}
 	}
 	code := status.Code(err)
 	switch {
@@ -266,8 +279,11 @@ func (c *Controller) failed(ctx context.Context, claim *corev1.PersistentVolumeC
 // rescheduleProvisioning). It is only called after a final answer, never while a
 // CreateVolume may still run.
 func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVolumeClaim, cause error) error {
-	patch := []byte(`{"metadata":{"annotations":{"` + pvspec.AnnSelectedNode + `":null}}}`)
-	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Patch(ctx, claim.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	// An update, the claim write external-provisioner's role grants; a conflict retries
+	// from a fresh copy.
+	cur := claim.DeepCopy()
+	delete(cur.Annotations, pvspec.AnnSelectedNode)
+	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("reschedule: remove %s: %w", pvspec.AnnSelectedNode, err)
 	}
@@ -281,13 +297,12 @@ func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVol
 func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(rec.Namespace, rec.Claim), "pv", rec.PVName)
 	if rec.PVName == "" {
-		return nil
+		return c.forget(ctx, rec.ClaimUID) // an unreadable record: nothing to go by
 	}
 	pv, err := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, rec.PVName, metav1.GetOptions{})
 	switch {
 	case err == nil && c.ownsVolume(pv, rec):
-		c.cfg.Journal.Remove(rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
-		return nil
+		return c.forget(ctx, rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
@@ -298,10 +313,9 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	id := rec.VolumeID
 	if id == "" {
 		req := &csi.CreateVolumeRequest{}
-		if err := proto.Unmarshal(rec.Request, req); err != nil {
-			logger.Error(err, "Intent record is unreadable; dropping it")
-			c.cfg.Journal.Remove(rec.ClaimUID)
-			return nil
+		if err := proto.Unmarshal(rec.Request, req); err != nil || len(rec.Request) == 0 {
+			logger.Error(err, "Provisioning record holds no readable request: the volume's ID cannot be learned, and a volume the driver may have created for it is left on the backend", "volumeName", rec.PVName)
+			return c.forget(ctx, rec.ClaimUID)
 		}
 		req.Secrets = secrets
 		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
@@ -312,8 +326,7 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 			return fmt.Errorf("cleanup of %s: CreateVolume to find the volume: %w", rec.PVName, err)
 		case err != nil:
 			logger.V(2).Info("No volume to clean up: CreateVolume gives a final error", "err", err)
-			c.cfg.Journal.Remove(rec.ClaimUID)
-			return nil
+			return c.forget(ctx, rec.ClaimUID)
 		}
 		id = rsp.GetVolume().GetVolumeId()
 	}
@@ -324,8 +337,25 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 		return fmt.Errorf("cleanup of %s: DeleteVolume %s: %w", rec.PVName, id, err)
 	}
 	logger.Info("Deleted a volume whose claim is gone", "volumeID", id)
-	c.cfg.Journal.Remove(rec.ClaimUID)
-	return nil
+	return c.forget(ctx, rec.ClaimUID)
+}
+
+// record returns the claim's provisioning record: the one in memory, else the one on the
+// claim (written by an earlier leader).
+func (c *Controller) record(uid types.UID, claim *corev1.PersistentVolumeClaim) (intent.Record, bool) {
+	if r, ok := c.cfg.Journal.Get(uid); ok {
+		return r, true
+	}
+	if claim == nil {
+		return intent.Record{}, false
+	}
+	return c.cfg.Journal.Parse(claim)
+}
+
+// forget drops the claim's provisioning record, from the claim as well: its finalizer
+// goes with it, so a deleted claim then disappears.
+func (c *Controller) forget(ctx context.Context, uid types.UID) error {
+	return c.cfg.Journal.Remove(ctx, uid, c.claimByUID(uid))
 }
 
 // ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,

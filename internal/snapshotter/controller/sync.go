@@ -11,10 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -420,8 +420,8 @@ func (c *Controller) protectClaim(ctx context.Context, pvc *corev1.PersistentVol
 	if snapshotter.HasFinalizer(pvc, snapshotter.FinalizerPVCAsSource) {
 		return nil
 	}
-	patch := []byte(`{"metadata":{"finalizers":["` + snapshotter.FinalizerPVCAsSource + `"]}}`)
-	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	// snapshot-controller's role grants update on claims, not patch.
+	_, err := sidecar.SetClaimFinalizer(ctx, c.cfg.Client, pvc, snapshotter.FinalizerPVCAsSource, true)
 	return err
 }
 
@@ -445,8 +445,7 @@ func (c *Controller) releaseClaim(ctx context.Context, ns, name string) error {
 			return nil // that snapshot's own sync releases the claim once it is ready
 		}
 	}
-	patch := []byte(`{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + snapshotter.FinalizerPVCAsSource + `"]}}`)
-	_, err = c.cfg.Client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	_, err = sidecar.SetClaimFinalizer(ctx, c.cfg.Client, pvc, snapshotter.FinalizerPVCAsSource, false)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -48,7 +48,7 @@ func newEnv(t *testing.T, attachRequired bool, args ...string) *env {
 	e.drv = drivertest.Start(t, driver.Config{DriverName: e.name, NodeID: "csi-" + e.node, AttachRequired: attachRequired, CallLog: e.callLog})
 	e.attacher = framework.StartKubevol(t, append([]string{"attacher",
 		"--csi-address", e.drv.Endpoint,
-		"--kubeconfig", framework.Cluster().KubeconfigPath(),
+		"--kubeconfig", framework.RunAs(e.ctx, t, framework.Namespace(t), "attacher", framework.Attacher),
 		"--retry-interval-start", "200ms", "--retry-interval-max", "2s",
 		"-v", "3"}, args...)...)
 	return e

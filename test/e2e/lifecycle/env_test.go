@@ -57,6 +57,9 @@ type envOptions struct {
 	faults         []string
 	// scParams are the StorageClass parameters; the default is a dir volume.
 	scParams map[string]string
+	// readSecrets grants the provisioner, attacher and resizer `get` on secrets, as an
+	// operator does for StorageClasses with secret parameters.
+	readSecrets bool
 	// resizer also runs `kubevol resizer`.
 	resizer bool
 	// republish sets the CSIDriver's requiresRepublish, and the agent's --sync-frequency to
@@ -115,7 +118,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
 
 	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
-	kc := framework.Cluster().KubeconfigPath()
 	args := []string{"driver", "--endpoint", sock, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
 		"--drivername", e.name, "--call-log", e.callLog, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry")}
 	if o.attachRequired {
@@ -138,12 +140,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 		return p
 	}
 	e.driver = start(args...)
-	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", e.runAs("provisioner", framework.Provisioner, o.readSecrets), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
-		start("attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("attacher", "--csi-address", sock, "--kubeconfig", e.runAs("attacher", framework.Attacher, o.readSecrets), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	if o.resizer {
-		start("resizer", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+		start("resizer", "--csi-address", sock, "--kubeconfig", e.runAs("resizer", framework.Resizer, o.readSecrets), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	}
 	ports, err := localcluster.FreePorts(1)
 	if err != nil {
@@ -431,3 +433,12 @@ func isMountPoint(path string) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// runAs returns the kubeconfig of component's own ServiceAccount, bound to deploy/'s RBAC
+// (plus `get` on secrets when secrets is true).
+func (e *env) runAs(name string, c framework.Component, secrets bool) string {
+	if secrets {
+		return framework.RunAsReadingSecrets(e.ctx, e.t, e.ns, name, c)
+	}
+	return framework.RunAs(e.ctx, e.t, e.ns, name, c)
+}

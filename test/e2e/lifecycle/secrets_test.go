@@ -42,7 +42,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		// Two audiences: a named one and the API server's (empty).
 		s.TokenRequests = []storagev1.TokenRequest{{Audience: "vault"}, {Audience: ""}}
 	}
-	e := newEnv(t, envOptions{attachRequired: true, resizer: true, verbosity: maxVerbosity, nodeProxy: true, scParams: params,
+	e := newEnv(t, envOptions{attachRequired: true, resizer: true, readSecrets: true, verbosity: maxVerbosity, nodeProxy: true, scParams: params,
 		// The agent reports a volume no longer in use only with its next status update,
 		// and the attach/detach controller detaches only then.
 		agentArgs: []string{"--node-status-interval", "1s"},

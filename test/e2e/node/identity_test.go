@@ -184,7 +184,7 @@ func TestNodeAgentCannotObtainOtherNodesCertificate(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
 	})
-	framework.StartKubevol(t, "csr-approver", "--kubeconfig", framework.Cluster().KubeconfigPath(), "--service-account", ns+":"+sa, "-v", "4")
+	framework.StartKubevol(t, "csr-approver", "--kubeconfig", framework.RunAs(ctx, t, ns, "csr-approver", framework.CSRApprover), "--service-account", ns+":"+sa, "-v", "4")
 
 	nodeA, nodeB := "kv-a-"+rand.String(6), "kv-b-"+rand.String(6)
 	// The agent's pod, bound to node A; nothing runs it, its token is all that matters.

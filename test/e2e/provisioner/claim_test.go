@@ -177,7 +177,7 @@ func TestWaitForFirstConsumerAndReschedule(t *testing.T) {
 // controller-modify one in its annotations.
 func TestSecretsTemplates(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{readSecrets: true})
 	_, err := e.cs.CoreV1().Secrets(e.ns).Create(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds-data"},
 		StringData: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{})
 	fatalIf(t, err, "secret")

@@ -85,8 +85,11 @@ func TestCrashLoop(t *testing.T) {
 
 	var problem string
 	err = wait.PollUntilContextTimeout(e.ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
-		problem = e.crashLoopProblem(ctx, live, deleted)
-		return problem == "", nil
+		p := e.crashLoopProblem(ctx, live, deleted)
+		if ctx.Err() == nil {
+			problem = p // keep the last real finding, not the poll's own timeout
+		}
+		return p == "", nil
 	})
 	if err != nil {
 		t.Fatalf("after the crash loop: %s", problem)

@@ -36,9 +36,9 @@ const (
 )
 
 // The manifests of deploy/provisioner pass a server-side dry run, and the RBAC is enough:
-// the provisioner runs as its ServiceAccount (impersonated) with leader election, the intent
-// journal and capacity tracking on, provisions and deletes a volume; and it is least
-// privilege: the ServiceAccount cannot list secrets or update claims.
+// the provisioner runs as its ServiceAccount (impersonated) with leader election, its
+// provisioning records on claims and capacity tracking on, provisions and deletes a volume;
+// and it has upstream's rights only: no secrets, no ConfigMaps, no claim patch or delete.
 // Not parallel: it sets NAMESPACE for the provisioner process.
 func TestDeployManifestsAndRBAC(t *testing.T) {
 	root, err := localcluster.FindModuleRoot()
@@ -62,9 +62,11 @@ func TestDeployManifestsAndRBAC(t *testing.T) {
 	cs := framework.Client(t)
 	for _, deny := range []authv1.ResourceAttributes{
 		{Verb: "list", Resource: "secrets"},
-		{Verb: "update", Resource: "persistentvolumeclaims", Namespace: "default"},
+		{Verb: "patch", Resource: "persistentvolumeclaims", Namespace: "default"},
 		{Verb: "delete", Resource: "persistentvolumeclaims", Namespace: "default"},
-		{Verb: "update", Resource: "configmaps", Namespace: deployNamespace, Name: "something-else"},
+		{Verb: "get", Resource: "secrets", Namespace: "default", Name: "any"},
+		{Verb: "create", Resource: "configmaps", Namespace: deployNamespace},
+		{Verb: "update", Resource: "configmaps", Namespace: deployNamespace, Name: "kubevol-provisioner-local-kubevol-io"},
 		{Verb: "create", Resource: "leases", Group: "coordination.k8s.io", Namespace: "default"},
 	} {
 		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
@@ -116,7 +118,6 @@ func TestDeployManifestsAndRBAC(t *testing.T) {
 	t.Cleanup(func() {
 		bg := context.Background()
 		_ = cs.CoordinationV1().Leases(deployNamespace).Delete(bg, "local-kubevol-io", metav1.DeleteOptions{})
-		_ = cs.CoreV1().ConfigMaps(deployNamespace).Delete(bg, "kubevol-provisioner-local-kubevol-io", metav1.DeleteOptions{})
 		_ = cs.StorageV1().CSIStorageCapacities(deployNamespace).DeleteCollection(bg, metav1.DeleteOptions{},
 			metav1.ListOptions{LabelSelector: "csi.storage.k8s.io/drivername=" + deployDriver})
 	})

@@ -51,7 +51,10 @@ type envOptions struct {
 	provArgs   []string // extra `kubevol provisioner` flags
 	noProv     bool     // do not start the provisioner
 	driverName string   // default: unique per test
-	kubeconfig string   // the provisioner's; default: the admin kubeconfig
+	kubeconfig string   // the provisioner's; default: its ServiceAccount bound to deploy/'s RBAC
+	// readSecrets grants the provisioner `get` on secrets, as an operator adds it to
+	// upstream's role for StorageClasses with secret parameters.
+	readSecrets bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -72,7 +75,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.http = freeAddr(t)
 	kubeconfig := o.kubeconfig
 	if kubeconfig == "" {
-		kubeconfig = framework.Cluster().KubeconfigPath()
+		if o.readSecrets {
+			kubeconfig = framework.RunAsReadingSecrets(e.ctx, t, e.ns, "provisioner", framework.Provisioner)
+		} else {
+			kubeconfig = framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner)
+		}
 	}
 	e.provArgs = append([]string{"provisioner", "--csi-address", e.socket, "--kubeconfig", kubeconfig,
 		"--intent-namespace", e.ns, "--http-endpoint", e.http, "--retry-interval-max", "10s", "-v", "3"}, o.provArgs...)

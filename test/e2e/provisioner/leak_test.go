@@ -3,6 +3,7 @@ package provisioner_test
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/internal/provisioner/intent"
 )
 
 // Upstream #486: a claim deleted while CreateVolume is in flight must not leave its volume.
@@ -35,8 +38,9 @@ func TestNoLeakWhenClaimDeletedDuringCreateVolume(t *testing.T) {
 }
 
 // The provisioner is killed after CreateVolume succeeded but before the PV was saved, and
-// the claim is deleted while it is down. The intent journal names the volume, and the next
-// start deletes it. Upstream leaks it (its in-progress state is in memory only).
+// the claim is deleted while it is down. The record on the claim names the volume, and its
+// finalizer keeps the deleted claim until the next start deletes the volume. Upstream leaks
+// it (its in-progress state is in memory only).
 func TestNoLeakWhenKilledBetweenCreateVolumeAndPVSave(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -45,19 +49,25 @@ func TestNoLeakWhenKilledBetweenCreateVolumeAndPVSave(t *testing.T) {
 	unblock := e.denyPVs()
 	pvc := e.createClaim(claimSpec("crash", sc.Name, "16Mi", nil))
 	e.waitVolumes(1, time.Minute)
-	time.Sleep(2 * time.Second) // let the volume ID reach the journal too; either way works
 	e.prov.Kill()
 	e.deleteClaim(pvc.Name)
-	e.waitGone(func(ctx context.Context) error {
-		_, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, pvc.Name, metav1.GetOptions{})
-		return err
-	}, "claim", time.Minute)
 	unblock()
+	// While no provisioner runs, the record's finalizer holds the deleted claim.
+	time.Sleep(2 * time.Second)
+	held, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, pvc.Name, metav1.GetOptions{})
+	fatalIf(t, err, "the deleted claim should be held by its provisioning record")
+	if held.DeletionTimestamp == nil || !slices.Contains(held.Finalizers, intent.Finalizer(e.driver)) || held.Annotations[intent.Annotation] == "" {
+		t.Fatalf("claim %s: deletionTimestamp %v, finalizers %v: want it deleted and held by the record", held.Name, held.DeletionTimestamp, held.Finalizers)
+	}
 	if vols := e.volumes(); len(vols) != 1 {
 		t.Fatalf("precondition: the orphan volume should exist, have %v", vols)
 	}
 	e.startProvisioner()
 	e.waitVolumes(0, time.Minute)
+	e.waitGone(func(ctx context.Context) error {
+		_, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+		return err
+	}, "claim", time.Minute)
 	e.waitJournalEmpty()
 	e.waitGone(e.pvGetter("pvc-"+string(pvc.UID)), "PV", 5*time.Second)
 }
@@ -202,17 +212,23 @@ func (e *env) denyPVs() func() {
 	return remove
 }
 
-// waitJournalEmpty waits until the intent journal holds no record.
+// waitJournalEmpty waits until no claim of the test's namespace carries a provisioning
+// record (its annotation or its finalizer).
 func (e *env) waitJournalEmpty() {
 	e.t.Helper()
 	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		cms, err := e.cs.CoreV1().ConfigMaps(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=kubevol-provisioner"})
-		if err != nil || len(cms.Items) != 1 {
+		claims, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
 			return false, nil
 		}
-		return cms.Items[0].Data["intents.json"] == "{}", nil
+		for _, c := range claims.Items {
+			if _, ok := c.Annotations[intent.Annotation]; ok || slices.Contains(c.Finalizers, intent.Finalizer(e.driver)) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
-	fatalIf(e.t, err, "intent journal not empty")
+	fatalIf(e.t, err, "a provisioning record is left on a claim")
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -50,11 +50,10 @@ func newEnv(t *testing.T, driverArgs ...string) *env {
 	e.dir = dir
 	e.drv = framework.StartControllerDriver(e.ctx, t, dir, e.driver, e.node, append([]string{"--call-log", e.callLog}, driverArgs...)...)
 	socket := e.drv.Endpoint
-	kubeconfig := framework.Cluster().KubeconfigPath()
-	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", kubeconfig,
+	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner),
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")
 	e.http = framework.FreeAddr(t)
-	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", kubeconfig, "--http-endpoint", e.http,
+	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "resizer", framework.Resizer), "--http-endpoint", e.http,
 		"--retry-interval-start", "200ms", "--retry-interval-max", "5s", "-v", "3")
 	return e
 }

@@ -34,19 +34,21 @@ var installCRDs sync.Once
 // env is one test's world: a driver with its own name, node and directory, the provisioner,
 // the snapshotter and, with agent, the node agent.
 type env struct {
-	t      *testing.T
-	ctx    context.Context
-	cs     kubernetes.Interface
-	snap   snapclient.Interface
-	ns     string
-	driver string
-	node   string
-	dir    string
-	root   string // the agent's --root-dir
-	sc     string // StorageClass of the driver
-	class  string // default VolumeSnapshotClass of the driver
-	socket string
-	conn   *csiclient.Conn
+	t    *testing.T
+	ctx  context.Context
+	cs   kubernetes.Interface
+	snap snapclient.Interface
+	// snapshotterKC is the kubeconfig of the snapshotter's ServiceAccount, made on its first start.
+	snapshotterKC string
+	ns            string
+	driver        string
+	node          string
+	dir           string
+	root          string // the agent's --root-dir
+	sc            string // StorageClass of the driver
+	class         string // default VolumeSnapshotClass of the driver
+	socket        string
+	conn          *csiclient.Conn
 	// snapshotter is the `kubevol snapshotter` process (nil with envOptions.noSnapshotter).
 	snapshotter *framework.Process
 }
@@ -81,7 +83,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.dir = drivertest.TempDir(t)
 	e.root = filepath.Join(e.dir, "root")
 	e.socket = "unix://" + filepath.Join(e.dir, "csi.sock")
-	kc := framework.Cluster().KubeconfigPath()
 	bind := storagev1.VolumeBindingImmediate
 	if o.agent {
 		bind = storagev1.VolumeBindingWaitForFirstConsumer
@@ -120,7 +121,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.sc = framework.CreateStorageClass(e.ctx, t, e.cs, &storagev1.StorageClass{Provisioner: e.driver, VolumeBindingMode: &bind,
 		Parameters: map[string]string{"type": "dir"}}).Name
 	e.class = e.snapshotClass(e.driver, snapv1.VolumeSnapshotContentDelete, nil, true)
-	framework.StartKubevol(t, "provisioner", "--csi-address", e.socket, "--kubeconfig", kc, "--intent-namespace", e.ns,
+	framework.StartKubevol(t, "provisioner", "--csi-address", e.socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner), "--intent-namespace", e.ns,
 		"--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if !o.noSnapshotter {
 		e.snapshotter = e.startSnapshotter(o.snapshotterArgs...)
@@ -133,7 +134,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 // startSnapshotter runs `kubevol snapshotter` for this driver with fast retries.
 func (e *env) startSnapshotter(args ...string) *framework.Process {
-	return framework.StartKubevol(e.t, append([]string{"snapshotter", "--csi-address", e.socket, "--kubeconfig", framework.Cluster().KubeconfigPath(),
+	if e.snapshotterKC == "" {
+		// One process runs both roles, so its ServiceAccount has both roles' rights.
+		e.snapshotterKC = framework.RunAs(e.ctx, e.t, e.ns, "snapshotter", framework.SnapshotController, framework.CSISnapshotter)
+	}
+	return framework.StartKubevol(e.t, append([]string{"snapshotter", "--csi-address", e.socket, "--kubeconfig", e.snapshotterKC,
 		"--retry-interval-start", "100ms", "--retry-interval-max", "2s", "-v", "3"}, args...)...)
 }
 
