@@ -59,6 +59,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
 	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
 	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
+	f.StringSliceVar(&o.o.MountOptions, "mount-options", nil, "mount options the driver supports, for the pv/fields case, which checks them on the mount (default: the StorageClass's; for *.kubevol.io drivers: noatime)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
 	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")

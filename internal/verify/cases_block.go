@@ -86,8 +86,13 @@ func rawBlock(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
+	return checkDevice(k.devicePath(p2, pv.Name), want)
+}
+
+// checkDevice reads the start of a pod's device and compares it with what was written.
+func checkDevice(path string, want []byte) error {
 	got := make([]byte, len(want))
-	f, err := os.Open(k.devicePath(p2, pv.Name))
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open the pod's device: %w", err)
 	}

@@ -3,7 +3,6 @@ package verify
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -19,15 +18,7 @@ func inlineApplies(e *env) string {
 // inlineEphemeral: a CSI volume inline in the pod (the StorageClass parameters as its
 // attributes) is mounted with the pod and removed with it.
 func inlineEphemeral(k *caseEnv) error {
-	attrs := map[string]string{}
-	if k.base != nil {
-		for key, v := range k.base.Parameters {
-			if !strings.HasPrefix(key, "csi.storage.k8s.io/") {
-				attrs[key] = v
-			}
-		}
-	}
-	v := corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: k.driver, VolumeAttributes: attrs}}}
+	v := k.inlineVolume("scratch", false)
 	p, err := k.runPod("app", []corev1.Volume{v}, nil, nil)
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ type Options struct {
 	// BlockParameters are added to the StorageClass parameters of the raw block and the
 	// filesystem expansion cases; nil means the default (DefaultBlockParameters).
 	BlockParameters map[string]string
+	// MountOptions are mount options the driver supports, for the case that checks them on
+	// the mount; nil means the StorageClass's, or DefaultMountOptions for kubevol's driver.
+	MountOptions []string
 	// Parallel is how many cases run at once (the disruptive ones always run alone).
 	Parallel int
 	// Timeout bounds each case.
