@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // restoreLarger: a snapshot restored into a claim larger than its source.
@@ -58,22 +57,18 @@ func (k *caseEnv) copyLarger(source func() (*corev1.TypedLocalObjectReference, e
 			return fmt.Errorf("claim %s: %w", c, err)
 		}
 	}
-	dir, err := k.claimPath(p, "bigger")
-	if err != nil {
-		return err
+	sizes := map[string]int64{}
+	for _, c := range []string{"source", "bigger"} {
+		dir, err := k.claimPath(p, c)
+		if err != nil {
+			return err
+		}
+		if sizes[c], err = fsSize(dir); err != nil {
+			return err
+		}
 	}
-	size, err := fsSize(dir)
-	if err != nil {
-		return err
-	}
-	return checkMinSize(size, resource.MustParse(fsSizeAfter))
-}
-
-// checkMinSize: a filesystem made for a claim of want bytes has at least nine tenths of them
-// (what xfs keeps for its log and metadata).
-func checkMinSize(size int64, want resource.Quantity) error {
-	if size < want.Value()*9/10 {
-		return fmt.Errorf("the copy's filesystem has %d MiB, the claim asked for %s: it was not grown to the new size", size>>20, want.String())
+	if err := checkGrowth(sizes["source"], sizes["bigger"]); err != nil {
+		return fmt.Errorf("the copy into a claim of %s, its source of %s: %w", fsSizeAfter, fsSizeBefore, err)
 	}
 	return nil
 }

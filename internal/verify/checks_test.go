@@ -30,12 +30,18 @@ func TestCheckPVRefusesWhatTheClaimDidNotAskFor(t *testing.T) {
 		t.Fatalf("a PV as asked for: %v", err)
 	}
 	for name, spoil := range map[string]func(*corev1.PersistentVolume){
-		"capacity": func(pv *corev1.PersistentVolume) { pv.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("10Mi") },
-		"access":   func(pv *corev1.PersistentVolume) { pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany} },
-		"reclaim":  func(pv *corev1.PersistentVolume) { pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete },
-		"mode":     func(pv *corev1.PersistentVolume) { pv.Spec.VolumeMode = nil },
-		"class":    func(pv *corev1.PersistentVolume) { pv.Spec.StorageClassName = "other" },
-		"options":  func(pv *corev1.PersistentVolume) { pv.Spec.MountOptions = nil },
+		"capacity": func(pv *corev1.PersistentVolume) {
+			pv.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("10Mi")
+		},
+		"access": func(pv *corev1.PersistentVolume) {
+			pv.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+		},
+		"reclaim": func(pv *corev1.PersistentVolume) {
+			pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
+		},
+		"mode":    func(pv *corev1.PersistentVolume) { pv.Spec.VolumeMode = nil },
+		"class":   func(pv *corev1.PersistentVolume) { pv.Spec.StorageClassName = "other" },
+		"options": func(pv *corev1.PersistentVolume) { pv.Spec.MountOptions = nil },
 	} {
 		pv := good()
 		spoil(pv)
@@ -101,11 +107,11 @@ func TestCheckGroupsRefusesAWalkThatDidNotHappen(t *testing.T) {
 	}
 }
 
-func TestCheckMinSizeRefusesACopyNotGrown(t *testing.T) {
-	if err := checkMinSize(290<<20, resource.MustParse("600Mi")); err == nil {
+func TestCheckGrowthRefusesACopyNotGrown(t *testing.T) {
+	if err := checkGrowth(268<<20, 268<<20); err == nil {
 		t.Error("a copy with its source's size passes")
 	}
-	if err := checkMinSize(590<<20, resource.MustParse("600Mi")); err != nil {
+	if err := checkGrowth(268<<20, 536<<20); err != nil {
 		t.Error(err)
 	}
 }
