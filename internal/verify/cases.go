@@ -52,6 +52,7 @@ func allCases() []*testCase {
 		{name: "data/large-files", host: true, run: largeFiles},
 		{name: "multi/volumes", host: true, run: multiVolume},
 		{name: "pv/fields", run: pvFields},
+		{name: "subpath", host: true, run: subPaths},
 		{name: "ephemeral/inline-separate", host: true, applies: inlineApplies, run: inlineSeparate},
 		{name: "ephemeral/generic-block", run: genericBlock},
 		{name: "ephemeral/generic-expand", host: true, applies: onlineApplies, run: genericExpand},
