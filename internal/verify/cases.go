@@ -53,6 +53,7 @@ func allCases() []*testCase {
 		{name: "multi/volumes", host: true, run: multiVolume},
 		{name: "pv/fields", run: pvFields},
 		{name: "subpath", host: true, run: subPaths},
+		{name: "capacity/objects", applies: capacityApplies, run: capacityObjects},
 		{name: "ephemeral/inline-separate", host: true, applies: inlineApplies, run: inlineSeparate},
 		{name: "ephemeral/generic-block", run: genericBlock},
 		{name: "ephemeral/generic-expand", host: true, applies: onlineApplies, run: genericExpand},
@@ -61,6 +62,7 @@ func allCases() []*testCase {
 		{name: "snapshot/restore-larger", host: true, applies: snapshotApplies, run: restoreLarger},
 		{name: "clone/larger", host: true, applies: cloneApplies, run: cloneLarger},
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
+		{name: "crash/deleted-while-down", host: true, phase: phaseAlone, run: deletedWhileDown},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
 	}

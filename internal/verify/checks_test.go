@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/mount-utils"
 )
 
@@ -113,5 +115,22 @@ func TestCheckGrowthRefusesACopyNotGrown(t *testing.T) {
 	}
 	if err := checkGrowth(268<<20, 536<<20); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestCheckCapacitiesWantsTheNodesSegment(t *testing.T) {
+	seg := map[string]string{"topology.kubevol.io/node": "n1"}
+	q := resource.MustParse("1Gi")
+	other := storagev1.CSIStorageCapacity{NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{"topology.kubevol.io/node": "n2"}}, Capacity: &q}
+	mine := storagev1.CSIStorageCapacity{NodeTopology: &metav1.LabelSelector{MatchLabels: seg}, Capacity: &q}
+	if err := checkCapacities([]storagev1.CSIStorageCapacity{other}, seg); err == nil {
+		t.Error("capacity only for another segment passes")
+	}
+	if err := checkCapacities([]storagev1.CSIStorageCapacity{other, mine}, seg); err != nil {
+		t.Error(err)
+	}
+	mine.Capacity = nil
+	if err := checkCapacities([]storagev1.CSIStorageCapacity{mine}, seg); err == nil {
+		t.Error("an object without capacity passes")
 	}
 }
