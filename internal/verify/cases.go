@@ -62,6 +62,7 @@ func allCases() []*testCase {
 		{name: "snapshot/restore-larger", host: true, applies: snapshotApplies, run: restoreLarger},
 		{name: "clone/larger", host: true, applies: cloneApplies, run: cloneLarger},
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
+		{name: "limits/volumes", phase: phaseAlone, run: volumeLimits},
 		{name: "crash/deleted-while-down", host: true, phase: phaseAlone, run: deletedWhileDown},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "leftovers", phase: phaseLast, run: leftovers},

@@ -134,3 +134,19 @@ func TestCheckCapacitiesWantsTheNodesSegment(t *testing.T) {
 		t.Error("an object without capacity passes")
 	}
 }
+
+func TestCheckLimitComparesCSINodeWithTheDriver(t *testing.T) {
+	four := int32(4)
+	if err := checkLimit(nil, 4); err == nil {
+		t.Error("a node agent that drops the limit passes")
+	}
+	if err := checkLimit(&four, 5); err == nil {
+		t.Error("a wrong count passes")
+	}
+	if err := checkLimit(&four, 0); err == nil {
+		t.Error("a count the driver never reported passes")
+	}
+	if checkLimit(&four, 4) != nil || checkLimit(nil, 0) != nil {
+		t.Error("a right count fails")
+	}
+}
