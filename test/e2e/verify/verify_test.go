@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,6 +30,9 @@ type profile struct {
 	// outcomes are cases whose outcome the profile decides; every other case must pass or
 	// be not applicable, and none may fail.
 	outcomes map[string]string
+	// only, for a misbehaving profile, are the cases to run, each of which must fail: the
+	// driver breaks the rule the case checks.
+	only []string
 	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
 	// never have succeeded (false): the profile really was exercised as switched.
 	calls map[string]bool
@@ -55,6 +59,17 @@ var profiles = []profile{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
 		"limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
+	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
+	// content source, and one whose capacity and controller expansion fail. Each case that
+	// checks one of these must fail.
+	{name: "broken", args: []string{
+		"--fault", "NodePublishVolume:clear=volume_capability.mount.mount_flags",
+		"--fault", "NodeStageVolume:clear=volume_capability.mount.mount_flags",
+		"--fault", "NodePublishVolume:clear=readonly",
+		"--fault", "CreateVolume:clear=volume_content_source",
+		"--fault", "GetCapacity:error=UNAVAILABLE",
+		"--fault", "ControllerExpandVolume:error=INVALID_ARGUMENT",
+	}, only: []string{"pv/fields", "snapshot/overwrite", "clone/larger", "capacity/objects", "ephemeral/inline-separate", "ephemeral/generic-expand"}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -91,8 +106,11 @@ func TestVerifyProfiles(t *testing.T) {
 			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
 		if p.name == "default" {
 			startLoop(t, bin, args, filepath.Join(dir, "pid"), filepath.Join(dir, "driver.log"))
-			config = driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+			config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
 		} else {
+			if p.name == "broken" {
+				config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+			}
 			start(t, bin, args, filepath.Join(dir, "driver.log"))
 		}
 		upArgs = append(upArgs, "--driver", "unix://"+filepath.Join(dir, "csi.sock"))
@@ -116,7 +134,18 @@ func TestVerifyProfiles(t *testing.T) {
 			if p.name == "default" {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
 			}
-			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), args...)
+			if p.only != nil {
+				// Failing cases wait for what never comes: a short case timeout.
+				args = append(args, "--only", strings.Join(p.only, ","), "--timeout", "40s")
+				got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), true, args...)
+				for _, name := range p.only {
+					if got[name] != "failed" {
+						t.Errorf("case %s against a driver that breaks its rule: %s, want failed", name, got[name])
+					}
+				}
+				return
+			}
+			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), false, args...)
 			for name, want := range p.outcomes {
 				if got[name] != want {
 					t.Errorf("case %s: %s, want %s", name, got[name], want)
@@ -139,7 +168,7 @@ func TestVerifyProfiles(t *testing.T) {
 	// Through a kubeconfig, as for a cluster elsewhere, and by StorageClass: the cases that
 	// need this machine are not applicable, the others run.
 	t.Run("kubeconfig", func(t *testing.T) {
-		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), "--storage-class", driverName(profiles[2]),
+		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), false, "--storage-class", driverName(profiles[2]),
 			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
 		want := map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
 			"data/persist": "skipped", "crash/node-agent": "skipped"}
@@ -151,13 +180,18 @@ func TestVerifyProfiles(t *testing.T) {
 	})
 }
 
-// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes.
-func runVerify(t *testing.T, bin, junit string, args ...string) map[string]string {
+// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes; failing
+// says the run is meant to exit 1 (failed cases).
+func runVerify(t *testing.T, bin, junit string, failing bool, args ...string) map[string]string {
 	t.Helper()
 	start := time.Now()
 	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
 	t.Logf("kubevol verify %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
-	if err != nil {
+	var exit *exec.ExitError
+	switch {
+	case failing && !(errors.As(err, &exit) && exit.ExitCode() == 1):
+		t.Errorf("kubevol verify: %v, want exit code 1 for failed cases", err)
+	case !failing && err != nil:
 		t.Errorf("kubevol verify: %v", err)
 	}
 	return readJUnit(t, junit)
