@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"syscall"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -58,12 +57,12 @@ func deletedWhileDown(k *caseEnv) error {
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill node agent %d: %w", old, err)
 	}
-	err = poll(k.ctx, time.Minute, func(context.Context) (bool, error) {
+	err = poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		pid, _ := nodeAgentPID(k.root)
 		return pid != 0 && pid != old, nil
 	})
 	if err != nil {
-		return fmt.Errorf("no node agent came back within a minute (does kubevol up supervise it?)")
+		return fmt.Errorf("no node agent came back within %s (does kubevol up supervise it? its restart backoff doubles with each kill: kubevol up --restart-backoff-max)", waitTimeout)
 	}
 	if err := k.deletePod("graceful"); err != nil {
 		return fmt.Errorf("the restarted agent did not finish the graceful deletion: %w", err)

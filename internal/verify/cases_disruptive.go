@@ -27,12 +27,12 @@ func killNodeAgent(k *caseEnv) error {
 		return fmt.Errorf("kill -9 node agent %d: %w", old, err)
 	}
 	var pid int
-	err = poll(k.ctx, time.Minute, func(context.Context) (bool, error) {
+	err = poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		pid, _ = nodeAgentPID(k.root)
 		return pid != 0 && pid != old, nil
 	})
 	if err != nil {
-		return fmt.Errorf("no node agent came back within a minute of kill -9 (does kubevol up supervise it?)")
+		return fmt.Errorf("no node agent came back within %s of kill -9 (does kubevol up supervise it? its restart backoff doubles with each kill: kubevol up --restart-backoff-max)", waitTimeout)
 	}
 	if !isMountPoint(u.dir) {
 		return fmt.Errorf("%s is no longer mounted after the node agent restarted", u.dir)

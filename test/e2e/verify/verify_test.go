@@ -95,7 +95,10 @@ func TestVerifyProfiles(t *testing.T) {
 
 	// The drivers run first and outlive up, as a driver author's own driver does. The
 	// default profile runs under a loop that restarts it, so verify can restart it.
-	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s"}
+	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s",
+		// Each profile's run kills the node agent twice: up's restart backoff would double
+		// to a minute by the last profile.
+		"--restart-backoff-max", "2s"}
 	config := ""
 	for _, p := range profiles {
 		dir := filepath.Join(tmp, p.name)
