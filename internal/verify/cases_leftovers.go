@@ -2,7 +2,9 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,6 +68,11 @@ func leftovers(k *caseEnv) error {
 			slices.Sort(extra)
 			return fmt.Errorf("the driver still lists volumes the run created: %s", strings.Join(extra, ", "))
 		}
+		if k.root != "" {
+			if staged := k.stagedGone(now); len(staged) > 0 {
+				return fmt.Errorf("left staged: volumes the driver no longer has are still mounted at %s", strings.Join(staged, ", "))
+			}
+		}
 	}
 	return nil
 }
@@ -84,6 +91,26 @@ func (k *caseEnv) runMounts() []string {
 			if strings.HasPrefix(mp.Path, filepath.Join(k.root, "pods", string(uid))+"/") {
 				out = append(out, mp.Path)
 			}
+		}
+	}
+	return out
+}
+
+// stagedGone lists the staging mounts of the driver on this node whose volume (vol_data.json
+// beside globalmount) the driver no longer lists: a volume deleted while still staged.
+func (k *caseEnv) stagedGone(listed map[string]bool) []string {
+	dirs, _ := filepath.Glob(filepath.Join(k.root, "plugins", "kubernetes.io", "csi", k.driver, "*", "globalmount"))
+	var out []string
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(filepath.Dir(dir), "vol_data.json"))
+		if err != nil {
+			continue
+		}
+		var data struct {
+			VolumeHandle string `json:"volumeHandle"`
+		}
+		if json.Unmarshal(raw, &data) == nil && data.VolumeHandle != "" && !listed[data.VolumeHandle] && isMountPoint(dir) {
+			out = append(out, dir+" ("+data.VolumeHandle+")")
 		}
 	}
 	return out
