@@ -34,7 +34,10 @@ capabilities allow, each case in a namespace of its own that it deletes afterwar
 the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inline and generic
 ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
 restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
-reclaim Delete and Retain, and nothing left behind.
+reclaim Delete and Retain, shared claims, subPaths, fsGroupChangePolicy, large files, several volumes per
+pod, PV fields and mount options, CSIStorageCapacity, volume limits, snapshot semantics (overwrite,
+Retain, pre-provisioned), larger restores and clones, pods deleted while the node agent is down, and
+nothing left behind.
 
 The driver's capabilities come from its CSIDriver object and, when its socket is on this machine,
 from the driver itself. A case they do not allow is "not applicable", with the reason; so is a case
