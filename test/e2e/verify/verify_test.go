@@ -30,9 +30,9 @@ type profile struct {
 	// outcomes are cases whose outcome the profile decides; every other case must pass or
 	// be not applicable, and none may fail.
 	outcomes map[string]string
-	// only, for a misbehaving profile, are the cases to run, each of which must fail: the
-	// driver breaks the rule the case checks.
-	only []string
+	// only, for a misbehaving profile, are the cases to run, each of which must fail with
+	// a message containing the text given: the driver breaks the rule the case checks.
+	only map[string]string
 	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
 	// never have succeeded (false): the profile really was exercised as switched.
 	calls map[string]bool
@@ -60,16 +60,21 @@ var profiles = []profile{
 		"limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
-	// content source, and one whose capacity and controller expansion fail. Each case that
-	// checks one of these must fail.
+	// content source, and whose controller expansion fails. Each case that checks one of
+	// these must fail, for that reason.
 	{name: "broken", args: []string{
 		"--fault", "NodePublishVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodeStageVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodePublishVolume:clear=readonly",
 		"--fault", "CreateVolume:clear=volume_content_source",
-		"--fault", "GetCapacity:error=UNAVAILABLE",
 		"--fault", "ControllerExpandVolume:error=INVALID_ARGUMENT",
-	}, only: []string{"pv/fields", "snapshot/overwrite", "clone/larger", "capacity/objects", "ephemeral/inline-separate", "ephemeral/generic-expand"}},
+	}, only: map[string]string{
+		"pv/fields": "lacks the class's mount options",
+		// The provisioner itself refuses a volume made without its content source.
+		"clone/larger":              "the driver ignored the volume data source",
+		"ephemeral/inline-separate": "a readOnly volume",
+		"ephemeral/generic-expand":  "not expanded to",
+	}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -139,11 +144,17 @@ func TestVerifyProfiles(t *testing.T) {
 			}
 			if p.only != nil {
 				// Failing cases wait for what never comes: a short case timeout.
-				args = append(args, "--only", strings.Join(p.only, ","), "--timeout", "40s")
-				got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), true, args...)
-				for _, name := range p.only {
-					if got[name] != "failed" {
-						t.Errorf("case %s against a driver that breaks its rule: %s, want failed", name, got[name])
+				var names []string
+				for name := range p.only {
+					names = append(names, name)
+				}
+				args = append(args, "--only", strings.Join(names, ","), "--timeout", "40s")
+				junit := filepath.Join(tmp, p.name+".xml")
+				got := runVerify(t, bin, junit, true, args...)
+				why := failureMessages(t, junit)
+				for name, text := range p.only {
+					if got[name] != "failed" || !strings.Contains(why[name], text) {
+						t.Errorf("case %s against a driver that breaks its rule: %s (%q), want failed with %q", name, got[name], why[name], text)
 					}
 				}
 				return
@@ -214,6 +225,38 @@ func succeededCalls(t *testing.T, path string) map[string]int {
 		var c struct{ Method, Code string }
 		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Code == "OK" {
 			out[c.Method]++
+		}
+	}
+	return out
+}
+
+// failureMessages maps each failed case of a verify JUnit file to its failure's text.
+func failureMessages(t *testing.T, path string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+					Body    string `xml:",chardata"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range doc.Suites {
+		for _, c := range s.Cases {
+			if c.Failure != nil {
+				out[c.Name] = c.Failure.Message + "\n" + c.Failure.Body
+			}
 		}
 	}
 	return out
