@@ -30,6 +30,8 @@ type upOptions struct {
 	drivers        []string
 	driverConfig   string
 	driverCfg      map[string]up.DriverConfig
+	syncFrequency  time.Duration
+	backoffMax     time.Duration
 }
 
 func newUpCommand() *cobra.Command {
@@ -68,6 +70,8 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
 	f.StringArrayVar(&o.drivers, "driver", nil, "endpoint of an external CSI driver to run beside the built-in one, unix:///path/csi.sock (repeatable)")
 	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
+	f.DurationVar(&o.syncFrequency, "node-sync-frequency", up.DefaultNodeSyncFrequency, "the node agent's --sync-frequency: how often it reads the claims of running pods again (so how soon an expansion reaches the mount) and republishes requiresRepublish volumes; the kubelet's default is 1m")
+	f.DurationVar(&o.backoffMax, "restart-backoff-max", up.DefaultBackoff.Max, "longest wait before a component that exited is restarted (the wait starts at 1s and doubles)")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -78,6 +82,12 @@ func (o *upOptions) validate() error {
 	}
 	if o.statusInterval < 100*time.Millisecond {
 		return usageErrorf("--status-interval must be at least 100ms, got %s", o.statusInterval)
+	}
+	if o.backoffMax < time.Second {
+		return usageErrorf("--restart-backoff-max must be at least 1s, got %s", o.backoffMax)
+	}
+	if o.syncFrequency < time.Second {
+		return usageErrorf("--node-sync-frequency must be at least 1s, got %s", o.syncFrequency)
 	}
 	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
 		return usageErrorf("--node-name %q: %s", o.nodeName, strings.Join(errs, "; "))
@@ -124,7 +134,8 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
-		Drivers: o.drivers, DriverConfig: o.driverCfg})
+		Drivers: o.drivers, DriverConfig: o.driverCfg, NodeSyncFrequency: o.syncFrequency,
+		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter}})
 	var driverErr *up.DriverError
 	if errors.As(err, &driverErr) {
 		return &UsageError{Err: err}

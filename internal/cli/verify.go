@@ -36,8 +36,11 @@ capabilities allow, each case in a namespace of its own that it deletes afterwar
 the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inline and generic
 ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
 restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
-reclaim Delete and Retain, volume modification by a VolumeAttributesClass (--modify-parameters)
-with an infeasible class and its rollback, and nothing left behind.
+reclaim Delete and Retain, shared claims, subPaths, fsGroupChangePolicy, large files, several volumes per
+pod, PV fields and mount options, CSIStorageCapacity, volume limits, snapshot semantics (overwrite,
+Retain, pre-provisioned), larger restores and clones, pods deleted while the node agent is down,
+volume modification by a VolumeAttributesClass (--modify-parameters) with an infeasible class and
+its rollback, and nothing left behind.
 
 The driver's capabilities come from its CSIDriver object and, when its socket is on this machine,
 from the driver itself. A case they do not allow is "not applicable", with the reason; so is a case
@@ -64,6 +67,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
 	f.StringVar(&o.modifyParams, "modify-parameters", "", "key=value,... parameters of a VolumeAttributesClass the driver accepts, for the modification cases (default for *.kubevol.io drivers: readOnly=true)")
 	f.StringVar(&o.infeasibleMod, "infeasible-modify-parameters", "", "key=value,... parameters the driver refuses with INVALID_ARGUMENT, for the infeasible modification case (default: a key no driver knows)")
+	f.StringSliceVar(&o.o.MountOptions, "mount-options", nil, "mount options the driver supports, for the pv/fields case, which checks them on the mount (default: the StorageClass's; for *.kubevol.io drivers: noatime)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
 	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")

@@ -38,6 +38,10 @@ type FaultRule struct {
 	// when a reply is lost on the wire; with Code, the client gets Code at once instead, as
 	// when the connection breaks after the call ran (UNAVAILABLE).
 	Lose bool
+	// Clear is a request field (a dotted path of CSI field names, such as
+	// volume_capability.mount.mount_flags) cleared before every matching call runs: a
+	// driver that ignores it, for tests of what checks it.
+	Clear string
 }
 
 // ParseFaults parses rules separated by ";". A rule is METHOD:key=value,... with keys
@@ -85,15 +89,17 @@ func ParseFaults(spec string) ([]FaultRule, error) {
 				r.Hang, err = parseFlag(k, v)
 			case "lose":
 				r.Lose, err = parseFlag(k, v)
+			case "clear":
+				r.Clear, err = v, checkFieldPath(v)
 			default:
-				err = fmt.Errorf("unknown key %q (want error, rate, count, delay, hang or lose)", k)
+				err = fmt.Errorf("unknown key %q (want error, rate, count, delay, hang, lose or clear)", k)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("fault %q: %v", raw, err)
 			}
 		}
-		if r.Code == codes.OK && r.Delay == 0 && !r.Hang && !r.Lose {
-			return nil, fmt.Errorf("fault %q: sets neither error, delay, hang nor lose", raw)
+		if r.Code == codes.OK && r.Delay == 0 && !r.Hang && !r.Lose && r.Clear == "" {
+			return nil, fmt.Errorf("fault %q: sets neither error, delay, hang, lose nor clear", raw)
 		}
 		if r.Hang && r.Lose {
 			return nil, fmt.Errorf("fault %q: hang keeps the call from running, lose needs it to run", raw)
@@ -149,6 +155,9 @@ func (r FaultRule) String() string {
 	}
 	if r.Lose {
 		parts = append(parts, "lose")
+	}
+	if r.Clear != "" {
+		parts = append(parts, "clear="+r.Clear)
 	}
 	return r.Method + ":" + strings.Join(parts, ",")
 }

@@ -69,6 +69,7 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	ctx = klog.NewContext(ctx, logger)
 	logger.V(4).Info("Request", "request", redact.CSI(req))
 
+	req = d.faults.clearFields(ctx, method, req)
 	d.metrics.inflight.Inc()
 	resp, err := d.faults.run(ctx, method, d.stopping, func() (any, error) {
 		if err := d.cfg.off.unimplemented(method); err != nil {

@@ -194,7 +194,7 @@ func (n *node) mountPublish(p *state.Publish) error {
 		return err
 	}
 	if p.Ephemeral && p.Device != "" {
-		return n.mounter.FormatAndMount(p.Device, p.TargetPath, p.FsType, append(p.MountFlags, opts[1:]...))
+		return n.mounter.FormatAndMount(p.Device, p.TargetPath, p.FsType, withNoUUID(p.FsType, append(p.MountFlags, opts[1:]...)))
 	}
 	return n.mounter.Mount(p.StagingPath, p.TargetPath, "", append(opts, p.MountFlags...))
 }

@@ -116,7 +116,7 @@ func (n *node) mountStage(ref *volumeRef, s *state.Stage) error {
 	if ref.typ == state.TypeDir {
 		return n.mounter.Mount(ref.path, s.StagingPath, "", []string{"bind"})
 	}
-	if err := n.mounter.FormatAndMount(s.Device, s.StagingPath, s.FsType, s.MountFlags); err != nil {
+	if err := n.mounter.FormatAndMount(s.Device, s.StagingPath, s.FsType, withNoUUID(s.FsType, s.MountFlags)); err != nil {
 		return err
 	}
 	// An image lengthened while the volume was not staged (offline expansion) gets its
@@ -230,4 +230,15 @@ func (n *node) unstageLocked(ctx context.Context, id, path string) error {
 // NodePublishVolume: the CO gives it no staging path.
 func (n *node) ownStagingPath(id string) string {
 	return filepath.Join(n.cfg.StateDir, "publish-staging", id)
+}
+
+// withNoUUID are the flags of a filesystem's mount. A restored snapshot or a
+// clone is a copy of its source's filesystem, UUID included, and xfs refuses to mount a
+// second filesystem with the UUID of a mounted one: xfs is mounted with nouuid, as the
+// cloud block drivers do, so that a volume and its copy can be used at once.
+func withNoUUID(fsType string, flags []string) []string {
+	if fsType != "xfs" || slices.Contains(flags, "nouuid") {
+		return flags
+	}
+	return append(slices.Clone(flags), "nouuid")
 }

@@ -57,7 +57,17 @@ type Options struct {
 	DriverConfig map[string]DriverConfig
 	// Backoff of restarts of the components that exit; zero means DefaultBackoff.
 	Backoff Backoff
+	// NodeSyncFrequency is the node agent's --sync-frequency; zero means
+	// DefaultNodeSyncFrequency.
+	NodeSyncFrequency time.Duration
 }
+
+// DefaultNodeSyncFrequency is up's --sync-frequency for its node agent: a development
+// cluster's default, not the kubelet's minute. A node may only GET its claims (no watch),
+// so it learns that a claim grew by reading it again, every --sync-frequency; with a few
+// pods a GET every 5 s per claim costs the API server nothing, and an expansion reaches the
+// mount in seconds.
+const DefaultNodeSyncFrequency = 5 * time.Second
 
 // Namespace is where the kubevol components keep their namespaced objects (leases, the
 // provisioner's intent journal).
@@ -102,6 +112,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	o.Dir = dir
 	if o.Backoff == (Backoff{}) {
 		o.Backoff = DefaultBackoff
+	}
+	if o.NodeSyncFrequency <= 0 {
+		o.NodeSyncFrequency = DefaultNodeSyncFrequency
 	}
 	// External drivers are asked who they are before anything starts: a wrong --driver
 	// fails at once.
@@ -189,7 +202,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket)},
 		{"node", ports[4], []string{"node", "--kubeconfig", s.path("node.kubeconfig"), "--bootstrap-kubeconfig", bootstrap, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
 			// Only kubevol uses this node: it takes the cluster's pods, untainted.
-			"--register-with-taints="}},
+			"--register-with-taints=", "--sync-frequency", s.opts.NodeSyncFrequency.String()}},
 	}
 	if s.opts.CallLog != "" {
 		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,23 +37,35 @@ var snapshotClassMu sync.Mutex
 
 // ensureSnapshotClass creates the run's VolumeSnapshotClass for the driver, once.
 func (e *env) ensureSnapshotClass(ctx context.Context) (string, error) {
+	return e.snapshotClassFor(ctx, "Delete")
+}
+
+// snapshotClassFor creates the run's VolumeSnapshotClass of a deletion policy (Delete or
+// Retain), once.
+func (e *env) snapshotClassFor(ctx context.Context, policy string) (string, error) {
 	snapshotClassMu.Lock()
 	defer snapshotClassMu.Unlock()
-	if e.snapshotClass != "" {
-		return e.snapshotClass, nil
+	if e.snapshotClasses == nil {
+		e.snapshotClasses = map[string]string{}
+	}
+	if name := e.snapshotClasses[policy]; name != "" {
+		return name, nil
 	}
 	name := "kubevol-verify-" + e.runID
+	if policy != "Delete" {
+		name += "-" + strings.ToLower(policy)
+	}
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion":     "snapshot.storage.k8s.io/v1",
 		"kind":           "VolumeSnapshotClass",
 		"metadata":       map[string]any{"name": name, "labels": map[string]any{runLabel: e.runID}},
 		"driver":         e.driver,
-		"deletionPolicy": "Delete",
+		"deletionPolicy": policy,
 	}}
 	if _, err := e.dyn.Resource(snapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create VolumeSnapshotClass: %w", err)
 	}
-	e.snapshotClass = name
+	e.snapshotClasses[policy] = name
 	return name, nil
 }
 
@@ -62,23 +75,32 @@ func (k *caseEnv) snapshot(name, claim string) error {
 	if err != nil {
 		return err
 	}
+	_, err = k.snapshotFrom(name, class, map[string]any{"persistentVolumeClaimName": claim})
+	return err
+}
+
+// snapshotFrom creates a VolumeSnapshot of class (none when "") from source (a claim or a
+// pre-provisioned content) and waits until it is ready to use.
+func (k *caseEnv) snapshotFrom(name, class string, source map[string]any) (*unstructured.Unstructured, error) {
+	spec := map[string]any{"source": source}
+	if class != "" {
+		spec["volumeSnapshotClassName"] = class
+	}
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1",
 		"kind":       "VolumeSnapshot",
 		"metadata":   map[string]any{"name": name, "namespace": k.ns},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": class,
-			"source":                  map[string]any{"persistentVolumeClaimName": claim},
-		},
+		"spec":       spec,
 	}}
 	res := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
 	if _, err := res.Create(k.ctx, obj, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create VolumeSnapshot: %w", err)
+		return nil, fmt.Errorf("create VolumeSnapshot: %w", err)
 	}
 	var last string
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		cur, err := res.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+	var cur *unstructured.Unstructured
+	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		var err error
+		if cur, err = res.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, nil
 		}
 		if msg, ok, _ := unstructured.NestedString(cur.Object, "status", "error", "message"); ok {
@@ -88,9 +110,9 @@ func (k *caseEnv) snapshot(name, claim string) error {
 		return ready, nil
 	})
 	if err != nil {
-		return fmt.Errorf("VolumeSnapshot %s not ready to use: %w (last error: %q)", name, err, last)
+		return nil, fmt.Errorf("VolumeSnapshot %s not ready to use: %w (last error: %q)", name, err, last)
 	}
-	return nil
+	return cur, nil
 }
 
 // deleteSnapshots deletes the case's VolumeSnapshots and waits until they are gone, with

@@ -36,6 +36,10 @@ import (
 // their own. Other drivers get none unless --block-parameters says otherwise.
 var DefaultBlockParameters = map[string]string{"type": "block"}
 
+// DefaultMountOptions are the mount options of the pv/fields case for kubevol's own driver,
+// which passes a class's mountOptions to its mounts.
+var DefaultMountOptions = []string{"noatime"}
+
 // fsTypeParameter is the StorageClass parameter the provisioner passes as the capability's
 // fs_type.
 const fsTypeParameter = "csi.storage.k8s.io/fstype"
@@ -62,7 +66,8 @@ type env struct {
 	classes map[string]string // variant → StorageClass name
 	// volumesBefore are the driver's volumes before the run (ListVolumes), or nil.
 	volumesBefore map[string]bool
-	snapshotClass string
+	// snapshotClasses are the run's VolumeSnapshotClasses by deletion policy.
+	snapshotClasses map[string]string
 
 	// mu guards uids, the pods of the run, whose mounts must all be gone at the end.
 	mu   sync.Mutex
@@ -147,6 +152,12 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		e.o.BlockParameters = DefaultBlockParameters
 	}
 	e.defaultModifyParameters()
+	if e.o.MountOptions == nil && e.base != nil {
+		e.o.MountOptions = e.base.MountOptions
+	}
+	if e.o.MountOptions == nil && strings.HasSuffix(e.driver, ".kubevol.io") {
+		e.o.MountOptions = DefaultMountOptions
+	}
 	if err := e.createClasses(ctx); err != nil {
 		_ = e.removeClasses()
 		return nil, err
@@ -388,6 +399,8 @@ const (
 	classRetain    = "retain"
 	classBlock     = "block"
 	classFS        = "xfs"
+	// classOptions: Retain, with the mount options of the pv/fields case.
+	classOptions = "options"
 )
 
 // createClasses makes verify's StorageClasses: the base class's parameters with the binding
@@ -425,6 +438,7 @@ func (e *env) createClasses(ctx context.Context) error {
 		{classRetain, params, immediate, retain, allowed},
 		{classBlock, blockParams, wffc, del, nil},
 		{classFS, fsParams, wffc, del, nil},
+		{classOptions, params, wffc, retain, nil},
 	} {
 		name := fmt.Sprintf("kubevol-verify-%s-%s", e.runID, v.name)
 		sc := &storagev1.StorageClass{
@@ -436,6 +450,9 @@ func (e *env) createClasses(ctx context.Context) error {
 			VolumeBindingMode:    &v.binding,
 			AllowVolumeExpansion: ptr(true),
 			AllowedTopologies:    v.allowed,
+		}
+		if v.name == classOptions {
+			sc.MountOptions = e.o.MountOptions
 		}
 		if _, err := e.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create StorageClass %s: %w", name, err)
@@ -456,12 +473,12 @@ func (e *env) removeClasses() error {
 		}
 	}
 	e.classes = map[string]string{}
-	if e.snapshotClass != "" {
-		if err := e.dyn.Resource(snapshotClassGVR).Delete(ctx, e.snapshotClass, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	for _, name := range e.snapshotClasses {
+		if err := e.dyn.Resource(snapshotClassGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
-		e.snapshotClass = ""
 	}
+	e.snapshotClasses = nil
 	return errors.Join(errs...)
 }
 

@@ -39,6 +39,9 @@ type Options struct {
 	// InfeasibleModifyParameters are ones it refuses with INVALID_ARGUMENT; nil means
 	// DefaultInfeasibleModifyParameters.
 	ModifyParameters, InfeasibleModifyParameters map[string]string
+	// MountOptions are mount options the driver supports, for the case that checks them on
+	// the mount; nil means the StorageClass's, or DefaultMountOptions for kubevol's driver.
+	MountOptions []string
 	// Parallel is how many cases run at once (the disruptive ones always run alone).
 	Parallel int
 	// Timeout bounds each case.

@@ -32,6 +32,9 @@ type profile struct {
 	// outcomes are cases whose outcome the profile decides; every other case must pass or
 	// be not applicable, and none may fail.
 	outcomes map[string]string
+	// only, for a misbehaving profile, are the cases to run, each of which must fail with
+	// a message containing the text given: the driver breaks the rule the case checks.
+	only map[string]string
 	// calls say, from the driver's call log, which RPCs must have succeeded (true) or
 	// never have succeeded (false): the profile really was exercised as switched.
 	calls map[string]bool
@@ -45,18 +48,21 @@ var profiles = []profile{
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
 		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
 		"modify/class": "passed", "modify/infeasible": "passed",
+		"access/shared": "passed", "subpath": "passed", "capacity/objects": "passed", "ephemeral/inline-separate": "passed",
+		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed", "limits/volumes": "skipped",
 	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
+		"access/shared": "passed", "clone/larger": "passed", "multi/volumes": "passed", "crash/deleted-while-down": "passed",
 	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
 	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,modify"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
-		"modify/class": "skipped",
+		"modify/class": "skipped", "crash/deleted-while-down": "passed", "capacity/objects": "skipped", "multi/volumes": "passed",
 	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false}},
-	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify"}, outcomes: map[string]string{
+	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify", "--max-volumes-per-node", "6"}, outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
-		"modify/infeasible": "skipped",
+		"modify/infeasible": "skipped", "limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
 	// modification cases must fail (each within a short --timeout: it waits for a
@@ -65,6 +71,22 @@ var profiles = []profile{
 		verifyArgs: []string{"--only", "modify/", "--timeout", "20s"}, outcomes: map[string]string{
 			"modify/class": "failed", "modify/infeasible": "failed",
 		}},
+	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
+	// content source, and whose controller expansion fails. Each case that checks one of
+	// these must fail, for that reason.
+	{name: "broken", args: []string{
+		"--fault", "NodePublishVolume:clear=volume_capability.mount.mount_flags",
+		"--fault", "NodeStageVolume:clear=volume_capability.mount.mount_flags",
+		"--fault", "NodePublishVolume:clear=readonly",
+		"--fault", "CreateVolume:clear=volume_content_source",
+		"--fault", "ControllerExpandVolume:error=INVALID_ARGUMENT",
+	}, only: map[string]string{
+		"pv/fields": "lacks the class's mount options",
+		// The provisioner itself refuses a volume made without its content source.
+		"clone/larger":              "the driver ignored the volume data source",
+		"ephemeral/inline-separate": "a readOnly volume",
+		"ephemeral/generic-expand":  "not expanded to",
+	}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -90,7 +112,10 @@ func TestVerifyProfiles(t *testing.T) {
 
 	// The drivers run first and outlive up, as a driver author's own driver does. The
 	// default profile runs under a loop that restarts it, so verify can restart it.
-	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s"}
+	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s",
+		// Each profile's run kills the node agent twice: up's restart backoff would double
+		// to a minute by the last profile.
+		"--restart-backoff-max", "2s"}
 	config := ""
 	for _, p := range profiles {
 		dir := filepath.Join(tmp, p.name)
@@ -101,8 +126,11 @@ func TestVerifyProfiles(t *testing.T) {
 			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
 		if p.name == "default" {
 			startLoop(t, bin, args, filepath.Join(dir, "pid"), filepath.Join(dir, "driver.log"))
-			config = driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+			config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
 		} else {
+			if p.name == "broken" {
+				config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
+			}
 			start(t, bin, args, filepath.Join(dir, "driver.log"))
 		}
 		upArgs = append(upArgs, "--driver", "unix://"+filepath.Join(dir, "csi.sock"))
@@ -127,6 +155,23 @@ func TestVerifyProfiles(t *testing.T) {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
 			}
 			args = append(args, p.verifyArgs...)
+			if p.only != nil {
+				// Failing cases wait for what never comes: a short case timeout.
+				var names []string
+				for name := range p.only {
+					names = append(names, name)
+				}
+				args = append(args, "--only", strings.Join(names, ","), "--timeout", "40s")
+				junit := filepath.Join(tmp, p.name+".xml")
+				got := runVerify(t, bin, junit, true, args...)
+				why := failureMessages(t, junit)
+				for name, text := range p.only {
+					if got[name] != "failed" || !strings.Contains(why[name], text) {
+						t.Errorf("case %s against a driver that breaks its rule: %s (%q), want failed with %q", name, got[name], why[name], text)
+					}
+				}
+				return
+			}
 			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), slices.Contains(slices.Collect(maps.Values(p.outcomes)), "failed"), args...)
 			for name, want := range p.outcomes {
 				if got[name] != want {
@@ -162,20 +207,18 @@ func TestVerifyProfiles(t *testing.T) {
 	})
 }
 
-// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes; wantFail
-// expects its exit code 1 (some cases failed).
-func runVerify(t *testing.T, bin, junit string, wantFail bool, args ...string) map[string]string {
+// runVerify runs kubevol verify, logs its output and returns the JUnit outcomes; failing
+// says the run is meant to exit 1 (failed cases).
+func runVerify(t *testing.T, bin, junit string, failing bool, args ...string) map[string]string {
 	t.Helper()
 	start := time.Now()
 	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
 	t.Logf("kubevol verify %s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
 	var exit *exec.ExitError
-	if wantFail && errors.As(err, &exit) && exit.ExitCode() == 1 {
-		err = nil
-	} else if wantFail && err == nil {
-		err = errors.New("exit code 0, want 1: no case failed")
-	}
-	if err != nil {
+	switch {
+	case failing && !(errors.As(err, &exit) && exit.ExitCode() == 1):
+		t.Errorf("kubevol verify: %v, want exit code 1 for failed cases", err)
+	case !failing && err != nil:
 		t.Errorf("kubevol verify: %v", err)
 	}
 	return readJUnit(t, junit)
@@ -195,6 +238,38 @@ func succeededCalls(t *testing.T, path string) map[string]int {
 		var c struct{ Method, Code string }
 		if json.Unmarshal(sc.Bytes(), &c) == nil && c.Code == "OK" {
 			out[c.Method]++
+		}
+	}
+	return out
+}
+
+// failureMessages maps each failed case of a verify JUnit file to its failure's text.
+func failureMessages(t *testing.T, path string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Suites []struct {
+			Cases []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+					Body    string `xml:",chardata"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range doc.Suites {
+		for _, c := range s.Cases {
+			if c.Failure != nil {
+				out[c.Name] = c.Failure.Message + "\n" + c.Failure.Body
+			}
 		}
 	}
 	return out

@@ -154,7 +154,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	}
 	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: path,
-		VolumeCapability: src.capability(group), Secrets: secrets, VolumeContext: src.attributes,
+		VolumeCapability: src.capability(group, caps), Secrets: secrets, VolumeContext: src.attributes,
 	})
 	if err != nil {
 		if csiclient.MayBeInProgress(err) {

@@ -305,17 +305,25 @@ func sourceOf(spec *volume.Spec) (source, error) {
 	return source{}, fmt.Errorf("volume %q is not a CSI volume", spec.Name())
 }
 
-// capability is the CSI volume capability of the volume (upstream accessModeMapping; RWOP
-// maps to SINGLE_NODE_SINGLE_WRITER): Block for a block volume, Mount otherwise.
-func (s source) capability(mountGroup string) *csipb.VolumeCapability {
+// capability is the CSI volume capability of the volume, Block for a block volume, Mount
+// otherwise. The access mode follows upstream's mapping: a driver with the node capability
+// SINGLE_NODE_MULTI_WRITER gets SINGLE_NODE_MULTI_WRITER for RWO (so that two pods of one
+// node may share the volume) and SINGLE_NODE_SINGLE_WRITER for RWOP; any other driver gets
+// SINGLE_NODE_WRITER for both.
+func (s source) capability(mountGroup string, caps map[csipb.NodeServiceCapability_RPC_Type]bool) *csipb.VolumeCapability {
+	multiWriter := caps[csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	switch {
 	case slices.Contains(s.accessModes, v1.ReadWriteOncePod):
-		mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		if multiWriter {
+			mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		}
 	case slices.Contains(s.accessModes, v1.ReadWriteMany):
 		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
 	case slices.Contains(s.accessModes, v1.ReadOnlyMany) && !slices.Contains(s.accessModes, v1.ReadWriteOnce):
 		mode = csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	case multiWriter:
+		mode = csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER
 	}
 	vc := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: mode}}
 	if s.block {
