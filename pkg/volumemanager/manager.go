@@ -55,6 +55,10 @@ type Config struct {
 	// Registerer receives the metrics; nil skips them.
 	Registerer prometheus.Registerer
 	Observer   Observer
+	// NodeLabels returns the labels of the node, against which a PV's node affinity is
+	// checked before it is mounted; default a GET of the Node through Client (without
+	// Client, the check is skipped).
+	NodeLabels func(ctx context.Context) (map[string]string, error)
 	// NodeAllocatable feeds emptyDir sizing and the downward API; nil means unknown.
 	NodeAllocatable func() v1.ResourceList
 	// ResyncPeriod is the safety net that re-reconciles everything; default 10 minutes.

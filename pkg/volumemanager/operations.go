@@ -70,6 +70,9 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	return m.start(ctx, Operation{
 		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName,
 		Run: func(ctx context.Context) error {
+			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
+				return err
+			}
 			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
