@@ -31,7 +31,9 @@ func (a *agent) localClaim(t *testing.T, path string, affinity *corev1.VolumeNod
 	}}
 	_, err := a.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	mustf(t, err, "create PV")
-	t.Cleanup(func() { _ = a.client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = a.client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	_, err = a.client.CoreV1().PersistentVolumeClaims(a.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
