@@ -59,6 +59,10 @@ type Config struct {
 	// checked before it is mounted; default a GET of the Node through Client (without
 	// Client, the check is skipped).
 	NodeLabels func(ctx context.Context) (map[string]string, error)
+	// SELinuxEnabled says whether the host runs SELinux, so that volumes are mounted with
+	// the containers' SELinux context where the plugin supports it; default: detected
+	// (selinuxfs at /sys/fs/selinux).
+	SELinuxEnabled *bool
 	// NodeAllocatable feeds emptyDir sizing and the downward API; nil means unknown.
 	NodeAllocatable func() v1.ResourceList
 	// ResyncPeriod is the safety net that re-reconciles everything; default 10 minutes.
@@ -102,6 +106,9 @@ type Manager struct {
 	claims      *claims
 	unresolved  workqueue.TypedRateLimiter[types.UID]
 	initialized chan struct{}
+
+	seLinuxEnabled bool
+	seLinuxMetrics *seLinuxMetrics
 
 	// records is what the manager knows about each pod beyond the two states.
 	records *podRecords
@@ -150,6 +157,11 @@ func New(cfg Config) (*Manager, error) {
 		pods: cfg.Pods, objects: cfg.Objects, claims: newClaims(), unresolved: newUnresolvedLimiter(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
+	m.seLinuxMetrics = newSELinuxMetrics(cfg.Registerer)
+	m.seLinuxEnabled = seLinuxHostEnabled()
+	if cfg.SELinuxEnabled != nil {
+		m.seLinuxEnabled = *cfg.SELinuxEnabled
+	}
 	if w, ok := cfg.Objects.(objectWatcher); ok && cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newWatchesCollector(w))
 	}

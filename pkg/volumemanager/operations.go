@@ -82,6 +82,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			}
 			mountPath = mounter.Path()
 			args := mounterArgs(pod)
+			args.SELinuxLabel = dv.SELinuxLabel
 			if err := mounter.SetUp(ctx, args); err != nil {
 				return fmt.Errorf("%s failed for volume %q: %w", ops.setUp, outer, err)
 			}
@@ -220,7 +221,9 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 	if err != nil {
 		return "", err
 	}
-	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, mounterArgs(pod)); err != nil {
+	args := mounterArgs(pod)
+	args.SELinuxLabel = dv.SELinuxLabel
+	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, args); err != nil {
 		switch {
 		case volume.IsUncertain(err):
 			m.asw.setDeviceState(dv.Name, DeviceMountUncertain, path)

@@ -78,6 +78,7 @@ func usedVolumes(pod *v1.Pod) (mounts, devices map[string]bool) {
 
 func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []string) {
 	mounts, devices := usedVolumes(pod)
+	seLinuxOpts := containerSELinuxOptions(pod)
 	var out []DesiredVolume
 	var errs []string
 	index := map[v1.UniqueVolumeName]int{}
@@ -104,6 +105,17 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			out[j].OuterNames = append(out[j].OuterNames, pv.Name)
 			continue
 		}
+		sel, err := m.chooseSELinux(plugin, spec, seLinuxOpts[pv.Name], pod)
+		if err == nil {
+			err = m.seLinuxConflict(name, plugin.Name(), spec, pod.UID, sel)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			continue
+		}
+		if sel.mount != "" && len(m.dsw.VolumeUsers(name)) == 0 {
+			m.seLinuxMetrics.admitted.WithLabelValues(seLinuxPluginName(plugin.Name(), spec), seLinuxAccessMode(spec)).Inc()
+		}
 		attachable, err := m.plugins.FindAttachable(spec)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
@@ -113,7 +125,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 		out = append(out, DesiredVolume{
 			Name: name, PluginName: plugin.Name(), Spec: spec, OuterNames: []string{pv.Name},
 			Attachable: attachable != nil, DeviceMountable: deviceMountable, RequiresRemount: plugin.RequiresRemount(spec),
-			Claim: claim,
+			Claim: claim, SELinuxLabel: sel.mount, seLinuxOriginal: sel.original,
 		})
 	}
 	return out, errs

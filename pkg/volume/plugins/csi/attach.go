@@ -141,7 +141,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	if err != nil {
 		return err
 	}
-	data := volData{DriverName: src.driver, VolumeHandle: src.handle}
+	data := volData{DriverName: src.driver, VolumeHandle: src.handle, SELinuxMountContext: args.SELinuxLabel}
 	if src.block {
 		// Upstream's block data file also names the PV, for reconstruction.
 		data.SpecVolumeID, data.NodeName = spec.Name(), d.p.host.NodeName()
@@ -154,7 +154,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	}
 	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: path,
-		VolumeCapability: src.capability(group), Secrets: secrets, VolumeContext: src.attributes,
+		VolumeCapability: src.capability(group, args.SELinuxLabel), Secrets: secrets, VolumeContext: src.attributes,
 	})
 	if err != nil {
 		if csiclient.MayBeInProgress(err) {

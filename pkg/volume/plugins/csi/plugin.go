@@ -233,6 +233,20 @@ func (p *Plugin) stagingMetaDir(stagingPath string) string {
 	return filepath.Dir(stagingPath)
 }
 
+// SupportsSELinuxContextMount implements volume.SELinuxContextMountPlugin: the CSIDriver
+// says seLinuxMount: true (without a CSIDriver, no).
+func (p *Plugin) SupportsSELinuxContextMount(spec *volume.Spec) (bool, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return false, err
+	}
+	d, err := p.csiDriver(context.Background(), src.driver)
+	if err != nil || d == nil {
+		return false, err
+	}
+	return d.Spec.SELinuxMount != nil && *d.Spec.SELinuxMount, nil
+}
+
 // csiDriver returns the CSIDriver object, or nil when there is none.
 func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	var d *storagev1.CSIDriver
@@ -306,8 +320,10 @@ func sourceOf(spec *volume.Spec) (source, error) {
 }
 
 // capability is the CSI volume capability of the volume (upstream accessModeMapping; RWOP
-// maps to SINGLE_NODE_SINGLE_WRITER): Block for a block volume, Mount otherwise.
-func (s source) capability(mountGroup string) *csipb.VolumeCapability {
+// maps to SINGLE_NODE_SINGLE_WRITER): Block for a block volume, Mount otherwise, whose
+// mount flags end with context="<label>" when the volume is mounted with an SELinux
+// context (quoted, as the kubelet does, since a label may hold commas).
+func (s source) capability(mountGroup, seLinuxLabel string) *csipb.VolumeCapability {
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	switch {
 	case slices.Contains(s.accessModes, v1.ReadWriteOncePod):
@@ -322,8 +338,12 @@ func (s source) capability(mountGroup string) *csipb.VolumeCapability {
 		vc.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 		return vc
 	}
+	flags := s.mountOptions
+	if seLinuxLabel != "" {
+		flags = append(slices.Clip(flags), fmt.Sprintf("context=%q", seLinuxLabel))
+	}
 	vc.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{
-		FsType: s.fsType, MountFlags: s.mountOptions, VolumeMountGroup: mountGroup,
+		FsType: s.fsType, MountFlags: flags, VolumeMountGroup: mountGroup,
 	}}
 	return vc
 }
