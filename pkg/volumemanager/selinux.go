@@ -185,10 +185,10 @@ func (m *Manager) seLinuxConflict(name v1.UniqueVolumeName, pluginName string, s
 // seLinuxMetrics are upstream's volume_manager_selinux_* counters (gauges there, counting
 // every refusal, including each retry of the same pod).
 type seLinuxMetrics struct {
-	containerErrors, containerWarnings       *prometheus.GaugeVec
-	podMismatchErrors, podMismatchWarnings   *prometheus.GaugeVec
+	containerErrors, containerWarnings           *prometheus.GaugeVec
+	podMismatchErrors, podMismatchWarnings       *prometheus.GaugeVec
 	volumeMismatchErrors, volumeMismatchWarnings *prometheus.GaugeVec
-	admitted                                 *prometheus.GaugeVec
+	admitted                                     *prometheus.GaugeVec
 }
 
 func newSELinuxMetrics(reg prometheus.Registerer) *seLinuxMetrics {

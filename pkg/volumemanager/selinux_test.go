@@ -19,7 +19,9 @@ type seLinuxPlugin struct {
 	supports bool
 }
 
-func (p *seLinuxPlugin) SupportsSELinuxContextMount(*volume.Spec) (bool, error) { return p.supports, nil }
+func (p *seLinuxPlugin) SupportsSELinuxContextMount(*volume.Spec) (bool, error) {
+	return p.supports, nil
+}
 
 func seLinuxPod(uid types.UID, policy *v1.PodSELinuxChangePolicy, podLevel string, containerLevels ...string) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), UID: uid}}
