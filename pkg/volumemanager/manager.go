@@ -37,6 +37,17 @@ type Observer interface {
 	VolumesTornDown(pod *v1.Pod)
 }
 
+// PodRejecter is an Observer that can also reject a pod, as the kubelet does when the node
+// has reached a CSI driver's attachment limit: the pod's phase becomes Failed with reason
+// (VolumeAttachmentLimitExceeded) and message.
+type PodRejecter interface {
+	RejectPod(pod *v1.Pod, reason, message string)
+}
+
+// VolumeAttachmentLimitExceededReason is the kubelet's reason for a pod rejected because
+// the node has reached a CSI driver's attachment limit.
+const VolumeAttachmentLimitExceededReason = "VolumeAttachmentLimitExceeded"
+
 // Config configures a Manager. NodeName, Paths and Plugins are required, and Client unless
 // both Objects and Pods are set.
 type Config struct {

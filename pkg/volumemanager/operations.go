@@ -120,6 +120,8 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				return
 			case volume.IsTransient(err):
 				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
+			case volume.IsAttachLimitExceeded(err):
+				m.rejectForAttachLimit(ctx, pod, dv.Name, outer, err)
 			default:
 				m.records.setOpError(uid, dv.Name, err.Error())
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
@@ -344,4 +346,18 @@ func mounterArgs(pod *v1.Pod) volume.MounterArgs {
 	}
 	args.FsUser = user
 	return args
+}
+
+// rejectForAttachLimit rejects a pod whose volume cannot be attached because the node has
+// reached the driver's attachment limit (the kubelet's VolumeAttachLimitExceededError): a
+// Warning event VolumeAttachmentLimitExceeded and, through a PodRejecter observer, phase
+// Failed. The pod then wants no volumes and what it has is torn down.
+func (m *Manager) rejectForAttachLimit(ctx context.Context, pod *v1.Pod, name v1.UniqueVolumeName, outer string, err error) {
+	msg := fmt.Sprintf("Node has reached its volume attachment limit, rejecting pod. unattached volumes=[%s]: %v", outer, err)
+	m.records.setOpError(pod.UID, name, msg)
+	m.recorder.Event(pod, v1.EventTypeWarning, VolumeAttachmentLimitExceededReason, msg)
+	klog.FromContext(ctx).Info("Pod rejected", "pod", klog.KObj(pod), "reason", VolumeAttachmentLimitExceededReason, "message", msg)
+	if r, ok := m.cfg.Observer.(PodRejecter); ok {
+		r.RejectPod(pod, VolumeAttachmentLimitExceededReason, msg)
+	}
 }
