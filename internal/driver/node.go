@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"path/filepath"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
