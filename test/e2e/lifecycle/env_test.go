@@ -68,8 +68,9 @@ type envOptions struct {
 	csiDriver func(*storagev1.CSIDriverSpec)
 	// nodeProxy registers the driver with the agent through a nodeProxy.
 	nodeProxy bool
-	// agentArgs are more flags of the node agent.
-	agentArgs []string
+	// agentArgs are more flags of the node agent; driverArgs of the driver.
+	agentArgs  []string
+	driverArgs []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -137,7 +138,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.procs = append(e.procs, p)
 		return p
 	}
-	e.driver = start(args...)
+	e.driver = start(append(args, o.driverArgs...)...)
 	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
 		start("attacher", "--csi-address", sock, "--kubeconfig", kc, "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
