@@ -55,25 +55,29 @@ func isTerminal(pod *v1.Pod) bool {
 // up, as upstream ("Skipping unused volume").
 func usedVolumes(pod *v1.Pod) (mounts, devices map[string]bool) {
 	mounts, devices = map[string]bool{}, map[string]bool{}
-	add := func(c *v1.Container) {
+	forEachContainer(pod, func(c *v1.Container) {
 		for _, vm := range c.VolumeMounts {
 			mounts[vm.Name] = true
 		}
 		for _, vd := range c.VolumeDevices {
 			devices[vd.Name] = true
 		}
-	}
+	})
+	return mounts, devices
+}
+
+// forEachContainer calls f with every init, regular and ephemeral container of pod.
+func forEachContainer(pod *v1.Pod, f func(*v1.Container)) {
 	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
+		f(&pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
+		f(&pod.Spec.Containers[i])
 	}
 	for i := range pod.Spec.EphemeralContainers {
 		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
-		add(&c)
+		f(&c)
 	}
-	return mounts, devices
 }
 
 func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []string) {

@@ -58,7 +58,7 @@ func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 		podOpts = sc.SELinuxOptions
 	}
 	out := map[string][]*v1.SELinuxOptions{}
-	add := func(c *v1.Container) {
+	forEachContainer(pod, func(c *v1.Container) {
 		opts := podOpts
 		if c.SecurityContext != nil && c.SecurityContext.SELinuxOptions != nil {
 			opts = c.SecurityContext.SELinuxOptions
@@ -66,17 +66,7 @@ func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 		for _, vm := range c.VolumeMounts {
 			out[vm.Name] = append(out[vm.Name], opts)
 		}
-	}
-	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
-	}
-	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
-		add(&c)
-	}
+	})
 	return out
 }
 

@@ -98,19 +98,7 @@ func (b *blockMapper) SetUp(context.Context, volume.MounterArgs) error {
 			return fmt.Errorf("bind mount of device %s at %s: %w", dev, ref, err)
 		}
 	}
-	link := b.Path()
-	if cur, err := os.Readlink(link); err == nil && cur == ref {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
-		return err
-	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(ref, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, link)
+	return volume.ReplaceSymlink(ref, b.Path())
 }
 
 type blockUnmapper struct {
