@@ -62,6 +62,7 @@ func allCases() []*testCase {
 		{name: "reclaim/retain", run: reclaimRetain},
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
+		{name: "access/rwop-node", run: readWriteOncePodOnNode},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
 	}
 }

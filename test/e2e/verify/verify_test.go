@@ -38,7 +38,7 @@ var profiles = []profile{
 	{name: "default", outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
-		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
+		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed", "access/rwop-node": "passed",
 	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
