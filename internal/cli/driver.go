@@ -61,6 +61,7 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;Delete
 	f.BoolVar(&o.cfg.AttachRequired, "attach-required", false, "advertise PUBLISH_UNPUBLISH_VOLUME, so that the CO attaches volumes")
 	f.StringSliceVar(&o.cfg.Without, "without", nil, "capabilities to switch off, comma-separated, to test a CO against drivers that lack them: "+strings.Join(driver.WithoutNames, ", ")+" (see docs/driver.md)")
 	f.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may have published, reported by NodeGetInfo (0: no limit)")
+	f.StringVar(&o.cfg.MaxVolumesPerNodeFile, "max-volumes-per-node-file", "", "file holding the count NodeGetInfo reports, read at every call (tests of the mutable CSINode allocatable count; default: --max-volumes-per-node)")
 	f.StringVar(&o.capacity, "capacity", "100Gi", "size of the pool of dir volumes, a quantity such as 100Gi")
 	f.StringVar(&o.cfg.CallLog, "call-log", "", "append one JSON line per CSI call to this file")
 	f.StringVar(&o.httpEndpoint, "http-endpoint", "", "address such as 127.0.0.1:9808 to serve /metrics and /healthz on (default: off)")

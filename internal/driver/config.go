@@ -57,6 +57,10 @@ type Config struct {
 	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume;
 	// 0 means no limit.
 	MaxVolumesPerNode int64
+	// MaxVolumesPerNodeFile, if set, names a file holding the count NodeGetInfo reports,
+	// read at every call, so that a test can change it while the driver runs (the mutable
+	// CSINode allocatable count); MaxVolumesPerNode stays the enforced limit.
+	MaxVolumesPerNodeFile string
 	// Capacity is the size of the "dir" pool in bytes; 0 means DefaultCapacity.
 	Capacity int64
 	// CallLog, if set, is a file that receives one JSON line per RPC.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -230,9 +232,21 @@ func (n *node) resolve(id string) (*volumeRef, error) {
 }
 
 func (n *node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	limit := n.cfg.MaxVolumesPerNode
+	if f := n.cfg.MaxVolumesPerNodeFile; f != "" {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "read --max-volumes-per-node-file: %v", err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil || v < 0 {
+			return nil, status.Errorf(codes.Internal, "--max-volumes-per-node-file %s: want a count, got %q", f, strings.TrimSpace(string(raw)))
+		}
+		limit = v
+	}
 	return &csi.NodeGetInfoResponse{
 		NodeId:             n.cfg.NodeID,
-		MaxVolumesPerNode:  n.cfg.MaxVolumesPerNode,
+		MaxVolumesPerNode:  limit,
 		AccessibleTopology: &csi.Topology{Segments: n.cfg.topology()},
 	}, nil
 }

@@ -211,7 +211,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	errCh := make(chan error, 1)
-	wg.Add(6)
+	wg.Add(7)
+	go func() {
+		defer wg.Done()
+		a.drivers.RunAllocatableUpdates(ctx, a.informers.Storage().V1().CSIDrivers().Lister())
+	}()
 	go func() {
 		defer wg.Done()
 		// The kubelet's plugin manager: drivers register through sockets in this directory.

@@ -65,6 +65,7 @@ func allCases() []*testCase {
 		{name: "limits/volumes", phase: phaseAlone, run: volumeLimits},
 		{name: "crash/deleted-while-down", host: true, phase: phaseAlone, run: deletedWhileDown},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
+		{name: "access/rwop-node", run: readWriteOncePodOnNode},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
 	}, modifyCases()...)
 }

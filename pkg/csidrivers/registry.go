@@ -31,6 +31,8 @@ type Registry struct {
 
 	mu    sync.Mutex
 	conns map[string]*csiclient.Conn
+	// drivers is what each registered driver published, for the allocatable refresh.
+	drivers map[string]csinode.Driver
 }
 
 var (
@@ -42,7 +44,7 @@ var (
 // annotation and topology labels and its CSINode; the Node must exist when a driver
 // registers (a registration refused for a missing Node is retried by the watcher).
 func New(client kubernetes.Interface, nodeName string) *Registry {
-	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csiclient.Conn{}}
+	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csiclient.Conn{}, drivers: map[string]csinode.Driver{}}
 }
 
 // Watch registers the drivers whose registration sockets appear in dir (usually
@@ -89,6 +91,7 @@ func (r *Registry) RegisterPlugin(ctx context.Context, name, endpoint string, _ 
 	r.mu.Lock()
 	old := r.conns[name]
 	r.conns[name] = conn
+	r.drivers[name] = drv
 	r.mu.Unlock()
 	if old != nil {
 		_ = old.Close()
@@ -103,6 +106,7 @@ func (r *Registry) DeregisterPlugin(ctx context.Context, name string) {
 	r.mu.Lock()
 	conn := r.conns[name]
 	delete(r.conns, name)
+	delete(r.drivers, name)
 	r.mu.Unlock()
 	if conn != nil {
 		_ = conn.Close()

@@ -60,6 +60,8 @@ type podWish struct {
 	namespace, name string
 	condition       *v1.PodCondition
 	delete          bool
+	// rejected, when set, is the reason the pod was rejected: phase Failed.
+	rejected, rejectMessage string
 }
 
 // New returns a Writer that writes with client: pods/status patch and pods delete.
@@ -95,6 +97,12 @@ func (w *Writer) VolumesTornDown(pod *v1.Pod) {
 		return
 	}
 	w.want(pod, func(p *podWish) { p.delete = true; p.condition = nil })
+}
+
+// RejectPod implements volumemanager.PodRejecter: the pod's phase becomes Failed with
+// reason and "Pod was rejected: <message>", as the kubelet's pod rejection.
+func (w *Writer) RejectPod(pod *v1.Pod, reason, message string) {
+	w.want(pod, func(p *podWish) { p.rejected, p.rejectMessage = reason, "Pod was rejected: "+message })
 }
 
 func (w *Writer) want(pod *v1.Pod, f func(*podWish)) {
@@ -144,11 +152,18 @@ func (w *Writer) write(ctx context.Context, uid types.UID, p podWish) error {
 		grace := int64(0)
 		return pods.Delete(ctx, p.name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 	}
-	c := *p.condition
-	c.LastTransitionTime = metav1.Now()
+	status := map[string]any{}
+	if p.condition != nil {
+		c := *p.condition
+		c.LastTransitionTime = metav1.Now()
+		status["conditions"] = []v1.PodCondition{c}
+	}
+	if p.rejected != "" {
+		status["phase"], status["reason"], status["message"] = v1.PodFailed, p.rejected, p.rejectMessage
+	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"uid": uid},
-		"status":   map[string]any{"conditions": []v1.PodCondition{c}},
+		"status":   status,
 	})
 	if err != nil {
 		return err

@@ -45,3 +45,25 @@ func IsTransient(err error) bool {
 	var t *transientError
 	return errors.As(err, &t)
 }
+
+type attachLimitError struct{ err error }
+
+func (e *attachLimitError) Error() string { return e.err.Error() }
+func (e *attachLimitError) Unwrap() error { return e.err }
+
+// NewAttachLimitExceededError marks err as "the node has reached the driver's attachment
+// limit" (an attach failed with ResourceExhausted while the driver's allocatable count is
+// mutable): the volume manager rejects the pod, as the kubelet does with reason
+// VolumeAttachmentLimitExceeded, instead of retrying forever.
+func NewAttachLimitExceededError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &attachLimitError{err: err}
+}
+
+// IsAttachLimitExceeded reports whether err (or one it wraps) is an attach limit error.
+func IsAttachLimitExceeded(err error) bool {
+	var a *attachLimitError
+	return errors.As(err, &a)
+}

@@ -71,6 +71,16 @@ type MounterArgs struct {
 	// DesiredSize is the emptyDir size: the least of sizeLimit, the pod's memory limit
 	// (Memory medium) and the node's allocatable memory.
 	DesiredSize *resource.Quantity
+	// SELinuxLabel, when set, is the SELinux context to mount the volume with
+	// (-o context="<label>"): the volume manager sets it only for plugins that are
+	// SELinuxContextMountPlugins and say they support it for the volume.
+	SELinuxLabel string
+}
+
+// SELinuxContextMountPlugin is a plugin that can mount a volume with an SELinux context
+// (upstream SupportsSELinuxContextMount; CSI when CSIDriver.spec.seLinuxMount is true).
+type SELinuxContextMountPlugin interface {
+	SupportsSELinuxContextMount(spec *Spec) (bool, error)
 }
 
 // Mounter sets a volume up for one pod. SetUp must be idempotent: it is called again on

@@ -35,6 +35,12 @@ type DesiredVolume struct {
 	// Claim is the PVC of a writable PVC-backed volume: when its PV grew beyond the claim's
 	// status.capacity, the node finishes the expansion.
 	Claim *v1.PersistentVolumeClaim
+	// SELinuxLabel is the SELinux context the volume is mounted with for the pod
+	// (-o context=...), "" for none.
+	SELinuxLabel string
+	// seLinuxOriginal is the pod's containers' label for the volume, used or not; pods
+	// sharing the volume must agree on it.
+	seLinuxOriginal string
 	// RequestTime is when the volume was first wanted by the pod, for
 	// volume_operation_total_seconds{operation_name="overall_volume_mount"}.
 	RequestTime time.Time
@@ -281,4 +287,16 @@ func (d *DesiredState) Counts() map[string]int {
 
 func sortedNames(set map[v1.UniqueVolumeName]bool) []v1.UniqueVolumeName {
 	return slices.Sorted(maps.Keys(set))
+}
+
+// podVolume returns the desired volume name of the pod uid.
+func (d *DesiredState) podVolume(uid types.UID, name v1.UniqueVolumeName) (DesiredVolume, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if dp := d.pods[uid]; dp != nil {
+		if dv := dp.volumes[name]; dv != nil {
+			return *dv, true
+		}
+	}
+	return DesiredVolume{}, false
 }

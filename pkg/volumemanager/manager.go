@@ -37,6 +37,17 @@ type Observer interface {
 	VolumesTornDown(pod *v1.Pod)
 }
 
+// PodRejecter is an Observer that can also reject a pod, as the kubelet does when the node
+// has reached a CSI driver's attachment limit: the pod's phase becomes Failed with reason
+// (VolumeAttachmentLimitExceeded) and message.
+type PodRejecter interface {
+	RejectPod(pod *v1.Pod, reason, message string)
+}
+
+// VolumeAttachmentLimitExceededReason is the kubelet's reason for a pod rejected because
+// the node has reached a CSI driver's attachment limit.
+const VolumeAttachmentLimitExceededReason = "VolumeAttachmentLimitExceeded"
+
 // Config configures a Manager. NodeName, Paths and Plugins are required, and Client unless
 // both Objects and Pods are set.
 type Config struct {
@@ -55,6 +66,14 @@ type Config struct {
 	// Registerer receives the metrics; nil skips them.
 	Registerer prometheus.Registerer
 	Observer   Observer
+	// NodeLabels returns the labels of the node, against which a PV's node affinity is
+	// checked before it is mounted; default a GET of the Node through Client (without
+	// Client, the check is skipped).
+	NodeLabels func(ctx context.Context) (map[string]string, error)
+	// SELinuxEnabled says whether the host runs SELinux, so that volumes are mounted with
+	// the containers' SELinux context where the plugin supports it; default: detected
+	// (selinuxfs at /sys/fs/selinux).
+	SELinuxEnabled *bool
 	// NodeAllocatable feeds emptyDir sizing and the downward API; nil means unknown.
 	NodeAllocatable func() v1.ResourceList
 	// ResyncPeriod is the safety net that re-reconciles everything; default 10 minutes.
@@ -98,6 +117,9 @@ type Manager struct {
 	claims      *claims
 	unresolved  workqueue.TypedRateLimiter[types.UID]
 	initialized chan struct{}
+
+	seLinuxEnabled bool
+	seLinuxMetrics *seLinuxMetrics
 
 	// records is what the manager knows about each pod beyond the two states.
 	records *podRecords
@@ -146,6 +168,11 @@ func New(cfg Config) (*Manager, error) {
 		pods: cfg.Pods, objects: cfg.Objects, claims: newClaims(), unresolved: newUnresolvedLimiter(),
 	}
 	m.metrics = newMetrics(cfg.Registerer, m.dsw, m.asw)
+	m.seLinuxMetrics = newSELinuxMetrics(cfg.Registerer)
+	m.seLinuxEnabled = seLinuxHostEnabled()
+	if cfg.SELinuxEnabled != nil {
+		m.seLinuxEnabled = *cfg.SELinuxEnabled
+	}
 	if w, ok := cfg.Objects.(objectWatcher); ok && cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newWatchesCollector(w))
 	}

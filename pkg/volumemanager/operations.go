@@ -70,6 +70,9 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	return m.start(ctx, Operation{
 		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName,
 		Run: func(ctx context.Context) error {
+			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
+				return err
+			}
 			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
@@ -79,6 +82,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			}
 			mountPath = mounter.Path()
 			args := mounterArgs(pod)
+			args.SELinuxLabel = dv.SELinuxLabel
 			if err := mounter.SetUp(ctx, args); err != nil {
 				return fmt.Errorf("%s failed for volume %q: %w", ops.setUp, outer, err)
 			}
@@ -116,6 +120,8 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				return
 			case volume.IsTransient(err):
 				logger.V(2).Info("Volume not mounted yet", "reason", err.Error())
+			case volume.IsAttachLimitExceeded(err):
+				m.rejectForAttachLimit(ctx, pod, dv.Name, outer, err)
 			default:
 				m.records.setOpError(uid, dv.Name, err.Error())
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
@@ -217,7 +223,9 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 	if err != nil {
 		return "", err
 	}
-	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, mounterArgs(pod)); err != nil {
+	args := mounterArgs(pod)
+	args.SELinuxLabel = dv.SELinuxLabel
+	if err := mounter.MountDevice(ctx, dv.Spec, av.DevicePath, path, args); err != nil {
 		switch {
 		case volume.IsUncertain(err):
 			m.asw.setDeviceState(dv.Name, DeviceMountUncertain, path)
@@ -338,4 +346,18 @@ func mounterArgs(pod *v1.Pod) volume.MounterArgs {
 	}
 	args.FsUser = user
 	return args
+}
+
+// rejectForAttachLimit rejects a pod whose volume cannot be attached because the node has
+// reached the driver's attachment limit (the kubelet's VolumeAttachLimitExceededError): a
+// Warning event VolumeAttachmentLimitExceeded and, through a PodRejecter observer, phase
+// Failed. The pod then wants no volumes and what it has is torn down.
+func (m *Manager) rejectForAttachLimit(ctx context.Context, pod *v1.Pod, name v1.UniqueVolumeName, outer string, err error) {
+	msg := fmt.Sprintf("Node has reached its volume attachment limit, rejecting pod. unattached volumes=[%s]: %v", outer, err)
+	m.records.setOpError(pod.UID, name, msg)
+	m.recorder.Event(pod, v1.EventTypeWarning, VolumeAttachmentLimitExceededReason, msg)
+	klog.FromContext(ctx).Info("Pod rejected", "pod", klog.KObj(pod), "reason", VolumeAttachmentLimitExceededReason, "message", msg)
+	if r, ok := m.cfg.Observer.(PodRejecter); ok {
+		r.RejectPod(pod, VolumeAttachmentLimitExceededReason, msg)
+	}
 }

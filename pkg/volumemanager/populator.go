@@ -55,29 +55,34 @@ func isTerminal(pod *v1.Pod) bool {
 // up, as upstream ("Skipping unused volume").
 func usedVolumes(pod *v1.Pod) (mounts, devices map[string]bool) {
 	mounts, devices = map[string]bool{}, map[string]bool{}
-	add := func(c *v1.Container) {
+	forEachContainer(pod, func(c *v1.Container) {
 		for _, vm := range c.VolumeMounts {
 			mounts[vm.Name] = true
 		}
 		for _, vd := range c.VolumeDevices {
 			devices[vd.Name] = true
 		}
-	}
+	})
+	return mounts, devices
+}
+
+// forEachContainer calls f with every init, regular and ephemeral container of pod.
+func forEachContainer(pod *v1.Pod, f func(*v1.Container)) {
 	for i := range pod.Spec.InitContainers {
-		add(&pod.Spec.InitContainers[i])
+		f(&pod.Spec.InitContainers[i])
 	}
 	for i := range pod.Spec.Containers {
-		add(&pod.Spec.Containers[i])
+		f(&pod.Spec.Containers[i])
 	}
 	for i := range pod.Spec.EphemeralContainers {
 		c := v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
-		add(&c)
+		f(&c)
 	}
-	return mounts, devices
 }
 
 func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []string) {
 	mounts, devices := usedVolumes(pod)
+	seLinuxOpts := containerSELinuxOptions(pod)
 	var out []DesiredVolume
 	var errs []string
 	index := map[v1.UniqueVolumeName]int{}
@@ -104,6 +109,17 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			out[j].OuterNames = append(out[j].OuterNames, pv.Name)
 			continue
 		}
+		sel, err := m.chooseSELinux(plugin, spec, seLinuxOpts[pv.Name], pod)
+		if err == nil {
+			err = m.seLinuxConflict(name, plugin.Name(), spec, pod.UID, sel)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			continue
+		}
+		if sel.mount != "" && len(m.dsw.VolumeUsers(name)) == 0 {
+			m.seLinuxMetrics.admitted.WithLabelValues(seLinuxPluginName(plugin.Name(), spec), seLinuxAccessMode(spec)).Inc()
+		}
 		attachable, err := m.plugins.FindAttachable(spec)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
@@ -113,7 +129,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 		out = append(out, DesiredVolume{
 			Name: name, PluginName: plugin.Name(), Spec: spec, OuterNames: []string{pv.Name},
 			Attachable: attachable != nil, DeviceMountable: deviceMountable, RequiresRemount: plugin.RequiresRemount(spec),
-			Claim: claim,
+			Claim: claim, SELinuxLabel: sel.mount, seLinuxOriginal: sel.original,
 		})
 	}
 	return out, errs

@@ -7,6 +7,8 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume/plugins/downwardapi"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/emptydir"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/hostpath"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/image"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/local"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/projected"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/secret"
 )
@@ -15,5 +17,6 @@ import (
 func All() []volume.Plugin {
 	return []volume.Plugin{
 		emptydir.New(), hostpath.New(), configmap.New(), secret.New(), downwardapi.New(), projected.New(),
+		local.New(), image.New(),
 	}
 }

@@ -71,8 +71,9 @@ type envOptions struct {
 	csiDriver func(*storagev1.CSIDriverSpec)
 	// nodeProxy registers the driver with the agent through a nodeProxy.
 	nodeProxy bool
-	// agentArgs are more flags of the node agent.
-	agentArgs []string
+	// agentArgs are more flags of the node agent; driverArgs of the driver.
+	agentArgs  []string
+	driverArgs []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -139,7 +140,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.procs = append(e.procs, p)
 		return p
 	}
-	e.driver = start(args...)
+	e.driver = start(append(args, o.driverArgs...)...)
 	e.prov = start("provisioner", "--csi-address", sock, "--kubeconfig", e.runAs("provisioner", framework.Provisioner, o.readSecrets), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")
 	if o.attachRequired {
 		start("attacher", "--csi-address", sock, "--kubeconfig", e.runAs("attacher", framework.Attacher, o.readSecrets), "--retry-interval-start", "200ms", "--retry-interval-max", "2s")

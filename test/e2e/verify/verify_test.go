@@ -46,7 +46,7 @@ var profiles = []profile{
 	{name: "default", outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
-		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
+		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed", "access/rwop-node": "passed",
 		"modify/class": "passed", "modify/infeasible": "passed",
 		"access/shared": "passed", "subpath": "passed", "capacity/objects": "passed", "ephemeral/inline-separate": "passed",
 		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed", "limits/volumes": "skipped",

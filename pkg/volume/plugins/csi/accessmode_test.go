@@ -21,10 +21,10 @@ func TestCapabilityAccessModeMapping(t *testing.T) {
 		{v1.ReadOnlyMany, csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
 	} {
 		s := source{accessModes: []v1.PersistentVolumeAccessMode{c.mode}}
-		if got := s.capability("", nil).GetAccessMode().GetMode(); got != c.without {
+		if got := s.capability("", "", nil).GetAccessMode().GetMode(); got != c.without {
 			t.Errorf("%s without SINGLE_NODE_MULTI_WRITER: %s, want %s", c.mode, got, c.without)
 		}
-		if got := s.capability("", multi).GetAccessMode().GetMode(); got != c.wi {
+		if got := s.capability("", "", multi).GetAccessMode().GetMode(); got != c.wi {
 			t.Errorf("%s with SINGLE_NODE_MULTI_WRITER: %s, want %s", c.mode, got, c.wi)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
@@ -52,7 +53,11 @@ func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ 
 		case err == nil && va.Status.Attached:
 			return name, nil
 		case err == nil && va.Status.AttachError != nil:
-			return "", fmt.Errorf("attachdetachment error of volume attachment %s: %s", name, va.Status.AttachError.Message)
+			aerr := fmt.Errorf("attachdetachment error of volume attachment %s: %s", name, va.Status.AttachError.Message)
+			if c := va.Status.AttachError.ErrorCode; c != nil && codes.Code(*c) == codes.ResourceExhausted {
+				return "", d.p.attachLimitExceeded(ctx, src.driver, aerr)
+			}
+			return "", aerr
 		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && ctx.Err() == nil:
 			return "", volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
 		}
@@ -141,7 +146,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	if err != nil {
 		return err
 	}
-	data := volData{DriverName: src.driver, VolumeHandle: src.handle}
+	data := volData{DriverName: src.driver, VolumeHandle: src.handle, SELinuxMountContext: args.SELinuxLabel}
 	if src.block {
 		// Upstream's block data file also names the PV, for reconstruction.
 		data.SpecVolumeID, data.NodeName = spec.Name(), d.p.host.NodeName()
@@ -154,7 +159,7 @@ func (d *deviceMounter) MountDevice(ctx context.Context, spec *volume.Spec, _ st
 	}
 	_, err = node.NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: path,
-		VolumeCapability: src.capability(group, caps), Secrets: secrets, VolumeContext: src.attributes,
+		VolumeCapability: src.capability(group, args.SELinuxLabel, caps), Secrets: secrets, VolumeContext: src.attributes,
 	})
 	if err != nil {
 		if csiclient.MayBeInProgress(err) {
@@ -211,4 +216,28 @@ func removeAll(paths ...string) error {
 		}
 	}
 	return nil
+}
+
+// AllocatableRefresher is implemented by Drivers that can read a driver's NodeGetInfo
+// again and update the CSINode's allocatable count (pkg/csidrivers).
+type AllocatableRefresher interface {
+	RefreshAllocatable(ctx context.Context, driver string) error
+}
+
+// attachLimitExceeded handles an attach that failed with ResourceExhausted, as the kubelet's
+// VerifyExhaustedResource: when the CSIDriver makes the allocatable count mutable
+// (nodeAllocatableUpdatePeriodSeconds), the count is read from the driver again at once and
+// the error says the node is out of attachments, so the pod is rejected; otherwise it is an
+// ordinary attach error, retried.
+func (p *Plugin) attachLimitExceeded(ctx context.Context, driver string, err error) error {
+	drv, derr := p.csiDriver(ctx, driver)
+	if derr != nil || drv == nil || drv.Spec.NodeAllocatableUpdatePeriodSeconds == nil || *drv.Spec.NodeAllocatableUpdatePeriodSeconds <= 0 {
+		return err
+	}
+	if r, ok := p.drivers.(AllocatableRefresher); ok {
+		if rerr := r.RefreshAllocatable(ctx, driver); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "Cannot refresh the CSI driver's allocatable count", "driver", driver)
+		}
+	}
+	return volume.NewAttachLimitExceededError(err)
 }

@@ -121,7 +121,7 @@ func (b *blockMapper) SetUp(ctx context.Context, _ volume.MounterArgs) error {
 	if err := b.p.bindDevice(target, filepath.Join(b.p.blockDevDir(pv), string(uid))); err != nil {
 		return err
 	}
-	return replaceSymlink(target, b.Path())
+	return volume.ReplaceSymlink(target, b.Path())
 }
 
 // bindDevice bind-mounts the published device file at dst unless it is mounted already.
@@ -141,22 +141,6 @@ func (p *Plugin) bindDevice(src, dst string) error {
 		return fmt.Errorf("bind mount of device %s at %s: %w", src, dst, err)
 	}
 	return nil
-}
-
-// replaceSymlink makes link point at target, atomically replacing an older link.
-func replaceSymlink(target, link string) error {
-	if cur, err := os.Readlink(link); err == nil && cur == target {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
-		return err
-	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, link)
 }
 
 // blockUnmapper unmaps and unpublishes a pod's block volume: the kubelet's

@@ -46,7 +46,7 @@ func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types
 	_, err = node.NodeExpandVolume(ctx, &csipb.NodeExpandVolumeRequest{
 		VolumeId: src.handle, VolumePath: path, StagingTargetPath: staging,
 		CapacityRange:    &csipb.CapacityRange{RequiredBytes: bytes},
-		VolumeCapability: src.capability("", caps), Secrets: secrets,
+		VolumeCapability: src.capability("", "", caps), Secrets: secrets,
 	})
 	return err
 }

@@ -184,7 +184,7 @@ func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod,
 	return &publish{node: node, driver: drv, data: data, mountGroup: group, ctx: ctx,
 		req: &csipb.NodePublishVolumeRequest{
 			VolumeId: src.handle, PublishContext: pctx, StagingTargetPath: staging,
-			VolumeCapability: src.capability(group, caps), Readonly: src.readOnly, Secrets: secrets, VolumeContext: vctx,
+			VolumeCapability: src.capability(group, args.SELinuxLabel, caps), Readonly: src.readOnly, Secrets: secrets, VolumeContext: vctx,
 		}}, nil
 }
 

@@ -233,6 +233,20 @@ func (p *Plugin) stagingMetaDir(stagingPath string) string {
 	return filepath.Dir(stagingPath)
 }
 
+// SupportsSELinuxContextMount implements volume.SELinuxContextMountPlugin: the CSIDriver
+// says seLinuxMount: true (without a CSIDriver, no).
+func (p *Plugin) SupportsSELinuxContextMount(spec *volume.Spec) (bool, error) {
+	src, err := sourceOf(spec)
+	if err != nil {
+		return false, err
+	}
+	d, err := p.csiDriver(context.Background(), src.driver)
+	if err != nil || d == nil {
+		return false, err
+	}
+	return d.Spec.SELinuxMount != nil && *d.Spec.SELinuxMount, nil
+}
+
 // csiDriver returns the CSIDriver object, or nil when there is none.
 func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	var d *storagev1.CSIDriver
@@ -306,11 +320,12 @@ func sourceOf(spec *volume.Spec) (source, error) {
 }
 
 // capability is the CSI volume capability of the volume, Block for a block volume, Mount
-// otherwise. The access mode follows upstream's mapping: a driver with the node capability
-// SINGLE_NODE_MULTI_WRITER gets SINGLE_NODE_MULTI_WRITER for RWO (so that two pods of one
-// node may share the volume) and SINGLE_NODE_SINGLE_WRITER for RWOP; any other driver gets
-// SINGLE_NODE_WRITER for both.
-func (s source) capability(mountGroup string, caps map[csipb.NodeServiceCapability_RPC_Type]bool) *csipb.VolumeCapability {
+// otherwise, whose mount flags end with context="<label>" when the volume is mounted with an
+// SELinux context (quoted, as the kubelet does, since a label may hold commas). The access
+// mode follows upstream's mapping: a driver with the node capability SINGLE_NODE_MULTI_WRITER
+// gets SINGLE_NODE_MULTI_WRITER for RWO (so that two pods of one node may share the volume)
+// and SINGLE_NODE_SINGLE_WRITER for RWOP; any other driver gets SINGLE_NODE_WRITER for both.
+func (s source) capability(mountGroup, seLinuxLabel string, caps map[csipb.NodeServiceCapability_RPC_Type]bool) *csipb.VolumeCapability {
 	multiWriter := caps[csipb.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
 	mode := csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
 	switch {
@@ -330,8 +345,12 @@ func (s source) capability(mountGroup string, caps map[csipb.NodeServiceCapabili
 		vc.AccessType = &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}
 		return vc
 	}
+	flags := s.mountOptions
+	if seLinuxLabel != "" {
+		flags = append(slices.Clip(flags), fmt.Sprintf("context=%q", seLinuxLabel))
+	}
 	vc.AccessType = &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{
-		FsType: s.fsType, MountFlags: s.mountOptions, VolumeMountGroup: mountGroup,
+		FsType: s.fsType, MountFlags: flags, VolumeMountGroup: mountGroup,
 	}}
 	return vc
 }

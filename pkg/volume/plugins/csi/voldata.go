@@ -20,6 +20,8 @@ type volData struct {
 	NodeName      string `json:"nodeName,omitempty"`
 	AttachmentID  string `json:"attachmentID,omitempty"`
 	LifecycleMode string `json:"volumeLifecycleMode,omitempty"`
+	// SELinuxMountContext is the context the volume was mounted with, if any.
+	SELinuxMountContext string `json:"seLinuxMountContext,omitempty"`
 }
 
 func writeVolData(dir string, d volData) error {

@@ -45,14 +45,20 @@ func (p *plugin) RequiresRemount(*volume.Spec) bool { return false }
 
 func (p *plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
 	ed := spec.Volume.EmptyDir
-	switch ed.Medium {
-	case v1.StorageMediumDefault, v1.StorageMediumMemory:
-	default:
-		return nil, fmt.Errorf("emptyDir %q: medium %q is not supported", spec.Name(), ed.Medium)
-	}
 	m := &mounter{
 		unmounter: p.unmounter(spec.Name(), pod.UID),
 		medium:    ed.Medium,
+	}
+	switch {
+	case ed.Medium == v1.StorageMediumDefault, ed.Medium == v1.StorageMediumMemory:
+	case isHugePages(ed.Medium):
+		size, err := hugePageSize(ed.Medium, pod)
+		if err != nil {
+			return nil, err
+		}
+		m.pageSize = size.String()
+	default:
+		return nil, fmt.Errorf("emptyDir %q: medium %q is not supported", spec.Name(), ed.Medium)
 	}
 	if ed.Medium == v1.StorageMediumMemory {
 		m.size = MemorySize(pod, ed.SizeLimit, p.host.NodeAllocatable())
@@ -132,6 +138,8 @@ type mounter struct {
 	*unmounter
 	medium v1.StorageMedium
 	size   *resource.Quantity
+	// pageSize is the hugetlbfs page size of a HugePages medium.
+	pageSize string
 }
 
 func (u *unmounter) Path() string { return u.path }
@@ -147,11 +155,16 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 func (m *mounter) SetUpAt(ctx context.Context, dir string, args volume.MounterArgs) error {
 	ready := isReady(m.readyDir)
 	if ready {
-		if m.medium != v1.StorageMediumMemory {
+		switch {
+		case m.pageSize != "":
+			if m.isMountOf(dir, unix.HUGETLBFS_MAGIC) {
+				return nil
+			}
+		case m.medium != v1.StorageMediumMemory:
 			if _, err := os.Stat(dir); err == nil {
 				return nil
 			}
-		} else if m.isTmpfsMount(dir) {
+		case m.isTmpfsMount(dir):
 			return nil
 		}
 	}
@@ -165,6 +178,11 @@ func (m *mounter) SetUpAt(ctx context.Context, dir string, args volume.MounterAr
 		}
 		opts = append(opts, "mode=0777")
 		if err := m.mounter.MountSensitiveWithoutSystemd("tmpfs", dir, "tmpfs", opts, nil); err != nil {
+			return err
+		}
+	}
+	if m.pageSize != "" && !m.isMountOf(dir, unix.HUGETLBFS_MAGIC) {
+		if err := m.mounter.MountSensitiveWithoutSystemd("nodev", dir, "hugetlbfs", []string{"pagesize=" + m.pageSize}, nil); err != nil {
 			return err
 		}
 	}
@@ -202,13 +220,16 @@ func (u *unmounter) TearDownAt(_ context.Context, dir string) error {
 }
 
 // isTmpfsMount: dir is a mount point and a tmpfs (the root dir itself may live on one).
-func (u *unmounter) isTmpfsMount(dir string) bool {
+func (u *unmounter) isTmpfsMount(dir string) bool { return u.isMountOf(dir, unix.TMPFS_MAGIC) }
+
+// isMountOf: dir is a mount point of the filesystem type magic (statfs).
+func (u *unmounter) isMountOf(dir string, magic int64) bool {
 	notMnt, err := u.mounter.IsLikelyNotMountPoint(dir)
 	if err != nil || notMnt {
 		return false
 	}
 	var st unix.Statfs_t
-	return unix.Statfs(dir, &st) == nil && st.Type == unix.TMPFS_MAGIC
+	return unix.Statfs(dir, &st) == nil && int64(st.Type) == magic
 }
 
 func isReady(dir string) bool {
