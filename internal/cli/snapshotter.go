@@ -20,10 +20,12 @@ import (
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
+	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
 )
 
 // snapshotterFeatureGates are the gates of the upstream snapshot-controller and
-// csi-snapshotter; group snapshots are not implemented, so the gate only is accepted.
+// csi-snapshotter: CSIVolumeGroupSnapshot (GA, on) turns the group snapshot halves of both roles on.
 var snapshotterFeatureGates = map[string]bool{
 	"CSIVolumeGroupSnapshot":      true,
 	"ReleaseLeaderElectionOnExit": false,
@@ -68,8 +70,8 @@ other's upstream counterpart. A kill -9 at any point leaks no backend snapshot.`
 	f.BoolVar(&o.sidecarRole, "csi-snapshotter", true, "Run the csi-snapshotter role for the driver at --csi-address (Lease external-snapshotter-leader-<driver>).")
 	f.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
 	f.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
-	f.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
-	f.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
+	f.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Prefix of the CreateVolumeGroupSnapshot name: <prefix>-<VolumeGroupSnapshot UID>.")
+	f.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Length of the UID part of the CreateVolumeGroupSnapshot name, dashes removed (-1: the whole UID with dashes).")
 	f.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
 	f.BoolVar(&o.nodeDeployment, "node-deployment", false, "Not supported: distributed snapshotting.")
 	f.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Not supported: distributed snapshotting.")
@@ -92,6 +94,10 @@ func (o *snapshotterOptions) validate() error {
 		return usageErrorf("--snapshot-name-prefix must not be empty")
 	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
 		return usageErrorf("--snapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.uuidLength)
+	case o.groupPrefix == "":
+		return usageErrorf("--groupsnapshot-name-prefix must not be empty")
+	case o.groupUUIDLength == 0 || o.groupUUIDLength < -1 || o.groupUUIDLength > 32:
+		return usageErrorf("--groupsnapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.groupUUIDLength)
 	case o.nodeDeployment || o.distributed:
 		return usageErrorf("--node-deployment and --enable-distributed-snapshotting are not supported by kubevol")
 	case o.retryCRDMax <= 0:
@@ -121,7 +127,14 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: ctrl.Run})
+		run, err := o.withGroupSidecar(ctx, ctrl.Run, groupsidecar.Config{
+			ControllerConfig: sc.ControllerConfig(), Snap: snapClient(cfg), NamePrefix: o.groupPrefix, UUIDLength: o.groupUUIDLength,
+			ExtraCreateMetadata: o.extraCreateMetadata,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: run})
 	} else {
 		// The snapshot-controller alone needs no driver.
 		var err error
@@ -149,7 +162,15 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: ctrl.Run}}, roles...)
+		run, err := o.withGroupController(ctx, ctrl.Run, groupcontroller.Config{
+			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
+			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
+			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: run}}, roles...)
 	}
 	return sidecar.RunRoles(ctx, o.sidecar, client, reg, roles...)
 }
