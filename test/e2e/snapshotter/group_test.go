@@ -51,7 +51,9 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 	if _, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Create(e.ctx, vgs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	vgs = e.waitGroup("group", "ready", func(g *groupv1.VolumeGroupSnapshot) bool { return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse) })
+	vgs = e.waitGroup("group", "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
+		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+	})
 	contentName := snapshotter.GroupContentPrefix + string(vgs.UID)
 	switch {
 	case snapshotter.Str(vgs.Spec.VolumeGroupSnapshotClassName) != class:
@@ -194,4 +196,3 @@ func (e *env) deleteAllGroups() {
 		}
 	}
 }
-
