@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/snaptest"
 )
 
 const (
@@ -62,24 +62,6 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	return f
 }
 
-func index[T runtime.Object](t *testing.T, items []T) cache.Indexer {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, it := range items {
-		if err := idx.Add(it); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return idx
-}
-
-func ptrs[T any](items []T) []*T {
-	out := make([]*T, len(items))
-	for i := range items {
-		out[i] = &items[i]
-	}
-	return out
-}
-
 // refresh rebuilds the listers from the fake API.
 func (f *fixture) refresh() {
 	t, ctx, all := f.t, f.ctx, metav1.ListOptions{}
@@ -90,13 +72,13 @@ func (f *fixture) refresh() {
 	vsc, _ := f.snap.SnapshotV1().VolumeSnapshotContents().List(ctx, all)
 	pvc, _ := f.core.CoreV1().PersistentVolumeClaims("").List(ctx, all)
 	pv, _ := f.core.CoreV1().PersistentVolumes().List(ctx, all)
-	f.c.groups = grouplisters.NewVolumeGroupSnapshotLister(index(t, ptrs(g.Items)))
-	f.c.contents = grouplisters.NewVolumeGroupSnapshotContentLister(index(t, ptrs(gc.Items)))
-	f.c.classes = grouplisters.NewVolumeGroupSnapshotClassLister(index(t, ptrs(cl.Items)))
-	f.c.snapshots = snaplisters.NewVolumeSnapshotLister(index(t, ptrs(vs.Items)))
-	f.c.snapConts = snaplisters.NewVolumeSnapshotContentLister(index(t, ptrs(vsc.Items)))
-	f.c.claims = corelisters.NewPersistentVolumeClaimLister(index(t, ptrs(pvc.Items)))
-	f.c.volumes = corelisters.NewPersistentVolumeLister(index(t, ptrs(pv.Items)))
+	f.c.groups = grouplisters.NewVolumeGroupSnapshotLister(snaptest.Indexer(t, g.Items))
+	f.c.contents = grouplisters.NewVolumeGroupSnapshotContentLister(snaptest.Indexer(t, gc.Items))
+	f.c.classes = grouplisters.NewVolumeGroupSnapshotClassLister(snaptest.Indexer(t, cl.Items))
+	f.c.snapshots = snaplisters.NewVolumeSnapshotLister(snaptest.Indexer(t, vs.Items))
+	f.c.snapConts = snaplisters.NewVolumeSnapshotContentLister(snaptest.Indexer(t, vsc.Items))
+	f.c.claims = corelisters.NewPersistentVolumeClaimLister(snaptest.Indexer(t, pvc.Items))
+	f.c.volumes = corelisters.NewPersistentVolumeLister(snaptest.Indexer(t, pv.Items))
 }
 
 // eventually syncs group ns/g until cond holds, at most 20 times.
