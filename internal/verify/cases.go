@@ -63,6 +63,7 @@ func allCases() []*testCase {
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
+		groupSnapshotCase(),
 	}
 }
 

@@ -38,15 +38,17 @@ var profiles = []profile{
 	{name: "default", outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
-		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed",
-	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false}},
+		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed", "snapshot/group": "passed",
+	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false,
+		"CreateVolumeGroupSnapshot": true, "DeleteVolumeGroupSnapshot": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
 	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
-	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity"}, outcomes: map[string]string{
+	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,group-snapshots"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
-	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false}},
+		"snapshot/restore": "passed", "snapshot/group": "skipped",
+	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "CreateVolumeGroupSnapshot": false}},
 	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots"}, outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
