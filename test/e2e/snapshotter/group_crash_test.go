@@ -67,7 +67,9 @@ func TestGroupCrashLoop(t *testing.T) {
 			})
 			continue
 		}
-		vgs := e.waitGroup(name, "ready", func(g *groupv1.VolumeGroupSnapshot) bool { return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse) })
+		vgs := e.waitGroup(name, "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
+			return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+		})
 		content, err := groups.VolumeGroupSnapshotContents().Get(e.ctx, snapshotter.GroupContentName(vgs), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
