@@ -142,7 +142,11 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 			return err
 		}
 		src := &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
-		if err := k.checkCopy("restored-"+name, src, want[name]); err != nil {
+		restored := "restored-" + name
+		if _, err := k.claim(restored, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
+			return err
+		}
+		if err := k.reuse(&inUse{vols: []corev1.Volume{claimVolume("data", restored)}, want: want[name]}, restored, "reader-"+name); err != nil {
 			return fmt.Errorf("claim restored from the member of %s: %w", name, err)
 		}
 	}

@@ -328,7 +328,9 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 		}
 	}
 	if err := c.createMembers(ctx, vgs, content); err != nil {
-		c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonMembersFailed, "Failed to create the member snapshots: %v", err)
+		if !apierrors.IsConflict(err) { // a newer version of a member: the next sync goes on
+			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonMembersFailed, "Failed to create the member snapshots: %v", err)
+		}
 		return err
 	}
 	return c.copyStatus(ctx, vgs, content)
