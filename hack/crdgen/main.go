@@ -1,5 +1,5 @@
-// Command crdgen generates the snapshot.storage.k8s.io CRDs that `kubevol up` installs
-// (internal/snapshot/crds) from the upstream API types of
+// Command crdgen generates the snapshot.storage.k8s.io and groupsnapshot.storage.k8s.io CRDs
+// that `kubevol up` installs (internal/snapshot/crds) from the upstream API types of
 // github.com/kubernetes-csi/external-snapshotter/client/v8, at the version the main module
 // requires, with controller-tools' CRD generator, then applies the edits external-snapshotter
 // makes by hand after running controller-gen:
@@ -9,7 +9,11 @@
 //   - the frozen v1beta1 version blocks (served: false, storage: false, deprecated), copied
 //     from the CRDs shipped in the same client module, so that a cluster whose objects were
 //     once stored as v1beta1 accepts these CRDs;
-//   - VolumeSnapshot status.restoreSize declared as a string instead of anyOf integer/string.
+//   - VolumeSnapshot status.restoreSize declared as a string instead of anyOf integer/string;
+//   - for the group snapshot CRDs, generated from the v1, v1beta1 and v1beta2 packages
+//     together (all served), the storage version of the CRDs the same client module ships:
+//     the types mark both v1 and v1beta2 as storage versions, and upstream keeps v1beta2
+//     during the migration.
 //
 // It is its own Go module, so that controller-tools and its dependencies stay out of the
 // main module. Run it through `go generate ./internal/snapshot/crds`.
@@ -37,11 +41,22 @@ import (
 // apiPackage holds the VolumeSnapshot, VolumeSnapshotContent and VolumeSnapshotClass types.
 const apiPackage = "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 
+// groupPackages hold the VolumeGroupSnapshot, VolumeGroupSnapshotContent and
+// VolumeGroupSnapshotClass types, one package per served version.
+var groupPackages = []string{
+	"github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1",
+	"github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1beta1",
+	"github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1beta2",
+}
+
 // approvals are the api-approved.kubernetes.io values external-snapshotter's CRDs carry.
 var approvals = map[string]string{
-	"volumesnapshots":        "https://github.com/kubernetes-csi/external-snapshotter/pull/814",
-	"volumesnapshotclasses":  "https://github.com/kubernetes-csi/external-snapshotter/pull/814",
-	"volumesnapshotcontents": "https://github.com/kubernetes-csi/external-snapshotter/pull/955",
+	"volumesnapshots":             "https://github.com/kubernetes-csi/external-snapshotter/pull/814",
+	"volumesnapshotclasses":       "https://github.com/kubernetes-csi/external-snapshotter/pull/814",
+	"volumesnapshotcontents":      "https://github.com/kubernetes-csi/external-snapshotter/pull/955",
+	"volumegroupsnapshots":        "https://github.com/kubernetes-csi/external-snapshotter/pull/1337",
+	"volumegroupsnapshotclasses":  "https://github.com/kubernetes-csi/external-snapshotter/pull/1337",
+	"volumegroupsnapshotcontents": "https://github.com/kubernetes-csi/external-snapshotter/pull/1337",
 }
 
 func main() {
@@ -87,15 +102,34 @@ func (m memOutput) Open(_ *loader.Package, path string) (io.WriteCloser, error) 
 	return nopCloser{b}, nil
 }
 
-// Generate returns the edited CRD files by name.
+// Generate returns the edited CRD files by name: three snapshot CRDs, then three group
+// snapshot CRDs, each group generated on its own.
 func Generate(root string) (map[string][]byte, error) {
-	var gen genall.Generator = crd.Generator{}
-	rt, err := genall.Generators{&gen}.ForRootsWithConfig(&packages.Config{Dir: root}, apiPackage)
+	files, err := generate(root, apiPackage)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", apiPackage, err)
+		return nil, err
 	}
-	if len(rt.Roots) != 1 || len(rt.Roots[0].GoFiles) == 0 {
-		return nil, fmt.Errorf("package %s not found from %s", apiPackage, root)
+	group, err := generate(root, groupPackages...)
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range group {
+		files[name] = data
+	}
+	if len(files) != 6 {
+		return nil, fmt.Errorf("expected 6 CRDs, generated %d", len(files))
+	}
+	return files, nil
+}
+
+func generate(root string, pkgs ...string) (map[string][]byte, error) {
+	var gen genall.Generator = crd.Generator{}
+	rt, err := genall.Generators{&gen}.ForRootsWithConfig(&packages.Config{Dir: root}, pkgs...)
+	if err != nil {
+		return nil, fmt.Errorf("load %v: %w", pkgs, err)
+	}
+	if len(rt.Roots) != len(pkgs) || len(rt.Roots[0].GoFiles) == 0 {
+		return nil, fmt.Errorf("packages %v not found from %s", pkgs, root)
 	}
 	mem := memOutput{}
 	rt.OutputRules = genall.OutputRules{Default: mem}
@@ -159,11 +193,17 @@ func edit(generated []byte, shippedPath string) ([]byte, error) {
 		}
 	}
 
-	old, err := v1beta1Block(shippedPath)
-	if err != nil {
-		return nil, err
+	if spec["group"] == "groupsnapshot.storage.k8s.io" {
+		if err := shippedStorage(versions, shippedPath); err != nil {
+			return nil, err
+		}
+	} else {
+		old, err := v1beta1Block(shippedPath)
+		if err != nil {
+			return nil, err
+		}
+		spec["versions"] = append(versions, old)
 	}
-	spec["versions"] = append(versions, old)
 
 	body, err := yaml.Marshal(obj)
 	if err != nil {
@@ -195,6 +235,37 @@ func v1beta1Block(path string) (map[string]any, error) {
 		return m, nil
 	}
 	return nil, fmt.Errorf("%s has no v1beta1 version", path)
+}
+
+// shippedStorage sets the storage version of generated group CRD versions to the one the
+// shipped CRD stores, and checks that the two serve the same versions.
+func shippedStorage(versions []any, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		return err
+	}
+	storage := map[string]bool{}
+	shipped, _ := obj["spec"].(map[string]any)["versions"].([]any)
+	for _, v := range shipped {
+		m := v.(map[string]any)
+		storage[m["name"].(string)] = m["storage"] == true
+	}
+	if len(shipped) != len(versions) {
+		return fmt.Errorf("generated %d versions, upstream ships %d", len(versions), len(shipped))
+	}
+	for _, v := range versions {
+		m := v.(map[string]any)
+		stored, ok := storage[m["name"].(string)]
+		if !ok {
+			return fmt.Errorf("version %s is not in the shipped CRD", m["name"])
+		}
+		m["storage"] = stored
+	}
+	return nil
 }
 
 func lookup(v any, path ...string) (map[string]any, error) {

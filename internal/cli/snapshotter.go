@@ -22,10 +22,12 @@ import (
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
+	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
 )
 
 // snapshotterFeatureGates are the gates of the upstream snapshot-controller and
-// csi-snapshotter; group snapshots are not implemented, so the gate only is accepted.
+// csi-snapshotter: CSIVolumeGroupSnapshot (GA, on) turns the group snapshot halves of both roles on.
 var snapshotterFeatureGates = map[string]sidecar.FeatureGate{
 	"CSIVolumeGroupSnapshot":      {Default: true, PreRelease: "GA"},
 	"ReleaseLeaderElectionOnExit": {Default: false, PreRelease: "Alpha"},
@@ -107,8 +109,8 @@ flags, Lease (` + snapshotter.ControllerLease + `), annotations and finalizers. 
 	}
 	all.StringVar(&o.namePrefix, "snapshot-name-prefix", "snapshot", "Prefix of the CreateSnapshot name: <prefix>-<VolumeSnapshot UID>.")
 	all.IntVar(&o.uuidLength, "snapshot-name-uuid-length", -1, "Length of the UID part of the CreateSnapshot name, dashes removed (-1: the whole UID with dashes).")
-	all.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Accepted; group snapshots are not implemented.")
-	all.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Accepted; group snapshots are not implemented.")
+	all.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Prefix of the CreateVolumeGroupSnapshot name: <prefix>-<VolumeGroupSnapshot UID>.")
+	all.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Length of the UID part of the CreateVolumeGroupSnapshot name, dashes removed (-1: the whole UID with dashes).")
 	all.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
 	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Upstream: one csi-snapshotter per node for node-local volumes. kubevol's is central: replicas share the Lease (leader election is turned on).")
 	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Upstream: label contents with their volume's node for per-node csi-snapshotters. Accepted with no effect.")
@@ -117,7 +119,6 @@ flags, Lease (` + snapshotter.ControllerLease + `), annotations and finalizers. 
 	all.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
 	all.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
 	noEffect(all, reasonAutomaxprocs, "automaxprocs")
-	noEffect(all, "group snapshots are not implemented", "groupsnapshot-name-prefix", "groupsnapshot-name-uuid-length")
 	all.BoolVar(&o.showVersion, "version", false, "Show version.")
 	var skip []string
 	switch role {
@@ -145,6 +146,10 @@ func (o *snapshotterOptions) validate() error {
 		return usageErrorf("--snapshot-name-prefix must not be empty")
 	case o.uuidLength == 0 || o.uuidLength < -1 || o.uuidLength > 32:
 		return usageErrorf("--snapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.uuidLength)
+	case o.groupPrefix == "":
+		return usageErrorf("--groupsnapshot-name-prefix must not be empty")
+	case o.groupUUIDLength == 0 || o.groupUUIDLength < -1 || o.groupUUIDLength > 32:
+		return usageErrorf("--groupsnapshot-name-uuid-length must be -1 or between 1 and 32, got %d", o.groupUUIDLength)
 	case o.retryCRDMax <= 0:
 		return usageErrorf("--retry-crd-interval-max must be positive, got %s", o.retryCRDMax)
 	}
@@ -178,7 +183,14 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: ctrl.Run})
+		run, err := o.withGroupSidecar(ctx, ctrl.Run, groupsidecar.Config{
+			ControllerConfig: sc.ControllerConfig(), Snap: snapClient(cfg), NamePrefix: o.groupPrefix, UUIDLength: o.groupUUIDLength,
+			ExtraCreateMetadata: o.extraCreateMetadata,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append(roles, sidecar.Role{Lease: snapshotter.SidecarLease(sc.Driver), Run: run})
 	} else {
 		// The snapshot-controller alone needs no driver.
 		var err error
@@ -206,7 +218,15 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: ctrl.Run}}, roles...)
+		run, err := o.withGroupController(ctx, ctrl.Run, groupcontroller.Config{
+			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
+			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
+			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
+		})
+		if err != nil {
+			return err
+		}
+		roles = append([]sidecar.Role{{Lease: snapshotter.ControllerLease, Run: run}}, roles...)
 	}
 	return sidecar.RunRoles(ctx, o.sidecar, client, reg, roles...)
 }

@@ -96,7 +96,7 @@ var upstreamArgs = []struct {
 	{"snapshot-controller compatibility flags", "/snapshot-controller", []string{"--enable-distributed-snapshotting", "--automaxprocs", "--retry-crd-interval-max=1m", "--prevent-volume-mode-conversion=false", "--feature-gates=ReleaseLeaderElectionOnExit=true"},
 		nil, []string{"--enable-distributed-snapshotting", "--automaxprocs"}},
 	{"csi-snapshotter json logs", "/csi-snapshotter", []string{"--logging-format=json", "--log-json-split-stream", "--log-json-info-buffer-size=1Mi", "--groupsnapshot-name-prefix=g", "--node-deployment"},
-		map[string]string{"NODE_NAME": "node-1"}, []string{"--log-json-info-buffer-size", "--groupsnapshot-name-prefix", "--node-deployment"}},
+		map[string]string{"NODE_NAME": "node-1"}, []string{"--log-json-info-buffer-size", "--node-deployment"}},
 }
 
 func TestUpstreamArgumentLists(t *testing.T) {

@@ -38,6 +38,8 @@ type Conn struct {
 	Identity   csi.IdentityClient
 	Controller csi.ControllerClient
 	Node       csi.NodeClient
+	// Group is the GroupController service (group snapshots), for drivers that serve it.
+	Group csi.GroupControllerClient
 
 	mu       sync.Mutex
 	driver   string
@@ -72,6 +74,7 @@ func Dial(cfg Config) (*Conn, error) {
 	c.Identity = csi.NewIdentityClient(cc)
 	c.Controller = csi.NewControllerClient(cc)
 	c.Node = csi.NewNodeClient(cc)
+	c.Group = csi.NewGroupControllerClient(cc)
 	return c, nil
 }
 

@@ -313,6 +313,9 @@ func (c *controller) reconcile(ctx context.Context) error {
 	if err := c.sweep(ctx); err != nil {
 		return err
 	}
+	if err := c.reconcileGroups(); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	var creating, deleting []*state.Volume
 	var snapshots []state.Snapshot

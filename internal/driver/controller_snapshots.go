@@ -136,11 +136,12 @@ func (c *controller) removeSnapshot(id, typ string) error {
 
 func (c *controller) csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
 	return &csi.Snapshot{
-		SnapshotId:     sn.ID,
-		SourceVolumeId: sn.SourceVolumeID,
-		SizeBytes:      sn.SizeBytes,
-		CreationTime:   timestamppb.New(sn.CreatedAt),
-		ReadyToUse:     true,
+		SnapshotId:      sn.ID,
+		SourceVolumeId:  sn.SourceVolumeID,
+		SizeBytes:       sn.SizeBytes,
+		CreationTime:    timestamppb.New(sn.CreatedAt),
+		ReadyToUse:      true,
+		GroupSnapshotId: sn.Group,
 	}
 }
 
@@ -161,6 +162,9 @@ func (c *controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	c.mu.Unlock()
 	if sn == nil {
 		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if sn.Group != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "snapshot %s is a member of group snapshot %s: delete the group with DeleteVolumeGroupSnapshot", id, sn.Group)
 	}
 	if err := c.removeSnapshot(id, sn.Type); err != nil {
 		return nil, status.Errorf(codes.Internal, "delete snapshot: %v", err)

@@ -161,6 +161,9 @@ func (d *Driver) Server() *grpc.Server {
 	csi.RegisterIdentityServer(srv, &identity{cfg: &d.cfg, ready: &d.ready})
 	if d.ctrl != nil {
 		csi.RegisterControllerServer(srv, d.ctrl)
+		if !d.cfg.off[WithoutGroupSnapshots] {
+			csi.RegisterGroupControllerServer(srv, &groupController{c: d.ctrl})
+		}
 	}
 	if d.node != nil {
 		csi.RegisterNodeServer(srv, d.node)

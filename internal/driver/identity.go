@@ -32,6 +32,9 @@ func (i *identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 		service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
 	}
+	if !i.cfg.off[WithoutGroupSnapshots] && !i.cfg.off[WithoutSnapshots] {
+		caps = append(caps, service(csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE))
+	}
 	if !i.cfg.off[WithoutPluginExpansion] {
 		caps = append(caps, expansion(csi.PluginCapability_VolumeExpansion_ONLINE), expansion(csi.PluginCapability_VolumeExpansion_OFFLINE))
 	}

@@ -44,3 +44,5 @@ func volumeKey(id string) string       { return "volume " + id }
 func volumeNameKey(name string) string { return "volume name " + name }
 func snapshotKey(id string) string     { return "snapshot " + id }
 func snapshotNameKey(n string) string  { return "snapshot name " + n }
+func groupKey(id string) string        { return "group snapshot " + id }
+func groupNameKey(n string) string     { return "group snapshot name " + n }

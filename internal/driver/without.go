@@ -31,6 +31,9 @@ const (
 	// WithoutSnapshots drops CREATE_DELETE_SNAPSHOT, LIST_SNAPSHOTS and GET_SNAPSHOT, and
 	// refuses a snapshot as a volume's content source.
 	WithoutSnapshots = "snapshots"
+	// WithoutGroupSnapshots drops the GroupController service (CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT):
+	// the plugin capability GROUP_CONTROLLER_SERVICE goes and its RPCs answer UNIMPLEMENTED.
+	WithoutGroupSnapshots = "group-snapshots"
 	// WithoutBlock refuses raw block access in every call that takes a capability.
 	WithoutBlock = "block"
 	// WithoutModify drops MODIFY_VOLUME: ControllerModifyVolume answers UNIMPLEMENTED and
@@ -40,7 +43,7 @@ const (
 
 // WithoutNames lists every name Config.Without accepts.
 var WithoutNames = []string{WithoutStaging, WithoutPluginExpansion, WithoutControllerExpansion,
-	WithoutListVolumes, WithoutGetCapacity, WithoutSnapshots, WithoutBlock, WithoutModify}
+	WithoutListVolumes, WithoutGetCapacity, WithoutSnapshots, WithoutGroupSnapshots, WithoutBlock, WithoutModify}
 
 // without is the parsed Config.Without.
 type without map[string]bool
@@ -86,8 +89,10 @@ var methodsOff = map[string][]string{
 	WithoutControllerExpansion: {"ControllerExpandVolume"},
 	WithoutListVolumes:         {"ListVolumes"},
 	WithoutGetCapacity:         {"GetCapacity"},
-	WithoutSnapshots:           {"CreateSnapshot", "DeleteSnapshot", "ListSnapshots", "GetSnapshot"},
-	WithoutModify:              {"ControllerModifyVolume"},
+	WithoutSnapshots: {"CreateSnapshot", "DeleteSnapshot", "ListSnapshots", "GetSnapshot",
+		"CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"},
+	WithoutGroupSnapshots: {"GroupControllerGetCapabilities", "CreateVolumeGroupSnapshot", "DeleteVolumeGroupSnapshot", "GetVolumeGroupSnapshot"},
+	WithoutModify:         {"ControllerModifyVolume"},
 }
 
 func (w without) filterController(caps []csi.ControllerServiceCapability_RPC_Type) []csi.ControllerServiceCapability_RPC_Type {

@@ -25,6 +25,7 @@ import (
 
 // The event recorders find the kind and version of an object in client-go's scheme: without
 // the snapshot types there, every event on a snapshot or content would be dropped.
+// The same scheme holds the group snapshot types.
 func init() { utilruntime.Must(snapscheme.AddToScheme(scheme.Scheme)) }
 
 // Annotations, finalizers and labels of external-snapshotter.
@@ -105,13 +106,17 @@ var reserved = map[string]bool{
 // Parameters returns the class parameters for CreateSnapshot: without the reserved keys, and
 // an error naming any other key of the reserved csi.storage.k8s.io/ prefix.
 func Parameters(class *snapv1.VolumeSnapshotClass) (map[string]string, error) {
+	return classParameters("VolumeSnapshotClass", class.Name, class.Parameters)
+}
+
+func classParameters(kind, name string, params map[string]string) (map[string]string, error) {
 	out := map[string]string{}
-	for k, v := range class.Parameters {
+	for k, v := range params {
 		if reserved[k] {
 			continue
 		}
 		if strings.HasPrefix(k, secrets.Prefix) {
-			return nil, fmt.Errorf("VolumeSnapshotClass %s has the unknown parameter %q in the reserved prefix %s: remove it", class.Name, k, secrets.Prefix)
+			return nil, fmt.Errorf("%s %s has the unknown parameter %q in the reserved prefix %s: remove it", kind, name, k, secrets.Prefix)
 		}
 		out[k] = v
 	}
@@ -136,17 +141,21 @@ func ListSecret(class *snapv1.VolumeSnapshotClass, contentName string) (*corev1.
 }
 
 func secretRef(class *snapv1.VolumeSnapshotClass, what, nameKey, nsKey string, nameVars, nsVars map[string]string) (*corev1.SecretReference, error) {
-	name, hasName := class.Parameters[nameKey]
-	ns, hasNS := class.Parameters[nsKey]
+	return templateRef("VolumeSnapshotClass", class.Name, class.Parameters, what, nameKey, nsKey, nameVars, nsVars)
+}
+
+func templateRef(kind, className string, params map[string]string, what, nameKey, nsKey string, nameVars, nsVars map[string]string) (*corev1.SecretReference, error) {
+	name, hasName := params[nameKey]
+	ns, hasNS := params[nsKey]
 	switch {
 	case !hasName && !hasNS:
 		return nil, nil
 	case name == "" || ns == "":
-		return nil, fmt.Errorf("VolumeSnapshotClass %s must set both %s and %s, not empty", class.Name, nameKey, nsKey)
+		return nil, fmt.Errorf("%s %s must set both %s and %s, not empty", kind, className, nameKey, nsKey)
 	}
 	ref, err := secrets.Template(what, name, ns, nameVars, nsVars)
 	if err != nil {
-		return nil, fmt.Errorf("VolumeSnapshotClass %s: %w", class.Name, err)
+		return nil, fmt.Errorf("%s %s: %w", kind, className, err)
 	}
 	return ref, nil
 }

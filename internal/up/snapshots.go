@@ -3,6 +3,7 @@ package up
 import (
 	"context"
 
+	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -18,8 +19,11 @@ import (
 // StorageClass, as the driver's default class.
 const DefaultSnapshotClass = "kubevol-local"
 
-// installSnapshotObjects installs the snapshot.storage.k8s.io CRDs and the driver's default
-// VolumeSnapshotClass.
+// DefaultGroupSnapshotClass is the driver's default VolumeGroupSnapshotClass.
+const DefaultGroupSnapshotClass = "kubevol-local"
+
+// installSnapshotObjects installs the snapshot.storage.k8s.io and groupsnapshot.storage.k8s.io
+// CRDs and the driver's default VolumeSnapshotClass and VolumeGroupSnapshotClass.
 func installSnapshotObjects(ctx context.Context, cfg *rest.Config) error {
 	ext, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
@@ -40,8 +44,17 @@ func installSnapshotObjects(ctx context.Context, cfg *rest.Config) error {
 		DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
 	}
 	_, err = snap.SnapshotV1().VolumeSnapshotClasses().Create(ctx, class, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) { // an existing one is kept as the user may have changed it
+		return err
+	}
+	group := &groupv1.VolumeGroupSnapshotClass{
+		ObjectMeta:     metav1.ObjectMeta{Name: DefaultGroupSnapshotClass, Annotations: map[string]string{snapshotter.AnnGroupDefaultClass: "true"}},
+		Driver:         DriverName,
+		DeletionPolicy: snapv1.VolumeSnapshotContentDelete,
+	}
+	_, err = snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Create(ctx, group, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil // kept as the user may have changed it
+		return nil
 	}
 	return err
 }

@@ -67,6 +67,7 @@ func allCases() []*testCase {
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "access/rwop-node", run: readWriteOncePodOnNode},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
+		groupSnapshotCase(),
 	}, modifyCases()...)
 }
 

@@ -21,6 +21,8 @@ type Controller struct {
 	Identity  *Identity            `json:"identity,omitempty"`
 	Volumes   map[string]*Volume   `json:"volumes"`
 	Snapshots map[string]*Snapshot `json:"snapshots"`
+	// Groups are the CreateVolumeGroupSnapshot results; their members are in Snapshots.
+	Groups map[string]*Group `json:"groups,omitempty"`
 }
 
 // ControllerVersion is the schema version written by this code.
@@ -28,7 +30,7 @@ const ControllerVersion = 1
 
 // NewController returns an empty controller state.
 func NewController() *Controller {
-	return &Controller{Version: ControllerVersion, Volumes: map[string]*Volume{}, Snapshots: map[string]*Snapshot{}}
+	return &Controller{Version: ControllerVersion, Volumes: map[string]*Volume{}, Snapshots: map[string]*Snapshot{}, Groups: map[string]*Group{}}
 }
 
 // Volume is one volume created by CreateVolume (or by an ephemeral NodePublish, in the
@@ -79,6 +81,35 @@ type Snapshot struct {
 	CreatedAt  time.Time         `json:"createdAt"`
 	// Creating is the intent of a CreateSnapshot, as Volume.Creating.
 	Creating bool `json:"creating,omitempty"`
+	// Group is the ID of the group snapshot this snapshot is a member of: it is deleted
+	// only with its group.
+	Group string `json:"group,omitempty"`
+}
+
+// Group is one CreateVolumeGroupSnapshot result: member snapshots taken at one point in time.
+type Group struct {
+	ID              string            `json:"id"`
+	Name            string            `json:"name"`
+	SourceVolumeIDs []string          `json:"sourceVolumeIDs"`
+	SnapshotIDs     []string          `json:"snapshotIDs"`
+	Parameters      map[string]string `json:"parameters,omitempty"`
+	CreatedAt       time.Time         `json:"createdAt"`
+	// Creating is the intent of a CreateVolumeGroupSnapshot: written with the members'
+	// intents before any copy exists. A restart rolls back the group and its members.
+	Creating bool `json:"creating,omitempty"`
+	// Deleting is persisted before DeleteVolumeGroupSnapshot removes the members; a restart
+	// finishes the deletion.
+	Deleting bool `json:"deleting,omitempty"`
+}
+
+// GroupByName finds a group snapshot by its CreateVolumeGroupSnapshot name.
+func (s *Controller) GroupByName(name string) *Group {
+	for _, g := range s.Groups {
+		if g.Name == name {
+			return g
+		}
+	}
+	return nil
 }
 
 // Clone returns a deep copy, so that a change can be prepared and thrown away if it cannot
@@ -144,6 +175,9 @@ func (s *Controller) Normalize() {
 	}
 	if s.Snapshots == nil {
 		s.Snapshots = map[string]*Snapshot{}
+	}
+	if s.Groups == nil {
+		s.Groups = map[string]*Group{}
 	}
 	s.Version = ControllerVersion
 }

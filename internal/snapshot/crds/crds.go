@@ -1,5 +1,7 @@
 // Package crds holds the snapshot.storage.k8s.io CustomResourceDefinitions (VolumeSnapshot,
-// VolumeSnapshotContent, VolumeSnapshotClass) that `kubevol up` installs. The YAML is
+// VolumeSnapshotContent, VolumeSnapshotClass) and the groupsnapshot.storage.k8s.io ones
+// (VolumeGroupSnapshot, VolumeGroupSnapshotContent, VolumeGroupSnapshotClass) that `kubevol
+// up` installs. The YAML is
 // generated from the upstream API types by hack/crdgen (controller-tools plus upstream's
 // post-generation edits) and embedded here; TestGeneratedCRDsAreCurrent regenerates it.
 package crds
@@ -42,7 +44,7 @@ func Files() (map[string][]byte, error) {
 	return out, nil
 }
 
-// CRDs returns the three CRDs, sorted by name.
+// CRDs returns the six CRDs, sorted by name.
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	fs, err := Files()
 	if err != nil {

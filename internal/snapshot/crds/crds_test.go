@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
 // TestGeneratedCRDsAreCurrent runs the generator (hack/crdgen, a module of its own) against
@@ -51,10 +53,14 @@ func TestUpstreamEdits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 3 {
-		t.Fatalf("%d CRDs, want 3", len(all))
+	if len(all) != 6 {
+		t.Fatalf("%d CRDs, want 6", len(all))
 	}
 	for _, crd := range all {
+		if crd.Spec.Group == "groupsnapshot.storage.k8s.io" {
+			checkGroupVersions(t, crd.Name, crd.Spec.Versions)
+			continue
+		}
 		if !strings.HasPrefix(crd.Annotations["api-approved.kubernetes.io"], "https://github.com/kubernetes-csi/external-snapshotter/pull/") {
 			t.Errorf("%s: api-approved.kubernetes.io is %q", crd.Name, crd.Annotations["api-approved.kubernetes.io"])
 		}
@@ -83,5 +89,21 @@ func TestUpstreamEdits(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The group snapshot CRDs serve v1, v1beta1 and v1beta2 and store v1beta2, as upstream's
+// shipped CRDs of the same client version.
+func checkGroupVersions(t *testing.T, name string, versions []apiextensionsv1.CustomResourceDefinitionVersion) {
+	t.Helper()
+	var names []string
+	for _, v := range versions {
+		names = append(names, v.Name)
+		if !v.Served || v.Storage != (v.Name == "v1beta2") {
+			t.Errorf("%s %s: served %v storage %v", name, v.Name, v.Served, v.Storage)
+		}
+	}
+	if strings.Join(names, ",") != "v1,v1beta1,v1beta2" {
+		t.Errorf("%s: versions %v", name, names)
 	}
 }

@@ -83,13 +83,16 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	pvc := coreF.Core().V1().PersistentVolumeClaims()
 	pv := coreF.Core().V1().PersistentVolumes()
 	recorder, stopEvents := kvcontroller.NewEventRecorder(ctx, cfg.Client, Component)
+	qc := kvcontroller.QueueConfig{RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax}
+	if cfg.QueueMetrics != nil { // a typed nil would be a provider that panics
+		qc.Metrics = cfg.QueueMetrics
+	}
 	c := &Controller{
 		cfg:       cfg,
 		runner:    kvcontroller.NewRunner(Component),
 		snapshots: vs.Lister(), contents: vsc.Lister(), classes: class.Lister(),
 		claims: pvc.Lister(), volumes: pv.Lister(),
-		queue: kvcontroller.NewQueue[string]("snapshot-controller-snapshot", kvcontroller.QueueConfig{
-			RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax, Metrics: cfg.QueueMetrics}),
+		queue:      kvcontroller.NewQueue[string]("snapshot-controller-snapshot", qc),
 		stopEvents: stopEvents,
 		recorder:   recorder,
 		metrics:    newMetrics(cfg.Registry),

@@ -20,8 +20,12 @@ import (
 // a claim restores from it, mark its content being-deleted, delete a Delete-policy content,
 // and release the snapshot once its content (and with it the backend snapshot) is gone.
 func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapshot) error {
-	if !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource) && !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) {
+	if !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource) && !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) &&
+		!snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup) {
 		return nil
+	}
+	if err := c.memberDeletable(ctx, vs); err != nil {
+		return err
 	}
 	content, err := c.boundContent(ctx, vs)
 	if err != nil {
@@ -68,7 +72,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	keepBound := !contentGone && content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete
 	var kept []string
 	for _, f := range vs.Finalizers {
-		if f == snapshotter.FinalizerSnapshotAsSource || (f == snapshotter.FinalizerSnapshotBound && !keepBound) {
+		if f == snapshotter.FinalizerSnapshotAsSource || f == snapshotter.FinalizerSnapshotInGroup || (f == snapshotter.FinalizerSnapshotBound && !keepBound) {
 			continue
 		}
 		kept = append(kept, f)

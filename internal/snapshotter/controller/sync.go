@@ -93,6 +93,12 @@ func (c *Controller) syncDynamic(ctx context.Context, vs *snapv1.VolumeSnapshot)
 	if vs.Status != nil && snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != "" {
 		contentName = *vs.Status.BoundVolumeSnapshotContentName
 	}
+	if contentName == snapshotter.ContentName(vs) && snapshotter.GroupOwner(vs) != "" {
+		// A member of a group snapshot: its content comes from the group, which writes the
+		// binding into the status; never a snapshot of its own.
+		klog.FromContext(ctx).V(4).Info("Waiting for the group snapshot to bind its member", "group", snapshotter.GroupOwner(vs))
+		return nil
+	}
 	content, err := c.content(ctx, contentName)
 	if err != nil {
 		return err

@@ -47,19 +47,21 @@ var profiles = []profile{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
 		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed", "access/rwop-node": "passed",
-		"modify/class": "passed", "modify/infeasible": "passed",
+		"modify/class": "passed", "modify/infeasible": "passed", "snapshot/group": "passed",
 		"access/shared": "passed", "subpath": "passed", "capacity/objects": "passed", "ephemeral/inline-separate": "passed",
 		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed", "limits/volumes": "skipped",
-	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true}},
+	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true,
+		"CreateVolumeGroupSnapshot": true, "DeleteVolumeGroupSnapshot": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"expand/online-block": "passed", "crash/node-agent": "passed", "access/readonly": "passed",
 		"access/shared": "passed", "clone/larger": "passed", "multi/volumes": "passed", "crash/deleted-while-down": "passed",
 	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
-	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,modify"}, outcomes: map[string]string{
+	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,modify,group-snapshots"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
 		"modify/class": "skipped", "crash/deleted-while-down": "passed", "capacity/objects": "skipped", "multi/volumes": "passed",
-	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false}},
+		"snapshot/restore": "passed", "snapshot/group": "skipped",
+	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false, "CreateVolumeGroupSnapshot": false}},
 	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify", "--max-volumes-per-node", "6"}, outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
 		"modify/infeasible": "skipped", "limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",

@@ -1,0 +1,263 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/snaptest"
+)
+
+const (
+	ns     = "ns"
+	driver = "d.example.com"
+)
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	core *fake.Clientset
+	snap *snapfake.Clientset
+	c    *Controller
+}
+
+func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
+	f := &fixture{t: t, ctx: ctx, core: fake.NewSimpleClientset(core...), snap: snapfake.NewSimpleClientset(snaps...)}
+	c, err := New(ctx, Config{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stopEvents)
+	f.c = c
+	return f
+}
+
+// syncUntil rebuilds the listers from the fake API and syncs ns/name until cond holds.
+func (f *fixture) syncUntil(name, what string, cond func() bool) {
+	f.t.Helper()
+	for range 20 {
+		if cond() {
+			return
+		}
+		f.steps(name, 1)
+	}
+	if !cond() {
+		f.t.Fatalf("never %s", what)
+	}
+}
+
+// steps rebuilds the listers from the fake API and syncs ns/name, n times.
+func (f *fixture) steps(name string, n int) {
+	for range n {
+		all := metav1.ListOptions{}
+		vs, _ := f.snap.SnapshotV1().VolumeSnapshots("").List(f.ctx, all)
+		vsc, _ := f.snap.SnapshotV1().VolumeSnapshotContents().List(f.ctx, all)
+		cl, _ := f.snap.SnapshotV1().VolumeSnapshotClasses().List(f.ctx, all)
+		pvc, _ := f.core.CoreV1().PersistentVolumeClaims("").List(f.ctx, all)
+		pv, _ := f.core.CoreV1().PersistentVolumes().List(f.ctx, all)
+		f.c.snapshots = snaplisters.NewVolumeSnapshotLister(snaptest.Indexer(f.t, vs.Items))
+		f.c.contents = snaplisters.NewVolumeSnapshotContentLister(snaptest.Indexer(f.t, vsc.Items))
+		f.c.classes = snaplisters.NewVolumeSnapshotClassLister(snaptest.Indexer(f.t, cl.Items))
+		f.c.claims = corelisters.NewPersistentVolumeClaimLister(snaptest.Indexer(f.t, pvc.Items))
+		f.c.volumes = corelisters.NewPersistentVolumeLister(snaptest.Indexer(f.t, pv.Items))
+		_ = f.c.sync(f.ctx, ns+"/"+name)
+	}
+}
+
+func (f *fixture) vs(name string) *snapv1.VolumeSnapshot {
+	vs, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return vs
+}
+
+func (f *fixture) vsc(name string) *snapv1.VolumeSnapshotContent {
+	c, err := f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+func source() []runtime.Object {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "src", Namespace: ns, UID: "uid-src"},
+		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-src"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-src"},
+		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Name: "src", Namespace: ns, UID: "uid-src"},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "vol-src"}}}}
+	return []runtime.Object{pvc, pv}
+}
+
+func class(name string, policy snapv1.DeletionPolicy, isDefault bool) *snapv1.VolumeSnapshotClass {
+	c := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: driver, DeletionPolicy: policy}
+	if isDefault {
+		c.Annotations = map[string]string{snapshotter.AnnDefaultClass: "true"}
+	}
+	return c
+}
+
+func dynamic(name string) *snapv1.VolumeSnapshot {
+	claim := "src"
+	return &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{PersistentVolumeClaimName: &claim}}}
+}
+
+// A dynamic snapshot: the default class, the claim's protection, a content born with its
+// finalizer and upstream's fields; when the sidecar reports the snapshot, the status is
+// copied with the bound finalizer, and the claim is released once the snapshot is ready.
+func TestDynamicSnapshot(t *testing.T) {
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), dynamic("s"))
+	f.syncUntil("s", "created the content", func() bool { return f.vsc("snapcontent-uid-s") != nil })
+	c := f.vsc("snapcontent-uid-s")
+	switch {
+	case snapshotter.Str(f.vs("s").Spec.VolumeSnapshotClassName) != "gold":
+		t.Errorf("default class not set")
+	case !snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound) || c.Spec.VolumeSnapshotRef.UID != "uid-s":
+		t.Errorf("content %+v", c.ObjectMeta)
+	case snapshotter.Str(c.Spec.Source.VolumeHandle) != "vol-src" || c.Spec.SourceVolumeMode == nil || c.Spec.DeletionPolicy != snapv1.VolumeSnapshotContentDelete:
+		t.Errorf("content spec %+v", c.Spec)
+	}
+	pvc, _ := f.core.CoreV1().PersistentVolumeClaims(ns).Get(f.ctx, "src", metav1.GetOptions{})
+	if !snapshotter.HasFinalizer(pvc, snapshotter.FinalizerPVCAsSource) {
+		t.Errorf("claim not protected: %v", pvc.Finalizers)
+	}
+	ready, created, size, handle := true, int64(1e18), int64(4096), "h1"
+	c.Status = &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: &ready, CreationTime: &created, RestoreSize: &size}
+	if _, err := f.snap.SnapshotV1().VolumeSnapshotContents().UpdateStatus(f.ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse) })
+	vs := f.vs("s")
+	switch {
+	case snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != c.Name || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size:
+		t.Errorf("status %+v", vs.Status)
+	case !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource):
+		t.Errorf("finalizers %v", vs.Finalizers)
+	}
+	f.syncUntil("s", "released the claim", func() bool {
+		pvc, _ := f.core.CoreV1().PersistentVolumeClaims(ns).Get(f.ctx, "src", metav1.GetOptions{})
+		return !snapshotter.HasFinalizer(pvc, snapshotter.FinalizerPVCAsSource)
+	})
+}
+
+// The sidecar's error reaches the snapshot's status; no default class is an error too.
+func TestErrorStatus(t *testing.T) {
+	f := start(t, source(), dynamic("s"))
+	f.syncUntil("s", "reported the missing default class", func() bool {
+		vs := f.vs("s")
+		return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+	})
+	if f.vsc("snapcontent-uid-s") != nil {
+		t.Error("content created without a class")
+	}
+}
+
+// A pre-provisioned content is bound (UID, class), finalized, and a content bound to another
+// snapshot is refused.
+func TestPreProvisioned(t *testing.T) {
+	handle, name, other := "h", "static", "taken"
+	content := func(n, ref string) *snapv1.VolumeSnapshotContent {
+		return &snapv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec: snapv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: ref, Namespace: ns}, Driver: driver,
+				DeletionPolicy: snapv1.VolumeSnapshotContentRetain, Source: snapv1.VolumeSnapshotContentSource{SnapshotHandle: &handle}}}
+	}
+	cls := "gold"
+	vs := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: ns, UID: "uid-s"},
+		Spec: snapv1.VolumeSnapshotSpec{VolumeSnapshotClassName: &cls, Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &name}}}
+	wrong := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, UID: "uid-w"},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &other}}}
+	f := start(t, nil, content(name, "s"), content(other, "someone-else"), vs, wrong)
+	f.syncUntil("s", "bound the content", func() bool {
+		c := f.vsc(name)
+		return c.Spec.VolumeSnapshotRef.UID == "uid-s" && snapshotter.Str(c.Spec.VolumeSnapshotClassName) == "gold" && snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound)
+	})
+	if vs := f.vs("s"); snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) {
+		t.Error("a snapshot of a Retain content got the bound finalizer")
+	}
+	f.syncUntil("w", "refused the misbound content", func() bool {
+		vs := f.vs("w")
+		return vs.Status != nil && vs.Status.Error != nil
+	})
+	if f.vsc(other).Spec.VolumeSnapshotRef.UID != "" {
+		t.Error("a content bound to another snapshot was taken")
+	}
+}
+
+// Deleting a snapshot: the content is marked being-deleted; a Delete content is deleted and
+// the snapshot keeps its bound finalizer until the content is gone; a Retain content is kept
+// and the snapshot released.
+func TestDeleteSnapshot(t *testing.T) {
+	for _, policy := range []snapv1.DeletionPolicy{snapv1.VolumeSnapshotContentDelete, snapv1.VolumeSnapshotContentRetain} {
+		t.Run(string(policy), func(t *testing.T) {
+			now := metav1.Now()
+			vs := dynamic("s")
+			cname := "snapcontent-uid-s"
+			vs.DeletionTimestamp = &now
+			vs.Finalizers = []string{snapshotter.FinalizerSnapshotAsSource, snapshotter.FinalizerSnapshotBound}
+			vs.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &cname}
+			handle := "vol-src"
+			content := &snapv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: cname, Finalizers: []string{snapshotter.FinalizerContentBound}},
+				Spec: snapv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: "s", Namespace: ns, UID: "uid-s"}, Driver: driver,
+					DeletionPolicy: policy, Source: snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle}}}
+			f := start(t, source(), vs, content)
+			if policy == snapv1.VolumeSnapshotContentDelete {
+				// The fake API server deletes at once, as if the sidecar had finished.
+				f.syncUntil("s", "deleted the content", func() bool { return f.vsc(cname) == nil })
+			} else {
+				f.syncUntil("s", "marked the content", func() bool { return f.vsc(cname).Annotations[snapshotter.AnnBeingDeleted] == "yes" })
+			}
+			f.syncUntil("s", "released the snapshot", func() bool { vs := f.vs("s"); return vs == nil || len(vs.Finalizers) == 0 })
+			if policy == snapv1.VolumeSnapshotContentRetain && f.vsc(cname) == nil {
+				t.Error("a Retain content was deleted")
+			}
+		})
+	}
+}
+
+// A member of a group snapshot: never a content of its own before the group binds it, and
+// not deletable while its group exists.
+func TestGroupMember(t *testing.T) {
+	member := dynamic("m")
+	member.OwnerReferences = []metav1.OwnerReference{{APIVersion: groupv1.SchemeGroupVersion.String(), Kind: "VolumeGroupSnapshot", Name: "g", UID: "uid-g"}}
+	group := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns, UID: "uid-g"}}
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), member, group)
+	f.syncUntil("m", "protected the member", func() bool { return snapshotter.HasFinalizer(f.vs("m"), snapshotter.FinalizerSnapshotAsSource) })
+	f.steps("m", 3)
+	if f.vsc("snapcontent-uid-m") != nil {
+		t.Fatal("a member snapshot got a content of its own")
+	}
+	now := metav1.Now()
+	m := f.vs("m")
+	m.DeletionTimestamp = &now
+	m.Finalizers = append(m.Finalizers, snapshotter.FinalizerSnapshotInGroup)
+	if _, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Update(f.ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.steps("m", 3)
+	if !snapshotter.HasFinalizer(f.vs("m"), snapshotter.FinalizerSnapshotInGroup) {
+		t.Fatal("a member was released while its group exists")
+	}
+	if err := f.snap.GroupsnapshotV1().VolumeGroupSnapshots(ns).Delete(f.ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.syncUntil("m", "released the member of a deleted group", func() bool {
+		vs := f.vs("m")
+		return vs == nil || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup)
+	})
+}

@@ -1,0 +1,158 @@
+// Package groupsidecar is the group half of kubevol's csi-snapshotter role (the sidecar of
+// kubernetes-csi/external-snapshotter for VolumeGroupSnapshotContents): it turns the group
+// contents of its driver into CreateVolumeGroupSnapshot, GetVolumeGroupSnapshot and
+// DeleteVolumeGroupSnapshot calls of the CSI GroupController service and writes the contents'
+// status. It never touches VolumeGroupSnapshots or member objects.
+//
+// Crash safety is the single snapshots' (package csisnapshotter): a group snapshot is taken
+// only for a content that carries the bound finalizer and only after the being-created
+// annotation is stored; the annotation goes once the handle is in the status or the driver
+// gave a final error, and a released content is let go only after its backend group is
+// deleted.
+package groupsidecar
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
+	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/snapshotter"
+)
+
+// Config configures a Controller.
+type Config struct {
+	sidecar.ControllerConfig
+	Snap snapclient.Interface
+	// NamePrefix and UUIDLength are upstream --groupsnapshot-name-prefix and
+	// --groupsnapshot-name-uuid-length: the name is <prefix>-<VolumeGroupSnapshot UID>.
+	NamePrefix string
+	UUIDLength int
+	// ExtraCreateMetadata adds the group's and the content's names to the parameters.
+	ExtraCreateMetadata bool
+}
+
+// Controller is the group csi-snapshotter of one driver.
+type Controller struct {
+	cfg        Config
+	runner     *kvcontroller.Runner
+	contents   grouplisters.VolumeGroupSnapshotContentLister
+	classes    grouplisters.VolumeGroupSnapshotClassLister
+	queue      *kvcontroller.Queue[string]
+	stopEvents func()
+	recorder   record.EventRecorder
+}
+
+// Supported reports whether the driver serves the GroupController with group snapshots
+// (plugin capability GROUP_CONTROLLER_SERVICE and CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT),
+// as upstream checks before it starts the group controller.
+func Supported(ctx context.Context, cfg sidecar.ControllerConfig) (bool, error) {
+	caps, err := cfg.CSI.Capabilities(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !caps.Plugin[csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE] {
+		return false, nil
+	}
+	cctx, cancel := cfg.CSI.WithTimeout(ctx)
+	defer cancel()
+	rsp, err := cfg.CSI.Group.GroupControllerGetCapabilities(cctx, &csi.GroupControllerGetCapabilitiesRequest{})
+	if err != nil {
+		return false, fmt.Errorf("GroupControllerGetCapabilities: %w", err)
+	}
+	return slices.ContainsFunc(rsp.GetCapabilities(), func(c *csi.GroupControllerServiceCapability) bool {
+		return c.GetRpc().GetType() == csi.GroupControllerServiceCapability_RPC_CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT
+	}), nil
+}
+
+// New builds the controller.
+func New(ctx context.Context, cfg Config) (*Controller, error) {
+	if err := cfg.Complete("csi-snapshotter"); err != nil {
+		return nil, err
+	}
+	if cfg.NamePrefix == "" {
+		cfg.NamePrefix = "groupsnapshot"
+	}
+	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
+	vgsc := factory.Groupsnapshot().V1().VolumeGroupSnapshotContents()
+	class := factory.Groupsnapshot().V1().VolumeGroupSnapshotClasses()
+	rec, stop := cfg.NewEvents(ctx, "csi-snapshotter")
+	c := &Controller{
+		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter-group"), contents: vgsc.Lister(), classes: class.Lister(),
+		queue:      sidecar.NewQueue[string](&cfg.ControllerConfig, "csi-snapshotter-groupcontent"),
+		stopEvents: stop,
+		recorder:   rec,
+	}
+	_ = class.Informer()
+	c.runner.AddSource(snapshotter.Informers(factory))
+	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
+	if _, err := vgsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*groupv1.VolumeGroupSnapshotContent)
+			cur, ok2 := newObj.(*groupv1.VolumeGroupSnapshotContent)
+			if ok1 && ok2 && !contentChanged(old, cur) {
+				return
+			}
+			c.enqueue(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.queue.Forget(key)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// contentChanged filters out the sidecar's own writes (status, the being-created annotation,
+// finalizers), as upstream does for group contents, unless the content turned ready or
+// gained its bound finalizer. Resyncs always pass.
+func contentChanged(old, cur *groupv1.VolumeGroupSnapshotContent) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return true
+	}
+	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerGroupContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerGroupContentBound) {
+		return true
+	}
+	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
+		return true
+	}
+	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
+		return true
+	}
+	for _, m := range []map[string]string{old.Annotations, cur.Annotations} {
+		for k := range m {
+			if k != snapshotter.AnnGroupBeingCreated && old.Annotations[k] != cur.Annotations[k] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Run starts the informers and workers and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.stopEvents()
+	klog.FromContext(ctx).Info("Starting the group csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers)
+	return c.runner.Run(ctx)
+}
+
+func (c *Controller) enqueue(obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}

@@ -1,0 +1,354 @@
+package groupsidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
+)
+
+// Event reasons of the group csi-snapshotter, as upstream records them.
+const (
+	reasonCreateFailed = "GroupSnapshotCreationFailed"
+	reasonCheckFailed  = "GroupSnapshotContentCheckandUpdateFailed"
+	reasonDeleteError  = "GroupSnapshotDeleteError"
+)
+
+// Parameter keys added with --extra-create-metadata.
+const (
+	paramGroupName      = "csi.storage.k8s.io/volumegroupsnapshot/name"
+	paramGroupNamespace = "csi.storage.k8s.io/volumegroupsnapshot/namespace"
+	paramContentName    = "csi.storage.k8s.io/volumegroupsnapshotcontent/name"
+)
+
+var errNotReady = errors.New("group snapshot not ready yet")
+
+// syncContent brings one group content of this driver to its backend group snapshot. A
+// conflict is retried soon without growing the backoff.
+func (c *Controller) syncContent(ctx context.Context, name string) error {
+	err := c.sync(ctx, name)
+	if apierrors.IsConflict(err) {
+		return kvcontroller.RetryAfter(100 * time.Millisecond)
+	}
+	return err
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	content, err := c.contents.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if content.Spec.Driver != c.cfg.DriverName {
+		return nil
+	}
+	content = content.DeepCopy()
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumegroupsnapshotcontent", klog.KObj(content)))
+	deleting := content.DeletionTimestamp != nil
+	notReady := content.Status == nil || !snapshotter.IsTrue(content.Status.ReadyToUse)
+	switch {
+	case len(content.Spec.Source.VolumeHandles) > 0:
+		if content.Annotations[snapshotter.AnnGroupBeingCreated] == "yes" || (notReady && !deleting) {
+			if content, err = c.create(ctx, content); err != nil {
+				if deleting && !errors.Is(err, errNotReady) && content.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
+					break // a final error: nothing exists in the backend, release below
+				}
+				return err
+			}
+		}
+	case content.Spec.Source.GroupSnapshotHandles != nil && notReady && !deleting:
+		return c.check(ctx, content)
+	}
+	if deleting && releasable(content) {
+		return c.release(ctx, content)
+	}
+	return nil
+}
+
+// releasable is upstream's rule: a pre-provisioned content never bound, or one whose group
+// is being deleted and whose create is not in flight.
+func releasable(content *groupv1.VolumeGroupSnapshotContent) bool {
+	if content.Spec.Source.GroupSnapshotHandles != nil && content.Spec.VolumeGroupSnapshotRef.UID == "" {
+		return true
+	}
+	return content.Annotations[snapshotter.AnnGroupBeingDeleted] == "yes" && content.Annotations[snapshotter.AnnGroupBeingCreated] != "yes"
+}
+
+// create calls CreateVolumeGroupSnapshot for a dynamic group content and records the answer.
+func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) (*groupv1.VolumeGroupSnapshotContent, error) {
+	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
+		klog.FromContext(ctx).V(4).Info("Waiting for the group content's finalizer before CreateVolumeGroupSnapshot")
+		return content, nil
+	}
+	req, err := c.createRequest(ctx, content)
+	if err != nil {
+		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, err.Error())
+		if out, perr := c.setError(ctx, content, err.Error()); perr != nil {
+			return out, perr
+		}
+		return content, err
+	}
+	hasHandle := content.Status != nil && snapshotter.Str(content.Status.VolumeGroupSnapshotHandle) != ""
+	if !hasHandle && content.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
+		if content, err = c.setBeingCreated(ctx, content, true); err != nil {
+			return content, err
+		}
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	rsp, err := c.cfg.CSI.Group.CreateVolumeGroupSnapshot(cctx, req)
+	cancel()
+	if err != nil {
+		msg := fmt.Sprintf("Failed to create group snapshot: failed to take group snapshot of the volumes %v: %v", req.SourceVolumeIds, err)
+		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
+		out, perr := c.setError(ctx, content, msg)
+		if perr != nil {
+			return content, perr
+		}
+		if !csiclient.MayBeInProgress(err) && status.Code(err) != codes.ResourceExhausted && !hasHandle {
+			if out, perr = c.setBeingCreated(ctx, out, false); perr != nil {
+				return content, perr
+			}
+		}
+		return out, err
+	}
+	g := rsp.GetGroupSnapshot()
+	klog.FromContext(ctx).V(2).Info("CreateVolumeGroupSnapshot succeeded", "groupSnapshotHandle", g.GetGroupSnapshotId(), "ready", g.GetReadyToUse(), "members", len(g.GetSnapshots()))
+	if content, err = c.patchStatus(ctx, content, groupStatus(g)); err != nil {
+		return content, err
+	}
+	if content.Annotations[snapshotter.AnnGroupBeingCreated] == "yes" {
+		if content, err = c.setBeingCreated(ctx, content, false); err != nil {
+			return content, err
+		}
+	}
+	if !g.GetReadyToUse() {
+		return content, errNotReady // repeated with the same name until ready
+	}
+	return content, nil
+}
+
+// groupStatus is the status a CSI group snapshot gives its content.
+func groupStatus(g *csi.VolumeGroupSnapshot) map[string]any {
+	created := time.Now()
+	if g.GetCreationTime() != nil && g.GetCreationTime().AsTime().UnixNano() > 0 {
+		created = g.GetCreationTime().AsTime()
+	}
+	var infos []groupv1.VolumeSnapshotInfo
+	for _, s := range g.GetSnapshots() {
+		ready := s.GetReadyToUse()
+		info := groupv1.VolumeSnapshotInfo{VolumeHandle: s.GetSourceVolumeId(), SnapshotHandle: s.GetSnapshotId(), ReadyToUse: &ready}
+		if s.GetCreationTime() != nil {
+			t := s.GetCreationTime().AsTime().UnixNano()
+			info.CreationTime = &t
+		}
+		if n := s.GetSizeBytes(); n > 0 {
+			info.RestoreSize = &n
+		}
+		infos = append(infos, info)
+	}
+	return map[string]any{
+		"volumeGroupSnapshotHandle": g.GetGroupSnapshotId(),
+		"readyToUse":                g.GetReadyToUse(),
+		"creationTime":              metav1.NewTime(created),
+		"volumeSnapshotInfoList":    infos,
+		"error":                     nil,
+	}
+}
+
+// createRequest builds the request: name from the group's UID, parameters from the class,
+// secrets from the content's annotations.
+func (c *Controller) createRequest(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) (*csi.CreateVolumeGroupSnapshotRequest, error) {
+	if content.Spec.VolumeGroupSnapshotClassName == nil {
+		return nil, fmt.Errorf("failed to take group snapshot %s without a group snapshot class: set spec.volumeGroupSnapshotClassName", content.Name)
+	}
+	class, err := c.class(ctx, *content.Spec.VolumeGroupSnapshotClassName)
+	if err != nil {
+		return nil, err
+	}
+	params, err := snapshotter.GroupParameters(class)
+	if err != nil {
+		return nil, err
+	}
+	ref := content.Spec.VolumeGroupSnapshotRef
+	if ref.UID == "" {
+		return nil, fmt.Errorf("cannot create group snapshot: VolumeGroupSnapshotContent %s is not bound to a VolumeGroupSnapshot", content.Name)
+	}
+	if c.cfg.ExtraCreateMetadata {
+		params[paramGroupName], params[paramGroupNamespace], params[paramContentName] = ref.Name, ref.Namespace, content.Name
+	}
+	secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, snapshotter.GroupDeletionSecret(content))
+	if err != nil {
+		return nil, fmt.Errorf("group snapshotter secret: %w", err)
+	}
+	return &csi.CreateVolumeGroupSnapshotRequest{
+		Name:            csisnapshotter.SnapshotName(c.cfg.NamePrefix, c.cfg.UUIDLength, ref.UID),
+		SourceVolumeIds: content.Spec.Source.VolumeHandles,
+		Parameters:      params,
+		Secrets:         secretData,
+	}, nil
+}
+
+func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
+	class, err := c.classes.Get(name)
+	if apierrors.IsNotFound(err) {
+		class, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
+	}
+	return class, nil
+}
+
+// check fills the status of a pre-provisioned group content from GetVolumeGroupSnapshot.
+// kubevol also records the members the driver reports, so the snapshot-controller can make
+// member snapshots of a pre-provisioned group too.
+func (c *Controller) check(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) error {
+	h := content.Spec.Source.GroupSnapshotHandles
+	var secret *corev1.SecretReference
+	if n := content.Spec.VolumeGroupSnapshotClassName; n != nil {
+		class, err := c.class(ctx, *n)
+		if err != nil {
+			return c.checkFailed(ctx, content, err.Error())
+		}
+		if secret, err = snapshotter.GroupGetSecret(class, content.Name); err != nil {
+			return c.checkFailed(ctx, content, err.Error())
+		}
+	}
+	secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, secret)
+	if err != nil {
+		return c.checkFailed(ctx, content, err.Error())
+	}
+	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+	rsp, err := c.cfg.CSI.Group.GetVolumeGroupSnapshot(cctx, &csi.GetVolumeGroupSnapshotRequest{GroupSnapshotId: h.VolumeGroupSnapshotHandle, SnapshotIds: h.VolumeSnapshotHandles, Secrets: secretData})
+	cancel()
+	if err != nil {
+		return c.checkFailed(ctx, content, fmt.Sprintf("failed to get group snapshot %s: %v", h.VolumeGroupSnapshotHandle, err))
+	}
+	g := rsp.GetGroupSnapshot()
+	if g.GetGroupSnapshotId() == "" {
+		g.GroupSnapshotId = h.VolumeGroupSnapshotHandle
+	}
+	if _, err := c.patchStatus(ctx, content, groupStatus(g)); err != nil {
+		return err
+	}
+	if !g.GetReadyToUse() {
+		return errNotReady
+	}
+	return nil
+}
+
+func (c *Controller) checkFailed(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) error {
+	c.recorder.Event(content, corev1.EventTypeWarning, reasonCheckFailed, msg)
+	if _, err := c.setError(ctx, content, msg); err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// release deletes the backend group snapshot of a released Delete-policy content and removes
+// the content's finalizer. A Retain content keeps its backend group snapshot.
+func (c *Controller) release(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) error {
+	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
+		return nil
+	}
+	handle, ids := "", []string(nil)
+	if st := content.Status; st != nil {
+		handle = snapshotter.Str(st.VolumeGroupSnapshotHandle)
+		for _, i := range st.VolumeSnapshotInfoList {
+			ids = append(ids, i.SnapshotHandle)
+		}
+	}
+	if h := content.Spec.Source.GroupSnapshotHandles; h != nil {
+		if handle == "" {
+			handle = h.VolumeGroupSnapshotHandle
+		}
+		if len(ids) == 0 {
+			ids = h.VolumeSnapshotHandles
+		}
+	}
+	if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && handle != "" {
+		secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, snapshotter.GroupDeletionSecret(content))
+		if err != nil {
+			c.recorder.Eventf(content, corev1.EventTypeWarning, reasonDeleteError, "Failed to get snapshot credentials: %v", err)
+			return err
+		}
+		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
+		_, err = c.cfg.CSI.Group.DeleteVolumeGroupSnapshot(cctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: handle, SnapshotIds: ids, Secrets: secretData})
+		cancel()
+		if err != nil && status.Code(err) != codes.NotFound {
+			c.recorder.Eventf(content, corev1.EventTypeWarning, reasonDeleteError, "Failed to delete group snapshot %s: %v", handle, err)
+			return err
+		}
+		klog.FromContext(ctx).V(2).Info("Deleted backend group snapshot", "groupSnapshotHandle", handle)
+	}
+	var kept []string
+	for _, f := range content.Finalizers {
+		if f != snapshotter.FinalizerGroupContentBound {
+			kept = append(kept, f)
+		}
+	}
+	content.Finalizers = kept
+	_, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) setBeingCreated(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, on bool) (*groupv1.VolumeGroupSnapshotContent, error) {
+	content = content.DeepCopy()
+	if on {
+		if content.Annotations == nil {
+			content.Annotations = map[string]string{}
+		}
+		content.Annotations[snapshotter.AnnGroupBeingCreated] = "yes"
+	} else {
+		delete(content.Annotations, snapshotter.AnnGroupBeingCreated)
+	}
+	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
+	if err != nil {
+		return content, err
+	}
+	return out, nil
+}
+
+func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
+	if content.Status != nil && content.Status.Error != nil && snapshotter.Str(content.Status.Error.Message) == msg {
+		return content, nil
+	}
+	return c.patchStatus(ctx, content, map[string]any{
+		"readyToUse": false,
+		"error":      map[string]any{"time": metav1.Now(), "message": msg},
+	})
+}
+
+func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {
+	data, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return content, err
+	}
+	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return content, err
+	}
+	return out, nil
+}
