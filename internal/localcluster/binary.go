@@ -53,12 +53,12 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	root, err := FindModuleRoot()
 	if err != nil {
 		// Outside the source tree (an installed kubevol), the last built binary will do.
-		if bin := newestBinary(cache); bin != "" {
+		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
 			return bin, nil
 		}
 		return "", err
 	}
-	key, err := sourceKey(root)
+	key, err := sourceKey(root, clusterModule, versionLDFlags)
 	if err != nil {
 		return "", err
 	}
@@ -82,7 +82,7 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if err := build(ctx, root, bin, progress); err != nil {
 		return "", err
 	}
-	removeStaleBinaries(cache, bin)
+	removeStale(cache, "kubevol-cluster-", bin)
 	return bin, nil
 }
 
@@ -112,19 +112,20 @@ func FindModuleRoot() (string, error) {
 	return "", fmt.Errorf("kubevol-cluster binary not found: set %s, or run from the kubevol source tree so it can be built", BinaryEnv)
 }
 
-// sourceKey fingerprints everything that decides the binary's content.
-func sourceKey(root string) (string, error) {
-	files, err := sourceFiles(root)
+// sourceKey fingerprints everything that decides the content of what is built from module
+// (relative to root): the Go version, salt (build flags) and the module's files.
+func sourceKey(root, module, salt string) (string, error) {
+	files, err := sourceFiles(root, module)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
-		return "", fmt.Errorf("the Go toolchain is needed to build kubevol-cluster: %w", err)
+		return "", fmt.Errorf("the Go toolchain is needed to build %s: %w", module, err)
 	}
 	h.Write(goVersion)
-	h.Write([]byte(versionLDFlags))
+	h.Write([]byte(salt))
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
@@ -136,11 +137,11 @@ func sourceKey(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// sourceFiles lists, relative to root, the files the binary is built from: the control
-// plane module's go.mod, go.sum and sources.
-func sourceFiles(root string) ([]string, error) {
-	files := []string{filepath.Join(clusterModule, "go.mod"), filepath.Join(clusterModule, "go.sum")}
-	srcs, err := filepath.Glob(filepath.Join(root, clusterModule, "*.go"))
+// sourceFiles lists, relative to root, the files a module's binaries are built from: its
+// go.mod, go.sum and top-level sources.
+func sourceFiles(root, module string) ([]string, error) {
+	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum")}
+	srcs, err := filepath.Glob(filepath.Join(root, module, "*.go"))
 	if err != nil {
 		return nil, err
 	}
@@ -220,28 +221,13 @@ func countPackages(ctx context.Context, root string) int {
 	return strings.Count(string(out), "\n")
 }
 
-func newestBinary(cache string) string {
-	bins, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
-	var newest string
-	var newestTime time.Time
-	for _, b := range bins {
-		st, err := os.Stat(b)
-		if err != nil || strings.HasSuffix(b, ".tmp") {
-			continue
-		}
-		if st.ModTime().After(newestTime) {
-			newest, newestTime = b, st.ModTime()
-		}
-	}
-	return newest
-}
-
-// removeStaleBinaries deletes binaries built for older sources; each is about 200 MB.
-func removeStaleBinaries(cache, keep string) {
-	old, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
+// removeStale deletes what was built for older sources under prefix (binaries of about 200 MB,
+// or directories of them).
+func removeStale(cache, prefix, keep string) {
+	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"))
 	for _, o := range old {
 		if o != keep && !strings.HasSuffix(o, ".tmp") {
-			_ = os.Remove(o) // a running cluster keeps its unlinked binary
+			_ = os.RemoveAll(o) // a running cluster keeps its unlinked binary
 		}
 	}
 }

@@ -450,6 +450,12 @@ func (c *Cluster) apiserverArgs() []string {
 		// No kube-proxy or endpoints here, and loopback is not a valid endpoint address.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
+		// A real kubelet (`kubevol up --runtime containerd`) is reached at its Node's InternalIP
+		// (loopback): its host name may not resolve. The apiserver authenticates to it with
+		// its own client certificate, as kubeadm sets it up.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + p.CertFile(kubeletClientIdentity.Name),
+		"--kubelet-client-key=" + p.KeyFile(kubeletClientIdentity.Name),
 		"--profiling=false",
 		"--cert-dir=" + c.path("apiserver-certs"),
 	}
