@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
 )
@@ -30,6 +31,8 @@ type upOptions struct {
 	drivers        []string
 	driverConfig   string
 	driverCfg      map[string]up.DriverConfig
+	runtime        string
+	images         []string
 }
 
 func newUpCommand() *cobra.Command {
@@ -68,6 +71,8 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
 	f.StringArrayVar(&o.drivers, "driver", nil, "endpoint of an external CSI driver to run beside the built-in one, unix:///path/csi.sock (repeatable)")
 	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
+	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
+	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -90,6 +95,12 @@ func (o *upOptions) validate() error {
 		return usageErrorf("--reset refuses to wipe %q", abs)
 	}
 	o.dir = abs
+	if o.runtime != "" && o.runtime != up.RuntimeContainerd {
+		return usageErrorf("--runtime %q: want %q or empty", o.runtime, up.RuntimeContainerd)
+	}
+	if len(o.images) > 0 && o.runtime == "" {
+		return usageErrorf("--image needs --runtime %s", up.RuntimeContainerd)
+	}
 	for _, d := range o.drivers {
 		target, err := csiclient.Target(d)
 		if err != nil || !filepath.IsAbs(strings.TrimPrefix(target, "unix://")) {
@@ -124,9 +135,10 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
-		Drivers: o.drivers, DriverConfig: o.driverCfg})
+		Drivers: o.drivers, DriverConfig: o.driverCfg, Runtime: o.runtime, Images: o.images})
 	var driverErr *up.DriverError
-	if errors.As(err, &driverErr) {
+	var missing *kubeletnode.MissingError
+	if errors.As(err, &driverErr) || errors.As(err, &missing) {
 		return &UsageError{Err: err}
 	}
 	if err != nil {
