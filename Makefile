@@ -14,8 +14,11 @@ build:
 up:
 	$(GO) run ./cmd/kubevol up
 
+# install-runtime-deps.sh: containerd, runc and busybox-static, for `kubevol up --runtime
+# containerd` and its smoke test (test/e2e/up).
 deps:
 	./hack/install-deps.sh
+	./hack/install-runtime-deps.sh
 
 # gofmt, go vet and staticcheck must all be silent, in every module: the main one, the
 # control plane's (cmd/kubevol-cluster, its own module for its replace lines), the embedding
@@ -28,6 +31,7 @@ lint:
 	cd cmd/kubevol-cluster && $(GO) vet ./...
 	cd examples/embed && $(GO) vet ./...
 	cd hack/crdgen && $(GO) vet ./...
+	cd hack/cni && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd examples/embed && $(GO) run $(STATICCHECK) ./...
 

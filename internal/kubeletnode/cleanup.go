@@ -86,9 +86,9 @@ func (n *Node) Cleanup() error {
 	if err := backend.Release(n.o.Dir); err != nil {
 		errs = append(errs, err)
 	}
-	if linkExists(n.Bridge()) {
-		if out, err := exec.Command("ip", "link", "delete", n.Bridge()).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", n.Bridge(), err, bytes.TrimSpace(out)))
+	for _, l := range []string{n.Bridge(), n.HostLink()} {
+		if linkExists(l) {
+			errs = append(errs, ipCommand("link", "delete", l))
 		}
 	}
 	errs = append(errs, n.removeCgroups(), n.removeLogLinks())
@@ -112,8 +112,10 @@ func (n *Node) Leftovers() ([]string, error) {
 		}
 		return nil
 	})
-	if linkExists(n.Bridge()) {
-		out = append(out, "bridge "+n.Bridge())
+	for _, l := range []string{n.Bridge(), n.HostLink()} {
+		if linkExists(l) {
+			out = append(out, "bridge "+l)
+		}
 	}
 	if links, err := os.ReadDir("/sys/class/net"); err == nil {
 		for _, l := range links {
@@ -128,6 +130,26 @@ func (n *Node) Leftovers() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func ipCommand(args ...string) error {
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// ensureHostLink creates the port-less bridge that holds the node's address.
+func (n *Node) ensureHostLink() error {
+	if !linkExists(n.HostLink()) {
+		if err := ipCommand("link", "add", n.HostLink(), "type", "bridge"); err != nil {
+			return err
+		}
+	}
+	if err := ipCommand("addr", "replace", n.NodeIP()+"/32", "dev", n.HostLink()); err != nil {
+		return err
+	}
+	return ipCommand("link", "set", n.HostLink(), "up")
 }
 
 func linkExists(name string) bool {

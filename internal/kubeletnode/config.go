@@ -83,7 +83,7 @@ func (n *Node) kubeletConfig() string {
 	cfg := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
-		"address":                  "127.0.0.1",
+		"address":                  n.NodeIP(),
 		"port":                     n.o.Port,
 		"readOnlyPort":             0,
 		"healthzBindAddress":       "127.0.0.1",

@@ -47,7 +47,8 @@ type Options struct {
 type Node struct {
 	o Options
 	// id is derived from Dir: the bridge and the cgroup root are named after it.
-	id string
+	id      string
+	idBytes [32]byte
 }
 
 // New validates o and returns the node's layout; it starts nothing.
@@ -64,7 +65,7 @@ func New(o Options) (*Node, error) {
 		o.Subnet = "10.250.0.0/24"
 	}
 	sum := sha256.Sum256([]byte(dir))
-	return &Node{o: o, id: hex.EncodeToString(sum[:])[:8]}, nil
+	return &Node{o: o, id: hex.EncodeToString(sum[:])[:8], idBytes: sum}, nil
 }
 
 func (n *Node) path(elem ...string) string {
@@ -76,6 +77,16 @@ func (n *Node) Socket() string { return n.path("containerd", "containerd.sock") 
 
 // Bridge is the name of the pods' bridge on the host (at most 15 characters).
 func (n *Node) Bridge() string { return "kv" + n.id }
+
+// HostLink is the name of the host-side bridge without ports that holds NodeIP.
+func (n *Node) HostLink() string { return "kv" + n.id + "h" }
+
+// NodeIP is the Node's InternalIP, on HostLink: the kubelet refuses a loopback node IP, and
+// this address is local to the machine (a /32 on an interface with no ports; pods have no
+// route to it).
+func (n *Node) NodeIP() string {
+	return fmt.Sprintf("10.251.%d.%d", n.idBytes[0], n.idBytes[1]|1)
+}
 
 // CgroupRoot is the kubelet's cgroup root in every hierarchy: all pods' cgroups are under it.
 func (n *Node) CgroupRoot() string { return "/kubevol-" + n.id }
@@ -117,7 +128,7 @@ func (n *Node) Kubelet() Command {
 		"--hostname-override=" + n.o.NodeName,
 		// The apiserver reaches the kubelet at this address (its --kubelet-preferred-address-types
 		// is InternalIP): the node's name need not resolve.
-		"--node-ip=127.0.0.1",
+		"--node-ip=" + n.NodeIP(),
 		"--v=2",
 	}}
 }
@@ -140,6 +151,9 @@ func (n *Node) Prepare() error {
 		if err := os.WriteFile(p, []byte(data), 0o640); err != nil {
 			return err
 		}
+	}
+	if err := n.ensureHostLink(); err != nil {
+		return err
 	}
 	// The kubelet refuses a cgroup root that does not exist.
 	return n.forEachCgroupHierarchy(func(dir string) error { return os.MkdirAll(dir, 0o755) })
