@@ -33,6 +33,7 @@ type upOptions struct {
 	driverCfg      map[string]up.DriverConfig
 	runtime        string
 	images         []string
+	e2eImages      bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -73,6 +74,7 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
 	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
 	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
+	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image (busybox and the sandbox image are always there)")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -98,8 +100,8 @@ func (o *upOptions) validate() error {
 	if o.runtime != "" && o.runtime != up.RuntimeContainerd {
 		return usageErrorf("--runtime %q: want %q or empty", o.runtime, up.RuntimeContainerd)
 	}
-	if len(o.images) > 0 && o.runtime == "" {
-		return usageErrorf("--image needs --runtime %s", up.RuntimeContainerd)
+	if (len(o.images) > 0 || o.e2eImages) && o.runtime == "" {
+		return usageErrorf("--image and --e2e-images need --runtime %s", up.RuntimeContainerd)
 	}
 	for _, d := range o.drivers {
 		target, err := csiclient.Target(d)
@@ -135,7 +137,7 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	start := time.Now()
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
-		Drivers: o.drivers, DriverConfig: o.driverCfg, Runtime: o.runtime, Images: o.images})
+		Drivers: o.drivers, DriverConfig: o.driverCfg, Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages})
 	var driverErr *up.DriverError
 	var missing *kubeletnode.MissingError
 	if errors.As(err, &driverErr) || errors.As(err, &missing) {

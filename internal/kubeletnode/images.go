@@ -78,6 +78,32 @@ func TestImages() ([]image.Named, error) {
 	return out, nil
 }
 
+// AgnhostImages is the e2e suite's agnhost image: the static agnhost (built from the same
+// Kubernetes release) on the busybox layer, with agnhost's entrypoint and default command.
+func AgnhostImages(agnhost string) ([]image.Named, error) {
+	bl, err := busyboxLayer()
+	if err != nil {
+		return nil, err
+	}
+	base, err := bl.Build()
+	if err != nil {
+		return nil, err
+	}
+	top, err := image.NewLayer().HostFile("agnhost", agnhost, 0o755).Build()
+	if err != nil {
+		return nil, err
+	}
+	img, err := image.New(platform(), image.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{"PATH=/bin:/"}}, base, top)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := image.Index(map[image.Platform]v1.Image{platform(): img}, []image.Platform{platform()})
+	if err != nil {
+		return nil, err
+	}
+	return []image.Named{{Ref: AgnhostImage, Index: idx}}, nil
+}
+
 // Import loads an image archive (OCI layout, internal/image's WriteArchiveFile) into
 // containerd's k8s.io namespace, where the kubelet's CRI finds it.
 func (n *Node) Import(ctx context.Context, archive string) error {

@@ -27,15 +27,6 @@ type runtimeNode struct {
 	kubelet    *component
 }
 
-// prepareRuntime checks the node's prerequisites and builds its CNI plugins before the
-// control plane starts, so that a missing package stops up at once.
-func prepareRuntime(ctx context.Context, o Options) (cniDir string, err error) {
-	if err := kubeletnode.CheckPrerequisites(); err != nil {
-		return "", err
-	}
-	return localcluster.EnsureCNIPlugins(ctx, o.Progress)
-}
-
 // newRuntimeNode lays out the kubelet node; it starts nothing.
 func (s *Stack) newRuntimeNode() (*runtimeNode, error) {
 	ports, err := localcluster.FreePorts(2)
@@ -100,14 +91,40 @@ func (s *Stack) importImages(ctx context.Context, node *kubeletnode.Node) error 
 			return err
 		}
 	}
+	archives := []string{archive}
+	if s.opts.E2EImages {
+		a, err := s.agnhostArchive(ctx)
+		if err != nil {
+			return err
+		}
+		archives = append(archives, a)
+	}
 	start := time.Now()
-	for _, a := range append([]string{archive}, s.opts.Images...) {
+	for _, a := range append(archives, s.opts.Images...) {
 		if err := node.Import(ctx, a); err != nil {
 			return err
 		}
 	}
 	fmt.Fprintf(s.opts.Progress, "images imported (%s)\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// agnhostArchive builds agnhost (cached like the control plane) and its image archive, next
+// to the binary, once per binary.
+func (s *Stack) agnhostArchive(ctx context.Context) (string, error) {
+	bin, err := localcluster.EnsureAgnhost(ctx, s.opts.Progress)
+	if err != nil {
+		return "", err
+	}
+	archive := bin + ".tar"
+	if _, err := os.Stat(archive); err == nil {
+		return archive, nil
+	}
+	imgs, err := kubeletnode.AgnhostImages(bin)
+	if err != nil {
+		return "", fmt.Errorf("agnhost image: %w", err)
+	}
+	return archive, image.WriteArchiveFile(archive, imgs...)
 }
 
 func waitNodeReady(ctx context.Context, cs kubernetes.Interface, name string, timeout time.Duration) error {

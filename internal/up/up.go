@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
 )
@@ -62,6 +63,9 @@ type Options struct {
 	Runtime string
 	// Images are image archives (OCI layout tarballs) imported into containerd at start.
 	Images []string
+	// E2EImages also builds and imports the e2e suite's agnhost image (a build of a few
+	// minutes, once).
+	E2EImages bool
 }
 
 // Namespace is where the kubevol components keep their namespaced objects (leases, the
@@ -133,6 +137,18 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			fmt.Fprintf(o.Progress, "note: --driver-config configures %s, which no --driver serves\n", name)
 		}
 	}
+	// A missing package of the container runtime stops up before anything is written.
+	switch o.Runtime {
+	case "":
+	case RuntimeContainerd:
+		if err := kubeletnode.CheckPrerequisites(); err != nil {
+			closeDrivers(drivers)
+			return nil, err
+		}
+	default:
+		closeDrivers(drivers)
+		return nil, fmt.Errorf("up: unknown runtime %q", o.Runtime)
+	}
 	if marked, err := claimDir(o.Dir); err != nil {
 		return nil, fmt.Errorf("up: state directory: %w", err)
 	} else if !marked {
@@ -140,17 +156,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	var cniDir string
 	var extraControllers []string
-	switch o.Runtime {
-	case "":
-	case RuntimeContainerd:
-		if cniDir, err = prepareRuntime(ctx, o); err != nil {
+	if o.Runtime == RuntimeContainerd {
+		if cniDir, err = localcluster.EnsureCNIPlugins(ctx, o.Progress); err != nil {
 			closeDrivers(drivers)
 			return nil, err
 		}
 		extraControllers = localcluster.WorkloadControllers
-	default:
-		closeDrivers(drivers)
-		return nil, fmt.Errorf("up: unknown runtime %q", o.Runtime)
 	}
 	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync,
 		ExtraControllers: extraControllers})
