@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build up test deps lint cluster-binary
+.PHONY: all build up test deps lint cluster-binary conformance
 
 all: build
 
@@ -43,3 +43,8 @@ cluster-binary:
 test: deps lint cluster-binary
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	GO=$(GO) ./hack/test-embed.sh
+
+# Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
+# containerd` (docs/conformance.md); not part of make test. FOCUS=<regexp> narrows it.
+conformance: deps cluster-binary
+	./hack/conformance/run.sh
