@@ -67,23 +67,35 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return bin, nil
 	}
 
-	lock, err := os.OpenFile(filepath.Join(cache, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	err = buildLocked(filepath.Join(cache, "build.lock"), bin, func() error {
+		if err := build(ctx, root, bin, progress); err != nil {
+			return err
+		}
+		removeStale(cache, "kubevol-cluster-", bin)
+		return nil
+	})
 	if err != nil {
 		return "", err
 	}
+	return bin, nil
+}
+
+// buildLocked runs build under an exclusive lock on lockPath unless out exists once the
+// lock is held (another process built it while this one waited).
+func buildLocked(lockPath, out string, build func() error) error {
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // another process built it while we waited
+	if _, err := os.Stat(out); err == nil {
+		return nil
 	}
-	if err := build(ctx, root, bin, progress); err != nil {
-		return "", err
-	}
-	removeStale(cache, "kubevol-cluster-", bin)
-	return bin, nil
+	return build()
 }
 
 // FindModuleRoot walks up from the working directory, then from the running executable,

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -85,31 +84,25 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	lock, err := os.OpenFile(filepath.Join(cache, "build-"+strings.TrimSuffix(a.prefix, "-")+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	err = buildLocked(filepath.Join(cache, "build-"+strings.TrimSuffix(a.prefix, "-")+".lock"), out, func() error {
+		fmt.Fprintf(progress, "building %s into %s (first run only)\n", a.what, out)
+		start := time.Now()
+		tmp := out + ".tmp"
+		_ = os.RemoveAll(tmp)
+		if err := a.build(ctx, filepath.Join(root, a.module), tmp); err != nil {
+			_ = os.RemoveAll(tmp)
+			return fmt.Errorf("build %s: %w", a.what, err)
+		}
+		if err := os.Rename(tmp, out); err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "built %s in %s\n", a.what, time.Since(start).Round(time.Second))
+		removeStale(cache, a.prefix, out)
+		return nil
+	})
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(out); err == nil {
-		return out, nil
-	}
-	fmt.Fprintf(progress, "building %s into %s (first run only)\n", a.what, out)
-	start := time.Now()
-	tmp := out + ".tmp"
-	_ = os.RemoveAll(tmp)
-	if err := a.build(ctx, filepath.Join(root, a.module), tmp); err != nil {
-		_ = os.RemoveAll(tmp)
-		return "", fmt.Errorf("build %s: %w", a.what, err)
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(progress, "built %s in %s\n", a.what, time.Since(start).Round(time.Second))
-	removeStale(cache, a.prefix, out)
 	return out, nil
 }
 
