@@ -2,7 +2,9 @@
 # make conformance: the Kubernetes external storage e2e suite (e2e.test and ginkgo from
 # k8s.io/kubernetes v1.37.2, built from hack/e2e) against kubevol's driver and sidecars on
 # `kubevol up --runtime containerd`, then a table of every spec and its result.
-# FOCUS narrows the specs (a ginkgo regexp); the default is every External.Storage spec.
+# FOCUS narrows the specs (a ginkgo regexp; the default is every External.Storage spec), SKIP
+# replaces the skipped ones, TIMEOUT bounds the run (a timed-out run still reports), PROCS runs
+# specs in parallel.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${KUBEVOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevol}
@@ -29,7 +31,7 @@ sigStorageRegistry: registry.k8s.io/sig-storage
 
 start=$(date +%s)
 KUBE_TEST_REPO_LIST="$work/repo-list.yaml" "$cache/e2e/ginkgo" --focus="$focus" --skip="${SKIP:-Disruptive|Serial|Slow}" \
-  --timeout=2h --junit-report="$work/junit.xml" --output-dir="$work" --no-color "$cache/e2e/e2e.test" -- \
+  --timeout="${TIMEOUT:-2h}" --procs="${PROCS:-1}" --junit-report=junit.xml --output-dir="$work" --no-color "$cache/e2e/e2e.test" -- \
   --kubeconfig="$work/up/kubeconfig" --storage.testdriver="$root/hack/conformance/kubevol-driver.yaml" \
   --provider=local --report-dir="$work" >"$work/ginkgo.log" 2>&1 || true
 secs=$(( $(date +%s) - start ))
