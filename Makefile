@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build up test deps lint cluster-binary
+.PHONY: all build up test deps lint cluster-binary conformance
 
 all: build
 
@@ -14,8 +14,11 @@ build:
 up:
 	$(GO) run ./cmd/kubevol up
 
+# install-runtime-deps.sh: containerd, runc and busybox-static, for `kubevol up --runtime
+# containerd` and its smoke test (test/e2e/up).
 deps:
 	./hack/install-deps.sh
+	./hack/install-runtime-deps.sh
 
 # gofmt, go vet and staticcheck must all be silent, in every module: the main one, the
 # control plane's (cmd/kubevol-cluster, its own module for its replace lines), the embedding
@@ -40,3 +43,8 @@ cluster-binary:
 test: deps lint cluster-binary
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	GO=$(GO) ./hack/test-embed.sh
+
+# Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
+# containerd` (docs/conformance.md); not part of make test. FOCUS=<regexp> narrows it.
+conformance: deps cluster-binary
+	./hack/conformance/run.sh

@@ -1,10 +1,11 @@
 // Command kubevol-cluster is a multi-call binary that links the upstream control plane
-// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) so that kubevol's local
-// cluster and its end-to-end tests run real upstream code. It is a test and development
-// tool; it is never deployed.
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and the kubelet, so that
+// kubevol's local cluster and its end-to-end tests run real upstream code. It is a test and
+// development tool; it is never deployed.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -13,9 +14,10 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-const usage = "usage: kubevol-cluster etcd|kube-apiserver|kube-controller-manager|kube-scheduler [flags]"
+const usage = "usage: kubevol-cluster etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags]"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -35,6 +37,10 @@ func main() {
 	case "kube-scheduler":
 		os.Args = append([]string{component}, args...)
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "kubelet":
+		// The node of `kubevol up --runtime containerd`; its command needs a live context.
+		os.Args = append([]string{component}, args...)
+		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
 	default:
 		fmt.Fprintf(os.Stderr, "kubevol-cluster: unknown component %q\n%s\n", component, usage)
 		os.Exit(2)

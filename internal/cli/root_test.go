@@ -21,6 +21,8 @@ func TestFlagValidation(t *testing.T) {
 		{"empty dir", []string{"up", "--dir="}, exitUsage, "--dir must not be empty"},
 		{"reset root", []string{"up", "--dir=/", "--reset"}, exitUsage, "refuses to wipe"},
 		{"stray argument", []string{"up", "now"}, exitUsage, `unexpected argument "now"`},
+		{"unknown runtime", []string{"up", "--runtime=docker"}, exitUsage, `--runtime "docker": want "containerd" or empty`},
+		{"image without runtime", []string{"up", "--image=/tmp/x.tar"}, exitUsage, "--image and --e2e-images need --runtime containerd"},
 		{"bad klog verbosity", []string{"version", "-v=loud"}, exitUsage, "invalid argument"},
 		{"verify without a driver", []string{"verify"}, exitUsage, "give exactly one of --driver and --storage-class"},
 		{"verify with both", []string{"verify", "--driver=a.b", "--storage-class=c"}, exitUsage, "give exactly one of --driver and --storage-class"},

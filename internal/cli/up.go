@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
 )
@@ -32,6 +33,9 @@ type upOptions struct {
 	driverCfg      map[string]up.DriverConfig
 	syncFrequency  time.Duration
 	backoffMax     time.Duration
+	runtime        string
+	images         []string
+	e2eImages      bool
 }
 
 func newUpCommand() *cobra.Command {
@@ -72,6 +76,9 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
 	f.DurationVar(&o.syncFrequency, "node-sync-frequency", up.DefaultNodeSyncFrequency, "the node agent's --sync-frequency: how often it reads the claims of running pods again (so how soon an expansion reaches the mount) and republishes requiresRepublish volumes; the kubelet's default is 1m")
 	f.DurationVar(&o.backoffMax, "restart-backoff-max", up.DefaultBackoff.Max, "longest wait before a component that exited is restarted (the wait starts at 1s and doubles)")
+	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
+	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
+	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image (busybox and the sandbox image are always there)")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -100,6 +107,12 @@ func (o *upOptions) validate() error {
 		return usageErrorf("--reset refuses to wipe %q", abs)
 	}
 	o.dir = abs
+	if o.runtime != "" && o.runtime != up.RuntimeContainerd {
+		return usageErrorf("--runtime %q: want %q or empty", o.runtime, up.RuntimeContainerd)
+	}
+	if (len(o.images) > 0 || o.e2eImages) && o.runtime == "" {
+		return usageErrorf("--image and --e2e-images need --runtime %s", up.RuntimeContainerd)
+	}
 	for _, d := range o.drivers {
 		target, err := csiclient.Target(d)
 		if err != nil || !filepath.IsAbs(strings.TrimPrefix(target, "unix://")) {
@@ -135,9 +148,11 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	start := time.Now()
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
 		Drivers: o.drivers, DriverConfig: o.driverCfg, NodeSyncFrequency: o.syncFrequency,
-		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter}})
+		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter},
+		Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages})
 	var driverErr *up.DriverError
-	if errors.As(err, &driverErr) {
+	var missing *kubeletnode.MissingError
+	if errors.As(err, &driverErr) || errors.As(err, &missing) {
 		return &UsageError{Err: err}
 	}
 	if err != nil {

@@ -45,3 +45,21 @@ func TestUpDriverFlags(t *testing.T) {
 		t.Errorf("a refused --driver left %d entries in the state directory", len(entries))
 	}
 }
+
+// TestUpRuntimeMissingPackage: --runtime containerd on a machine without containerd stops at
+// once with one line naming the package, exit 2, and writes nothing.
+func TestUpRuntimeMissingPackage(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no containerd, ctr or runc on it
+	dir := filepath.Join(t.TempDir(), "up")
+	var stdout, stderr bytes.Buffer
+	if code := Execute([]string{"up", "--dir", dir, "--runtime", "containerd"}, &stdout, &stderr); code != exitUsage {
+		t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, exitUsage, stderr.String())
+	}
+	want := "--runtime containerd needs containerd: install the Debian package containerd"
+	if first, _, _ := strings.Cut(stderr.String(), "\n"); !strings.Contains(first, want) {
+		t.Errorf("first stderr line %q does not contain %q", first, want)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a missing package left %d entries in the state directory", len(entries))
+	}
+}

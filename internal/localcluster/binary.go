@@ -53,12 +53,12 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	root, err := FindModuleRoot()
 	if err != nil {
 		// Outside the source tree (an installed kubevol), the last built binary will do.
-		if bin := newestBinary(cache); bin != "" {
+		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
 			return bin, nil
 		}
 		return "", err
 	}
-	key, err := sourceKey(root)
+	key, err := sourceKey(root, clusterModule, versionLDFlags)
 	if err != nil {
 		return "", err
 	}
@@ -67,23 +67,35 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return bin, nil
 	}
 
-	lock, err := os.OpenFile(filepath.Join(cache, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	err = buildLocked(filepath.Join(cache, "build.lock"), bin, func() error {
+		if err := build(ctx, root, bin, progress); err != nil {
+			return err
+		}
+		removeStale(cache, "kubevol-cluster-", bin)
+		return nil
+	})
 	if err != nil {
 		return "", err
 	}
+	return bin, nil
+}
+
+// buildLocked runs build under an exclusive lock on lockPath unless out exists once the
+// lock is held (another process built it while this one waited).
+func buildLocked(lockPath, out string, build func() error) error {
+	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // another process built it while we waited
+	if _, err := os.Stat(out); err == nil {
+		return nil
 	}
-	if err := build(ctx, root, bin, progress); err != nil {
-		return "", err
-	}
-	removeStaleBinaries(cache, bin)
-	return bin, nil
+	return build()
 }
 
 // FindModuleRoot walks up from the working directory, then from the running executable,
@@ -112,19 +124,20 @@ func FindModuleRoot() (string, error) {
 	return "", fmt.Errorf("kubevol-cluster binary not found: set %s, or run from the kubevol source tree so it can be built", BinaryEnv)
 }
 
-// sourceKey fingerprints everything that decides the binary's content.
-func sourceKey(root string) (string, error) {
-	files, err := sourceFiles(root)
+// sourceKey fingerprints everything that decides the content of what is built from module
+// (relative to root): the Go version, salt (build flags) and the module's files.
+func sourceKey(root, module, salt string) (string, error) {
+	files, err := sourceFiles(root, module)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
-		return "", fmt.Errorf("the Go toolchain is needed to build kubevol-cluster: %w", err)
+		return "", fmt.Errorf("the Go toolchain is needed to build %s: %w", module, err)
 	}
 	h.Write(goVersion)
-	h.Write([]byte(versionLDFlags))
+	h.Write([]byte(salt))
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
@@ -136,11 +149,11 @@ func sourceKey(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-// sourceFiles lists, relative to root, the files the binary is built from: the control
-// plane module's go.mod, go.sum and sources.
-func sourceFiles(root string) ([]string, error) {
-	files := []string{filepath.Join(clusterModule, "go.mod"), filepath.Join(clusterModule, "go.sum")}
-	srcs, err := filepath.Glob(filepath.Join(root, clusterModule, "*.go"))
+// sourceFiles lists, relative to root, the files a module's binaries are built from: its
+// go.mod, go.sum and top-level sources.
+func sourceFiles(root, module string) ([]string, error) {
+	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum")}
+	srcs, err := filepath.Glob(filepath.Join(root, module, "*.go"))
 	if err != nil {
 		return nil, err
 	}
@@ -220,28 +233,13 @@ func countPackages(ctx context.Context, root string) int {
 	return strings.Count(string(out), "\n")
 }
 
-func newestBinary(cache string) string {
-	bins, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
-	var newest string
-	var newestTime time.Time
-	for _, b := range bins {
-		st, err := os.Stat(b)
-		if err != nil || strings.HasSuffix(b, ".tmp") {
-			continue
-		}
-		if st.ModTime().After(newestTime) {
-			newest, newestTime = b, st.ModTime()
-		}
-	}
-	return newest
-}
-
-// removeStaleBinaries deletes binaries built for older sources; each is about 200 MB.
-func removeStaleBinaries(cache, keep string) {
-	old, _ := filepath.Glob(filepath.Join(cache, "kubevol-cluster-*"))
+// removeStale deletes what was built for older sources under prefix (binaries of about 200 MB,
+// or directories of them).
+func removeStale(cache, prefix, keep string) {
+	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"))
 	for _, o := range old {
 		if o != keep && !strings.HasSuffix(o, ".tmp") {
-			_ = os.Remove(o) // a running cluster keeps its unlinked binary
+			_ = os.RemoveAll(o) // a running cluster keeps its unlinked binary
 		}
 	}
 }

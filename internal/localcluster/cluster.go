@@ -75,7 +75,14 @@ type Options struct {
 	UnsafeNoFsync bool
 	// ReadyTimeout bounds the wait for each component; zero means two minutes.
 	ReadyTimeout time.Duration
+	// ExtraControllers are kube-controller-manager controllers to run beside Controllers,
+	// for example the workload controllers when a real kubelet runs pods.
+	ExtraControllers []string
 }
+
+// WorkloadControllers run Deployments, ReplicaSets and DaemonSets: a cluster whose node is
+// a real kubelet (`kubevol up --runtime containerd`) runs deploy/'s workloads with them.
+var WorkloadControllers = []string{"deployment-controller", "replicaset-controller", "daemonset-controller"}
 
 // Ports are the loopback ports of a cluster. They are kept across restarts when still free.
 type Ports struct {
@@ -305,6 +312,9 @@ func (c *Cluster) Process(name string) *proc.Process {
 // Dir is the state directory.
 func (c *Cluster) Dir() string { return c.opts.Dir }
 
+// Binary is the kubevol-cluster binary the components run from (the kubelet too).
+func (c *Cluster) Binary() string { return c.opts.Binary }
+
 // PKI is the cluster's certificate authority, for issuing component identities.
 func (c *Cluster) PKI() *PKI { return c.pki }
 
@@ -450,6 +460,12 @@ func (c *Cluster) apiserverArgs() []string {
 		// No kube-proxy or endpoints here, and loopback is not a valid endpoint address.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
+		// A real kubelet (`kubevol up --runtime containerd`) is reached at its Node's InternalIP
+		// (loopback): its host name may not resolve. The apiserver authenticates to it with
+		// its own client certificate, as kubeadm sets it up.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + p.CertFile(kubeletClientIdentity.Name),
+		"--kubelet-client-key=" + p.KeyFile(kubeletClientIdentity.Name),
 		"--profiling=false",
 		"--cert-dir=" + c.path("apiserver-certs"),
 	}
@@ -465,7 +481,7 @@ func (c *Cluster) controllerManagerArgs() []string {
 		fmt.Sprintf("--secure-port=%d", c.ports.ControllerManager),
 		"--tls-cert-file=" + c.pki.CertFile("serving"),
 		"--tls-private-key-file=" + c.pki.KeyFile("serving"),
-		"--controllers=" + strings.Join(Controllers, ","),
+		"--controllers=" + strings.Join(append(slices.Clone(Controllers), c.opts.ExtraControllers...), ","),
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + c.pki.ServiceAccountKeyFile(),
 		"--root-ca-file=" + c.pki.CAFile(),

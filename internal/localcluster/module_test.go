@@ -33,7 +33,7 @@ func TestMainModuleCanBeDepended(t *testing.T) {
 			t.Errorf("go.mod:%d: a v0.0.0 requirement: %s", i+1, line)
 		}
 	}
-	files, err := sourceFiles(root)
+	files, err := sourceFiles(root, clusterModule)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,9 @@ var (
 	AdminIdentity             = Identity{Name: "admin", User: "kubevol-admin", Groups: []string{"system:masters"}}
 	controllerManagerIdentity = Identity{Name: "kube-controller-manager", User: "system:kube-controller-manager"}
 	schedulerIdentity         = Identity{Name: "kube-scheduler", User: "system:kube-scheduler"}
+	// kubeletClientIdentity is the apiserver's own identity towards a kubelet (logs, exec,
+	// port-forward), in system:masters as kubeadm's apiserver-kubelet-client was.
+	kubeletClientIdentity = Identity{Name: "apiserver-kubelet-client", User: "kube-apiserver-kubelet-client", Groups: []string{"system:masters"}}
 )
 
 // PKI is the certificate authority of a local cluster and the files it issued, kept in one
@@ -75,7 +78,7 @@ func LoadOrCreatePKI(dir string) (*PKI, error) {
 	if err := p.ensureServing(); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	for _, id := range []Identity{AdminIdentity, controllerManagerIdentity, schedulerIdentity} {
+	for _, id := range []Identity{AdminIdentity, controllerManagerIdentity, schedulerIdentity, kubeletClientIdentity} {
 		if err := p.EnsureClient(id); err != nil {
 			return nil, fmt.Errorf("client certificate %s: %w", id.Name, err)
 		}

@@ -27,4 +27,9 @@ func probe(ctx context.Context, url string) error {
 	return nil
 }
 
-func (c *component) probe(ctx context.Context) error { return probe(ctx, c.health) }
+func (c *component) probe(ctx context.Context) error {
+	if c.check != nil {
+		return c.check(ctx)
+	}
+	return probe(ctx, c.health)
+}

@@ -41,7 +41,8 @@ type component struct {
 	args    []string
 	env     []string
 	logPath string
-	health  string // URL of /healthz, or "" for none
+	health  string                      // URL of /healthz, or "" for none
+	check   func(context.Context) error // when set, the health check instead of health
 
 	mu       sync.Mutex
 	p        *proc.Process

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
 )
@@ -60,6 +61,14 @@ type Options struct {
 	// NodeSyncFrequency is the node agent's --sync-frequency; zero means
 	// DefaultNodeSyncFrequency.
 	NodeSyncFrequency time.Duration
+	// Runtime "containerd" makes the upstream kubelet, on containerd, this machine's node
+	// instead of the kubevol node agent; "" runs the node agent.
+	Runtime string
+	// Images are image archives (OCI layout tarballs) imported into containerd at start.
+	Images []string
+	// E2EImages also builds and imports the e2e suite's agnhost image (a build of a few
+	// minutes, once).
+	E2EImages bool
 }
 
 // DefaultNodeSyncFrequency is up's --sync-frequency for its node agent: a development
@@ -81,6 +90,10 @@ type Stack struct {
 	mu      sync.Mutex
 	procs   []*component
 	drivers []*externalDriver
+	// runtime and nodeProcs (containerd, kubelet) are the node of --runtime containerd.
+	runtime   *runtimeNode
+	nodeProcs []*component
+	cniDir    string
 
 	events    chan string
 	failed    chan error
@@ -137,17 +150,39 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			fmt.Fprintf(o.Progress, "note: --driver-config configures %s, which no --driver serves\n", name)
 		}
 	}
+	// A missing package of the container runtime stops up before anything is written.
+	switch o.Runtime {
+	case "":
+	case RuntimeContainerd:
+		if err := kubeletnode.CheckPrerequisites(); err != nil {
+			closeDrivers(drivers)
+			return nil, err
+		}
+	default:
+		closeDrivers(drivers)
+		return nil, fmt.Errorf("up: unknown runtime %q", o.Runtime)
+	}
 	if marked, err := claimDir(o.Dir); err != nil {
 		return nil, fmt.Errorf("up: state directory: %w", err)
 	} else if !marked {
 		fmt.Fprintf(o.Progress, "note: %s is not empty and has no %s marker, so `kubevol up --reset` will refuse to wipe it\n", o.Dir, MarkerFile)
 	}
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync})
+	var cniDir string
+	var extraControllers []string
+	if o.Runtime == RuntimeContainerd {
+		if cniDir, err = localcluster.EnsureCNIPlugins(ctx, o.Progress); err != nil {
+			closeDrivers(drivers)
+			return nil, err
+		}
+		extraControllers = localcluster.WorkloadControllers
+	}
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync,
+		ExtraControllers: extraControllers})
 	if err != nil {
 		closeDrivers(drivers)
 		return nil, err
 	}
-	s := &Stack{opts: o, Cluster: cluster, drivers: drivers, events: make(chan string, 64), failed: make(chan error, 1), restarts: map[string]int{}}
+	s := &Stack{opts: o, Cluster: cluster, drivers: drivers, events: make(chan string, 64), failed: make(chan error, 1), restarts: map[string]int{}, cniDir: cniDir}
 	if err := s.startComponents(ctx); err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -187,6 +222,17 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		return err
 	}
 	socket := "unix://" + s.path("csi", "csi.sock")
+	registry := s.path("node", "plugins_registry")
+	var rn *runtimeNode
+	if s.opts.Runtime == RuntimeContainerd {
+		if rn, err = s.newRuntimeNode(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.runtime = rn
+		s.mu.Unlock()
+		registry = rn.node.PluginsRegistry()
+	}
 	steps := []struct {
 		name string
 		port int
@@ -194,7 +240,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	}{
 		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
 			// The node agent learns of the driver as the kubelet would, through its registry.
-			"--plugin-registration-dir", s.path("node", "plugins_registry")}},
+			"--plugin-registration-dir", registry}},
 		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
 		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
 		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
@@ -210,6 +256,9 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if s.opts.AttachRequired {
 		steps[0].args = append(steps[0].args, "--attach-required")
 	}
+	if rn != nil {
+		steps = steps[:len(steps)-1] // the kubelet is the node
+	}
 	for _, st := range steps {
 		addr := "127.0.0.1:" + strconv.Itoa(st.port)
 		flag := "--http-endpoint"
@@ -219,6 +268,11 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		args := append(st.args, flag, addr)
 		c := newComponent("kubevol "+st.name, s.opts.KubevolBinary, args, s.Cluster.LogPath("kubevol-"+st.name), "http://"+addr+"/healthz")
 		if err := s.startComponent(ctx, c, &s.procs); err != nil {
+			return err
+		}
+	}
+	if rn != nil {
+		if err := s.startRuntimeNode(ctx, cs, rn); err != nil {
 			return err
 		}
 	}
@@ -251,6 +305,8 @@ func (s *Stack) Stop() error {
 		s.superStop()
 		<-s.superDone
 	}
+	// The kubelet node goes first: its pods use the driver.
+	runtimeErr := s.stopRuntime()
 	s.mu.Lock()
 	procs := s.procs
 	drivers := s.drivers
@@ -259,7 +315,7 @@ func (s *Stack) Stop() error {
 	}
 	s.procs, s.drivers = nil, nil
 	s.mu.Unlock()
-	var errs []error
+	errs := []error{runtimeErr}
 	for i := len(procs) - 1; i >= 0; i-- {
 		errs = append(errs, procs[i].stop(30*time.Second))
 	}
@@ -281,7 +337,7 @@ func (s *Stack) Status(ctx context.Context) []localcluster.ComponentStatus {
 	for i := range out {
 		out[i].Restarts = s.restarts[out[i].Name]
 	}
-	for _, c := range s.procs {
+	for _, c := range append(slices.Clone(s.procs), s.nodeProcs...) {
 		probes = append(probes, c.status)
 	}
 	for _, d := range s.drivers {
