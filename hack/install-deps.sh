@@ -10,6 +10,9 @@ command -v mount >/dev/null || need+=(mount)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
 command -v blkid >/dev/null || need+=(util-linux)
+# The image tests run kubevol's images as a pod would: Debian's containerd and runc.
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

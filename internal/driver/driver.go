@@ -230,6 +230,9 @@ func ParseEndpoint(ep string) (string, error) {
 }
 
 // Listen opens the unix socket of endpoint, removing a stale socket left by a killed driver.
+// The socket is made readable and writable by its group (0660): the sidecars run as a
+// non-root user (65532 in deploy/) whose group is the driver's (runAsGroup), so they can
+// connect while other users on the node cannot; hostpath runs its sidecars privileged instead.
 func Listen(endpoint string) (net.Listener, error) {
 	p, err := ParseEndpoint(endpoint)
 	if err != nil {
@@ -246,7 +249,15 @@ func Listen(endpoint string) (net.Listener, error) {
 			return nil, err
 		}
 	}
-	return net.Listen("unix", p)
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("endpoint %s: %w", p, err)
+	}
+	return l, nil
 }
 
 // fileView reads a record document that the other process of a split node writes. It is

@@ -1,0 +1,101 @@
+// Command images builds kubevol's container images (internal/images) from binaries and
+// Debian packages already on disk, writes each as an OCI archive and, with -push, pushes
+// them. `make images` and `make push` run it; see docs/images.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kubevol/kubevol/internal/image"
+	"github.com/kubevol/kubevol/internal/images"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	prefix := flag.String("prefix", images.DefaultPrefix, "registry prefix: images are <prefix>/<name>:<tag>")
+	tag := flag.String("tag", "", "image tag (default: -version)")
+	version := flag.String("version", "", "version the binaries are stamped with (required)")
+	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms")
+	binDir := flag.String("bin-dir", "_output/bin", "binaries, as <dir>/<os>_<arch>/kubevol")
+	debsDir := flag.String("debs-dir", "_output/debs", "Debian packages, as <dir>/<arch>/{root,packages} (hack/debs.sh)")
+	out := flag.String("out", "_output/images", "directory of the OCI archives, <name>.oci.tar, and digests.txt")
+	only := flag.String("only", "", "comma-separated image names (default: all)")
+	push := flag.Bool("push", false, "push each image to its reference instead of writing archives")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "images: unexpected arguments:", flag.Args())
+		os.Exit(2)
+	}
+	if *version == "" {
+		fmt.Fprintln(os.Stderr, "images: -version is required")
+		os.Exit(2)
+	}
+	if *tag == "" {
+		*tag = *version
+	}
+	b := &images.Builder{Prefix: *prefix, Tag: *tag, Version: *version}
+	for _, s := range strings.Split(*platforms, ",") {
+		p, err := images.ParsePlatform(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "images:", err)
+			os.Exit(2)
+		}
+		b.Platforms = append(b.Platforms, p)
+	}
+	b.Inputs = images.Inputs{
+		Binary:   func(p image.Platform) string { return filepath.Join(*binDir, p.OS+"_"+p.Architecture, "kubevol") },
+		Tools:    func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "root") },
+		Packages: func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "packages") },
+	}
+	roles := images.Roles
+	if *only != "" {
+		roles = nil
+		for _, n := range strings.Split(*only, ",") {
+			r, ok := images.Lookup(strings.TrimSpace(n))
+			if !ok {
+				fmt.Fprintf(os.Stderr, "images: no image named %q\n", n)
+				os.Exit(2)
+			}
+			roles = append(roles, r)
+		}
+	}
+	var digests strings.Builder
+	for _, r := range roles {
+		n, err := b.Build(r)
+		if err != nil {
+			return err
+		}
+		d, err := n.Index.Digest()
+		if err != nil {
+			return err
+		}
+		if *push {
+			if err := image.Push(context.Background(), n); err != nil {
+				return fmt.Errorf("push %s: %w", n.Ref, err)
+			}
+			fmt.Printf("pushed %s@%s\n", n.Ref, d)
+			continue
+		}
+		file := filepath.Join(*out, r.Name+".oci.tar")
+		if err := image.WriteArchiveFile(file, n); err != nil {
+			return err
+		}
+		fmt.Printf("%s %s %s\n", file, n.Ref, d)
+		fmt.Fprintf(&digests, "%s@%s\n", n.Ref, d)
+	}
+	if *push {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(*out, "digests.txt"), []byte(digests.String()), 0o644)
+}

@@ -1,0 +1,274 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubevol/kubevol/internal/localcluster"
+)
+
+func deployDir(t *testing.T) string {
+	t.Helper()
+	root, err := localcluster.FindModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "deploy")
+}
+
+// render runs kustomize on dir, as `kubectl kustomize dir` would.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal(y, &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out
+}
+
+// rel is the path of deploy/'s sub directory sub seen from dir: kustomize takes only
+// relative paths to other kustomizations.
+func rel(t *testing.T, dir, sub string) string {
+	t.Helper()
+	r, err := filepath.Rel(dir, filepath.Join(deployDir(t), sub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// overlay writes a kustomization.yaml (and other files) into a new directory; "DEPLOY/x"
+// in them is the relative path of deploy/x.
+func overlay(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		body = regexp.MustCompile(`DEPLOY/?([a-z]*)`).ReplaceAllStringFunc(body, func(m string) string {
+			return rel(t, dir, strings.TrimPrefix(strings.TrimPrefix(m, "DEPLOY"), "/"))
+		})
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func containers(t *testing.T, o *unstructured.Unstructured) map[string]map[string]any {
+	t.Helper()
+	list, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	out := map[string]map[string]any{}
+	for _, c := range list {
+		m := c.(map[string]any)
+		out[m["name"].(string)] = m
+	}
+	return out
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			return o
+		}
+	}
+	return nil
+}
+
+// Every base renders; every image is kubevol's, named by tag; nothing asks for a critical
+// priority class; every sidecar runs as upstream's restricted securityContext.
+func TestBasesRender(t *testing.T) {
+	d := deployDir(t)
+	for _, base := range []string{".", "sidecars", "node", "base", "driver", "provisioner", "attacher", "resizer", "approver", "snapshotter"} {
+		objs := render(t, filepath.Join(d, base))
+		if len(objs) == 0 {
+			t.Errorf("%s renders nothing", base)
+		}
+		for _, o := range objs {
+			if pc, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "priorityClassName"); pc != "" {
+				t.Errorf("%s: %s %s has priorityClassName %s", base, o.GetKind(), o.GetName(), pc)
+			}
+			for name, c := range containers(t, o) {
+				img, _ := c["image"].(string)
+				if !strings.HasPrefix(img, "ghcr.io/kubevol/") || !strings.Contains(img, ":") {
+					t.Errorf("%s: %s/%s container %s: image %q is not kubevol's by tag", base, o.GetKind(), o.GetName(), name, img)
+				}
+				if args, _ := c["args"].([]any); len(args) > 0 && !strings.HasPrefix(args[0].(string), "-") {
+					t.Errorf("%s: container %s passes a subcommand %q: the image's entrypoint is the role", base, name, args[0])
+				}
+				if strings.HasPrefix(name, "csi-") || name == "snapshot-controller" || name == "csr-approver" {
+					sc, _ := c["securityContext"].(map[string]any)
+					seccomp, _, _ := unstructured.NestedString(sc, "seccompProfile", "type")
+					drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")
+					if sc["runAsNonRoot"] != true || sc["readOnlyRootFilesystem"] != true || sc["allowPrivilegeEscalation"] != false ||
+						seccomp != "RuntimeDefault" || len(drop) != 1 || drop[0] != "ALL" {
+						t.Errorf("%s: container %s securityContext %v is not restricted", base, name, sc)
+					}
+				}
+			}
+		}
+	}
+	if objs := render(t, filepath.Join(d, "sidecars")); find(objs, "Deployment", "") != nil || find(objs, "ServiceAccount", "kubevol-snapshot-controller") != nil {
+		t.Error("deploy/sidecars carries the snapshot-controller")
+	}
+}
+
+// An overlay sets the namespace, the images and the driver name; nothing keeps the defaults.
+func TestOverlaySetsNamespaceImagesAndDriverName(t *testing.T) {
+	dir := overlay(t, map[string]string{
+		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: storage
+resources: [DEPLOY, name.yaml]
+components: [DEPLOY/driver-name]
+images:
+  - {name: ghcr.io/kubevol/kubevol-driver, newName: registry.example/me/kubevol-driver, newTag: v9}
+`,
+		"name.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kubevol-driver-name
+  annotations: {config.kubernetes.io/local-config: "true"}
+data: {name: local.example.com}
+`})
+	objs := render(t, dir)
+	if find(objs, "ConfigMap", "kubevol-driver-name") != nil {
+		t.Error("the local-config ConfigMap is in the output")
+	}
+	for _, o := range objs {
+		if o.GetNamespace() != "" && o.GetNamespace() != "storage" {
+			t.Errorf("%s %s in namespace %s", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		if o.GetKind() == "Namespace" && o.GetName() != "storage" {
+			t.Errorf("namespace %s", o.GetName())
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if ns, ok := s.(map[string]any)["namespace"]; ok && ns != "storage" {
+				t.Errorf("%s %s binds a subject in %v", o.GetKind(), o.GetName(), ns)
+			}
+		}
+	}
+	if cd := find(objs, "CSIDriver", ""); cd == nil || cd.GetName() != "local.example.com" {
+		t.Errorf("CSIDriver %v", cd)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "StorageClass" {
+			if p, _, _ := unstructured.NestedString(o.Object, "provisioner"); p != "local.example.com" {
+				t.Errorf("StorageClass %s provisioner %s", o.GetName(), p)
+			}
+		}
+	}
+	node := find(objs, "DaemonSet", "kubevol-driver-node")
+	vols, _, _ := unstructured.NestedSlice(node.Object, "spec", "template", "spec", "volumes")
+	for _, v := range vols {
+		if m := v.(map[string]any); m["name"] == "plugin-dir" {
+			if p, _, _ := unstructured.NestedString(m, "hostPath", "path"); p != "/var/lib/kubelet/plugins/local.example.com" {
+				t.Errorf("plugin-dir %s", p)
+			}
+		}
+	}
+	drv := containers(t, node)["driver"]
+	if drv["image"] != "registry.example/me/kubevol-driver:v9" {
+		t.Errorf("driver image %v", drv["image"])
+	}
+	if !strings.Contains(toString(drv["env"]), "local.example.com") {
+		t.Errorf("driver env %v", drv["env"])
+	}
+	if c := containers(t, find(objs, "Deployment", "kubevol-provisioner"))["driver"]; !strings.Contains(toString(c["env"]), "local.example.com") {
+		t.Errorf("controller driver env %v", c["env"])
+	}
+}
+
+func toString(v any) string {
+	var b strings.Builder
+	for _, e := range v.([]any) {
+		m := e.(map[string]any)
+		b.WriteString(m["name"].(string) + "=" + toStringValue(m["value"]) + " ")
+	}
+	return b.String()
+}
+
+func toStringValue(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// An existing driver's controller (shaped as the hostpath driver's) with the sidecars base
+// and the swap component: kubevol's images by container name, upstream's args untouched,
+// the driver's own container and a workload without sidecars left alone. The swap matches
+// upstream's image names (each container name has its image).
+func TestSwapComponent(t *testing.T) {
+	dir := overlay(t, map[string]string{
+		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: csi-example
+resources: [DEPLOY/sidecars, driver.yaml]
+components: [DEPLOY/swap]
+`,
+		"driver.yaml": `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: csi-hostpathplugin}
+spec:
+  serviceName: csi-hostpathplugin
+  selector: {matchLabels: {app: hostpath}}
+  template:
+    metadata: {labels: {app: hostpath}}
+    spec:
+      containers:
+        - name: hostpath
+          image: registry.k8s.io/sig-storage/hostpathplugin:v1.17.0
+        - name: csi-provisioner
+          image: registry.k8s.io/sig-storage/csi-provisioner:v6.3.0
+          args: [-v=5, --csi-address=/csi/csi.sock, --feature-gates=Topology=true]
+        - name: csi-resizer
+          image: registry.k8s.io/sig-storage/csi-resizer:v2.1.0
+          args: [-v=5, -csi-address=/csi/csi.sock]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: unrelated}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec:
+      containers: [{name: app, image: example/app:v1}]
+`})
+	objs := render(t, dir)
+	ss := containers(t, find(objs, "StatefulSet", "csi-hostpathplugin"))
+	if len(ss) != 3 {
+		t.Fatalf("containers %v", ss)
+	}
+	if ss["hostpath"]["image"] != "registry.k8s.io/sig-storage/hostpathplugin:v1.17.0" {
+		t.Errorf("driver container swapped: %v", ss["hostpath"]["image"])
+	}
+	if ss["csi-provisioner"]["image"] != "ghcr.io/kubevol/csi-provisioner:latest" || ss["csi-resizer"]["image"] != "ghcr.io/kubevol/csi-resizer:latest" {
+		t.Errorf("sidecars not swapped: %v %v", ss["csi-provisioner"]["image"], ss["csi-resizer"]["image"])
+	}
+	if args := ss["csi-resizer"]["args"].([]any); len(args) != 2 || args[1] != "-csi-address=/csi/csi.sock" {
+		t.Errorf("args changed: %v", args)
+	}
+	if u := containers(t, find(objs, "Deployment", "unrelated")); len(u) != 1 || u["app"]["image"] != "example/app:v1" {
+		t.Errorf("unrelated workload changed: %v", u)
+	}
+}
