@@ -66,15 +66,17 @@ func Run(ctx context.Context, cfg Config) error {
 	logger.Info("CSI driver is ready", "topology", caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
 
 	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver)
+	node := ""
 	if nd := cfg.NodeDeployment; nd != nil {
 		if err := nodeInfo(ctx, sc, nd); err != nil {
 			return err
 		}
 		identity += "-" + nd.NodeName
+		node = nd.NodeName
 		logger.Info("Node deployment: provisioning only this node's claims", "node", nd.NodeName, "topology", nd.Topology, "immediateBinding", nd.ImmediateBinding)
 	}
 	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity,
-		journal: intent.New(sc.Client, sc.Driver),
+		journal: intent.New(sc.Client, sc.Driver, node),
 	}
 	p.hostname, _ = os.Hostname()
 	// Events get their own client and budget so an event storm never delays a PV create

@@ -62,7 +62,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.journal = intent.New(f.cs, driverName)
+	f.journal = intent.New(f.cs, driverName, "")
 	if _, err := f.journal.Load(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,10 @@ type Record struct {
 	Claim     string    `json:"-"`
 	// Driver is the provisioner's driver; a record of another driver is not ours.
 	Driver string `json:"driver"`
+	// Node is the node of the --node-deployment instance that wrote the record ("" for a
+	// central provisioner). The instances of one driver share the finalizer, so the node
+	// is what tells one instance's records from another's.
+	Node   string `json:"node,omitempty"`
 	PVName string `json:"pv"`
 	// VolumeID is set once CreateVolume has answered (in memory only: until the PV
 	// exists, a cleanup after a restart repeats CreateVolume to learn it).
@@ -75,6 +79,7 @@ type Record struct {
 type Journal struct {
 	client    kubernetes.Interface
 	driver    string
+	node      string
 	finalizer string
 
 	mu      sync.Mutex
@@ -83,9 +88,10 @@ type Journal struct {
 	unrecorded map[types.UID]bool
 }
 
-// New returns the journal of driver's provisioner.
-func New(client kubernetes.Interface, driver string) *Journal {
-	return &Journal{client: client, driver: driver, finalizer: Finalizer(driver),
+// New returns the journal of driver's provisioner; node is the node of a --node-deployment
+// instance, "" for a central provisioner.
+func New(client kubernetes.Interface, driver, node string) *Journal {
+	return &Journal{client: client, driver: driver, node: node, finalizer: Finalizer(driver),
 		records: map[types.UID]Record{}, unrecorded: map[types.UID]bool{}}
 }
 
@@ -118,9 +124,11 @@ func (j *Journal) Load(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// Parse returns the record on pvc, if it is this driver's. A record that cannot be read
-// but comes with our finalizer is returned without a request, so that a cleanup finds the
-// PV or gives up on the volume and the claim is never stuck.
+// Parse returns the record on pvc, if it is this driver's and this instance's. A record that
+// cannot be read but comes with our finalizer is returned without a request, so that a
+// cleanup finds the PV or gives up on the volume and the claim is never stuck; except for a
+// --node-deployment instance, which cannot tell whose it is: another node's instance may be
+// in the middle of that CreateVolume, and only it may clean up after it.
 func (j *Journal) Parse(pvc *corev1.PersistentVolumeClaim) (Record, bool) {
 	ours := slices.Contains(pvc.Finalizers, j.finalizer)
 	s, ok := pvc.Annotations[Annotation]
@@ -129,10 +137,12 @@ func (j *Journal) Parse(pvc *corev1.PersistentVolumeClaim) (Record, bool) {
 	}
 	var r Record
 	if err := json.Unmarshal([]byte(s), &r); err != nil || r.Driver != j.driver {
-		if !ours {
+		if !ours || j.node != "" {
 			return Record{}, false
 		}
 		r = Record{Driver: j.driver}
+	} else if r.Node != j.node {
+		return Record{}, false
 	}
 	r.ClaimUID, r.Namespace, r.Claim = pvc.UID, pvc.Namespace, pvc.Name
 	return r, true
@@ -142,7 +152,7 @@ func (j *Journal) Parse(pvc *corev1.PersistentVolumeClaim) (Record, bool) {
 // with the claim as stored. A refused write gives ErrUnrecorded the first time for the
 // claim and nil after: the record is then in memory only.
 func (j *Journal) Add(ctx context.Context, claim *corev1.PersistentVolumeClaim, r Record) (*corev1.PersistentVolumeClaim, error) {
-	r.ClaimUID, r.Namespace, r.Claim, r.Driver = claim.UID, claim.Namespace, claim.Name, j.driver
+	r.ClaimUID, r.Namespace, r.Claim, r.Driver, r.Node = claim.UID, claim.Namespace, claim.Name, j.driver, j.node
 	if len(r.Request) > maxRequestBytes {
 		r.Request = nil
 	}
