@@ -77,7 +77,9 @@ func Ensure(ctx context.Context, cs kubernetes.Interface, a Account) error {
 			return err
 		}
 		b := cs.RbacV1().ClusterRoleBindings()
-		if err := upsert(ctx, "ClusterRoleBinding", a.ClusterName, o.ClusterRoleBinding, b.Create, b.Get, b.Update, mergeBinding[*rbacv1.ClusterRoleBinding]); err != nil {
+		if err := upsert(ctx, "ClusterRoleBinding", a.ClusterName, o.ClusterRoleBinding, b.Create, b.Get, b.Update, func(have, want *rbacv1.ClusterRoleBinding) {
+			have.Labels, have.Subjects, have.RoleRef = want.Labels, want.Subjects, want.RoleRef
+		}); err != nil {
 			return err
 		}
 	}
@@ -89,7 +91,9 @@ func Ensure(ctx context.Context, cs kubernetes.Interface, a Account) error {
 			return err
 		}
 		b := cs.RbacV1().RoleBindings(a.Namespace)
-		if err := upsert(ctx, "RoleBinding", a.Name, o.RoleBinding, b.Create, b.Get, b.Update, mergeBinding[*rbacv1.RoleBinding]); err != nil {
+		if err := upsert(ctx, "RoleBinding", a.Name, o.RoleBinding, b.Create, b.Get, b.Update, func(have, want *rbacv1.RoleBinding) {
+			have.Labels, have.Subjects, have.RoleRef = want.Labels, want.Subjects, want.RoleRef
+		}); err != nil {
 			return err
 		}
 	}
@@ -102,7 +106,9 @@ type (
 	updateFn[T any] func(context.Context, T, metav1.UpdateOptions) (T, error)
 )
 
-// upsert creates want, or makes the existing object say what want says.
+// upsert creates want, or makes the existing object say what want says (merge). A binding's
+// roleRef is immutable: the update of a binding of that name to another role is refused,
+// and Ensure returns that error.
 func upsert[T any](ctx context.Context, kind, name string, want T, create createFn[T], get getFn[T], update updateFn[T], merge func(have, want T)) error {
 	_, err := create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -116,21 +122,6 @@ func upsert[T any](ctx context.Context, kind, name string, want T, create create
 		return fmt.Errorf("%s %s: %w", kind, name, err)
 	}
 	return nil
-}
-
-// mergeBinding makes an existing binding bind want's subjects. Its roleRef is immutable:
-// the update of a binding of that name to another role is refused, and Ensure says so.
-func mergeBinding[T interface {
-	*rbacv1.ClusterRoleBinding | *rbacv1.RoleBinding
-}](have, want T) {
-	switch h := any(have).(type) {
-	case *rbacv1.ClusterRoleBinding:
-		w := any(want).(*rbacv1.ClusterRoleBinding)
-		h.Labels, h.Subjects, h.RoleRef = w.Labels, w.Subjects, w.RoleRef
-	case *rbacv1.RoleBinding:
-		w := any(want).(*rbacv1.RoleBinding)
-		h.Labels, h.Subjects, h.RoleRef = w.Labels, w.Subjects, w.RoleRef
-	}
 }
 
 // WaitAuthorized waits until the authorizer grants ServiceAccount ns/sa the first rule of
