@@ -93,6 +93,15 @@ func TestUpThenInterrupt(t *testing.T) {
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("mounts under %s left after kubevol up stopped", dir)
 	}
+
+	// A second start finds its ServiceAccounts and RBAC and updates them, and the sidecars
+	// run as themselves again, with new tokens.
+	r = startUp(t, bin, "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
+	pids = descendants(r.cmd.Process.Pid)
+	for _, role := range []string{"provisioner", "snapshotter"} {
+		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
+	}
+	r.interrupt(t)
 }
 
 // assertRunsAs checks that the kubevol process of role among pids has a kubeconfig whose
