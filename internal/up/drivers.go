@@ -315,7 +315,7 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 			fmt.Fprintf(s.opts.Progress, "note: CSIDriver %s exists and up never changes it, so --driver-config's %s is not applied: kubectl delete csidriver %s and restart up, or start it with --reset\n",
 				d.name, strings.Join(d.unapplied, ", "), d.name)
 		}
-		if err := s.startSidecars(ctx, d); err != nil {
+		if err := s.startSidecars(ctx, cs, d); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.opts.Progress, "driver %s ready (%s)\n", d.name, d.describe())
@@ -323,7 +323,7 @@ func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error
 	return nil
 }
 
-func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
+func (s *Stack) startSidecars(ctx context.Context, cs kubernetes.Interface, d *externalDriver) error {
 	var kinds []string
 	if d.hasController() {
 		kinds = append(kinds, "provisioner")
@@ -344,7 +344,15 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	}
 	for i, kind := range kinds {
 		addr := "127.0.0.1:" + strconv.Itoa(ports[i])
-		args := append(s.sidecarArgs(kind, d.endpoint), "--http-endpoint", addr)
+		role := kind
+		if kind == "snapshotter" {
+			role = "csi-snapshotter"
+		}
+		kubeconfig, err := s.sidecarKubeconfig(ctx, cs, role)
+		if err != nil {
+			return err
+		}
+		args := append(s.sidecarArgs(kind, d.endpoint, kubeconfig), "--http-endpoint", addr)
 		if kind == "snapshotter" {
 			// Only its csi-snapshotter: the cluster's snapshot-controller runs with kubevol's driver.
 			args = append(args, "--snapshot-controller=false")
@@ -363,9 +371,10 @@ func (s *Stack) startSidecars(ctx context.Context, d *externalDriver) error {
 	return nil
 }
 
-// sidecarArgs are the arguments of a kubevol controller sidecar for the driver at endpoint.
-func (s *Stack) sidecarArgs(kind, endpoint string) []string {
-	args := []string{kind, "--csi-address", endpoint, "--kubeconfig", s.Cluster.KubeconfigPath(), "--leader-election-namespace", Namespace}
+// sidecarArgs are the arguments of a kubevol controller sidecar for the driver at endpoint,
+// running with kubeconfig (its ServiceAccount's, sidecarKubeconfig).
+func (s *Stack) sidecarArgs(kind, endpoint, kubeconfig string) []string {
+	args := []string{kind, "--csi-address", endpoint, "--kubeconfig", kubeconfig, "--leader-election-namespace", Namespace}
 	if kind == "provisioner" {
 		args = append(args, "--intent-namespace", Namespace)
 	}

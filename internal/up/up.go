@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/identity"
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
@@ -101,6 +102,12 @@ type Stack struct {
 	superDone chan struct{}
 	restarts  map[string]int // control plane components
 	logFiles  []*os.File
+
+	// kubeconfigs are the sidecars' ServiceAccount kubeconfigs, by role; their tokens are
+	// refreshed until refreshStop.
+	kubeconfigs map[string]*identity.Kubeconfig
+	refreshCtx  context.Context
+	refreshStop context.CancelFunc
 }
 
 // Start brings everything up; on error nothing is left running.
@@ -183,6 +190,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s := &Stack{opts: o, Cluster: cluster, drivers: drivers, events: make(chan string, 64), failed: make(chan error, 1), restarts: map[string]int{}, cniDir: cniDir}
+	s.refreshCtx, s.refreshStop = context.WithCancel(context.WithoutCancel(ctx))
 	if err := s.startComponents(ctx); err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -221,6 +229,13 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err := s.Cluster.WriteNodeBootstrapKubeconfig(ctx, bootstrap, time.Hour); err != nil {
 		return err
 	}
+	// Each sidecar runs as its own ServiceAccount, bound to the RBAC deploy/ ships.
+	kubeconfig := map[string]string{}
+	for _, role := range []string{"provisioner", "attacher", "resizer", "snapshotter"} {
+		if kubeconfig[role], err = s.sidecarKubeconfig(ctx, cs, role); err != nil {
+			return err
+		}
+	}
 	socket := "unix://" + s.path("csi", "csi.sock")
 	registry := s.path("node", "plugins_registry")
 	var rn *runtimeNode
@@ -241,11 +256,11 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
 			// The node agent learns of the driver as the kubelet would, through its registry.
 			"--plugin-registration-dir", registry}},
-		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket)},
-		{"attacher", ports[2], s.sidecarArgs("attacher", socket)},
-		{"resizer", ports[3], s.sidecarArgs("resizer", socket)},
+		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket, kubeconfig["provisioner"])},
+		{"attacher", ports[2], s.sidecarArgs("attacher", socket, kubeconfig["attacher"])},
+		{"resizer", ports[3], s.sidecarArgs("resizer", socket, kubeconfig["resizer"])},
 		// Both roles: the cluster's snapshot-controller and this driver's csi-snapshotter.
-		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket)},
+		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket, kubeconfig["snapshotter"])},
 		{"node", ports[4], []string{"node", "--kubeconfig", s.path("node.kubeconfig"), "--bootstrap-kubeconfig", bootstrap, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
 			// Only kubevol uses this node: it takes the cluster's pods, untainted.
 			"--register-with-taints=", "--sync-frequency", s.opts.NodeSyncFrequency.String()}},
@@ -304,6 +319,9 @@ func (s *Stack) Stop() error {
 	if s.superStop != nil {
 		s.superStop()
 		<-s.superDone
+	}
+	if s.refreshStop != nil {
+		s.refreshStop()
 	}
 	// The kubelet node goes first: its pods use the driver.
 	runtimeErr := s.stopRuntime()

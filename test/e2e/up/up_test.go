@@ -16,6 +16,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -75,6 +76,10 @@ func TestUpThenInterrupt(t *testing.T) {
 		t.Errorf("the node agent's credential: %v %v", review, err)
 	}
 	pids := descendants(cmd.Process.Pid)
+	// Each sidecar runs as its own ServiceAccount, with a token and nothing of the admin's.
+	for _, role := range []string{"provisioner", "attacher", "resizer", "snapshotter"} {
+		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
+	}
 	if len(pids) < 8 {
 		t.Errorf("kubevol up runs %d processes, want at least 8 (4 control plane + 4 kubevol): %v", len(pids), pids)
 	}
@@ -87,6 +92,63 @@ func TestUpThenInterrupt(t *testing.T) {
 	}
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("mounts under %s left after kubevol up stopped", dir)
+	}
+
+	// A second start finds its ServiceAccounts and RBAC and updates them, and the sidecars
+	// run as themselves again, with new tokens.
+	r = startUp(t, bin, "--dir", dir, "--node-name", "up-e2e", "--status-interval", "500ms")
+	pids = descendants(r.cmd.Process.Pid)
+	for _, role := range []string{"provisioner", "snapshotter"} {
+		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
+	}
+	r.interrupt(t)
+}
+
+// assertRunsAs checks that the kubevol process of role among pids has a kubeconfig whose
+// only credential is a token of user, and that it is not allowed what an admin is.
+func assertRunsAs(ctx context.Context, t *testing.T, pids []int, role, user string) {
+	t.Helper()
+	var kubeconfig string
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) < 2 || args[1] != role {
+			continue
+		}
+		for i, a := range args {
+			if a == "--kubeconfig" && i+1 < len(args) {
+				kubeconfig = args[i+1]
+			}
+		}
+	}
+	if kubeconfig == "" {
+		t.Errorf("no kubevol %s process with --kubeconfig", role)
+		return
+	}
+	loaded, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai := loaded.AuthInfos[loaded.Contexts[loaded.CurrentContext].AuthInfo]
+	if ai == nil || ai.TokenFile == "" || ai.ClientCertificate != "" || len(ai.ClientCertificateData) > 0 || ai.ClientKey != "" || len(ai.ClientKeyData) > 0 {
+		t.Errorf("the %s's kubeconfig %s holds more than a token file: %+v", role, kubeconfig, ai)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || review.Status.UserInfo.Username != user {
+		t.Errorf("the %s runs as %v (%v), want %s", role, review, err, user)
+	}
+	sar, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}}}, metav1.CreateOptions{})
+	if err != nil || sar.Status.Allowed {
+		t.Errorf("the %s may read kube-system's secrets (%v, %v): it has more than its RBAC", role, sar, err)
 	}
 }
 
