@@ -2,6 +2,8 @@ package attacher
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -223,19 +227,36 @@ func bumpResourceVersions(cs *fake.Clientset) {
 	}
 	cs.PrependReactor("create", "*", bump)
 	cs.PrependReactor("update", "*", bump)
-	// A patch has no object to bump: apply it, then store the result with a new version.
-	apply := clienttesting.ObjectReaction(cs.Tracker())
+	// A patch has no object to bump: apply it to the stored object and store the result once,
+	// with a new version, as the apiserver does. (Storing the patched object first and then
+	// bumping its version would show the informer new content under the old version.)
 	cs.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		handled, obj, err := apply(a)
-		if err != nil || obj == nil {
-			return handled, obj, err
+		pa := a.(clienttesting.PatchAction)
+		if pa.GetPatchType() != types.StrategicMergePatchType {
+			return false, nil, nil
 		}
-		m, err := meta.Accessor(obj)
+		obj, err := cs.Tracker().Get(pa.GetResource(), pa.GetNamespace(), pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		old, err := json.Marshal(obj)
+		if err != nil {
+			return true, nil, err
+		}
+		patched, err := strategicpatch.StrategicMergePatch(old, pa.GetPatch(), obj)
+		if err != nil {
+			return true, nil, err
+		}
+		out := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(runtime.Object)
+		if err := json.Unmarshal(patched, out); err != nil {
+			return true, nil, err
+		}
+		m, err := meta.Accessor(out)
 		if err != nil {
 			return true, nil, err
 		}
 		m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
-		return true, obj, cs.Tracker().Update(a.GetResource(), obj, a.GetNamespace())
+		return true, out, cs.Tracker().Update(pa.GetResource(), out, pa.GetNamespace())
 	})
 }
 

@@ -179,6 +179,14 @@ func (j *Journal) Add(ctx context.Context, claim *corev1.PersistentVolumeClaim, 
 		cur.Finalizers = append(cur.Finalizers, j.finalizer)
 	}
 	out, err := j.client.CoreV1().PersistentVolumeClaims(cur.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	if apierrors.IsForbidden(err) && !j.liveClaim(ctx, claim) {
+		// The API server answers 403 as well when a finalizer is added to an object being
+		// deleted: that is no missing right, and nothing may be created for the claim.
+		j.mu.Lock()
+		delete(j.records, r.ClaimUID)
+		j.mu.Unlock()
+		return claim, fmt.Errorf("the claim is being deleted: %w", err)
+	}
 	if apierrors.IsForbidden(err) {
 		j.mu.Lock()
 		j.unrecorded[r.ClaimUID] = true
@@ -192,6 +200,13 @@ func (j *Journal) Add(ctx context.Context, claim *corev1.PersistentVolumeClaim, 
 		return claim, err
 	}
 	return out, nil
+}
+
+// liveClaim reports whether the API server holds claim, not being deleted: only then is a
+// refused write a missing right. Any doubt (an error, another UID) counts as not live.
+func (j *Journal) liveClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
+	cur, err := j.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	return err == nil && cur.UID == claim.UID && cur.DeletionTimestamp == nil
 }
 
 // SetVolumeID records, in memory, the ID CreateVolume returned.
