@@ -100,6 +100,7 @@ func newFixture(t *testing.T, objs ...*snapv1.VolumeSnapshotContent) *fixture {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ops"}, Data: map[string][]byte{"token": []byte("s3cr3t")}}
 	class := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "cls"}, Driver: driverName,
 		DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Parameters: map[string]string{"tier": "gold"}}
+	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
 	snap := snapfake.NewSimpleClientset(class)
 	for _, o := range objs {
 		if _, err := snap.SnapshotV1().VolumeSnapshotContents().Create(context.Background(), o, metav1.CreateOptions{}); err != nil {
