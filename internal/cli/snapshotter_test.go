@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -50,5 +51,15 @@ func TestSnapshotterFlagsMatchUpstream(t *testing.T) {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}
+	}
+}
+
+func TestBenchSnapshotGroupFlags(t *testing.T) {
+	cmd := newBenchSnapshotCommand()
+	cmd.SetArgs([]string{"--group", "--members", "0"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	var ue *UsageError
+	if err := cmd.Execute(); !errors.As(err, &ue) {
+		t.Errorf("--group --members 0: %v, want a usage error", err)
 	}
 }

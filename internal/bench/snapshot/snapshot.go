@@ -16,7 +16,6 @@ import (
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -41,6 +40,9 @@ type Config struct {
 	OutDir  string
 	Timeout time.Duration
 	Out     io.Writer
+	// Group measures VolumeGroupSnapshots of Members claims instead of VolumeSnapshots of one.
+	Group   bool
+	Members int
 }
 
 // Run runs the benchmark and prints its figures to cfg.Out.
@@ -77,49 +79,64 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() {
 		_ = cs.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
 	}()
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-		StorageClassName: &sc.Name, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}}}}
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+	sources := 1
+	if cfg.Group {
+		sources = cfg.Members
+	}
+	if err := createSources(ctx, cs, ns, sc.Name, sources); err != nil {
 		return err
 	}
 	defer func() {
-		_ = cs.CoreV1().PersistentVolumeClaims(ns).Delete(context.Background(), "source", metav1.DeleteOptions{})
+		_ = cs.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 	}()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "source", metav1.GetOptions{})
-		return err == nil && p.Status.Phase == corev1.ClaimBound, nil
+		l, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		bound := 0
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		return bound == sources, nil
 	})
 	if err != nil {
-		return fmt.Errorf("source claim not bound (is kubevol provisioner running?): %w", err)
+		return fmt.Errorf("source claims not bound (is kubevol provisioner running?): %w", err)
 	}
+	kind := kindOf(cfg.Group)
 
 	var mu sync.Mutex
 	created, ready := map[string]time.Time{}, map[string]time.Time{}
 	progress := report.NewProgress(out, "ready", cfg.Count)
 	factory := snapinformers.NewSharedInformerFactoryWithOptions(snap, 0, snapinformers.WithNamespace(ns))
-	onSnapshot := func(obj any) {
-		vs := obj.(*snapv1.VolumeSnapshot)
-		if vs.Status == nil || vs.Status.ReadyToUse == nil || !*vs.Status.ReadyToUse {
+	onReady := func(obj any) {
+		name, isReady := readyOf(obj)
+		if !isReady {
 			return
 		}
 		now := time.Now()
 		mu.Lock()
-		if _, ok := ready[vs.Name]; !ok {
-			ready[vs.Name] = now
+		if _, ok := ready[name]; !ok {
+			ready[name] = now
 			progress.Set(len(ready))
 		}
 		mu.Unlock()
 	}
-	_, _ = factory.Snapshot().V1().VolumeSnapshots().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: onSnapshot, UpdateFunc: func(_, o any) { onSnapshot(o) }})
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: onReady, UpdateFunc: func(_, o any) { onReady(o) }}
+	if cfg.Group {
+		_, _ = factory.Groupsnapshot().V1().VolumeGroupSnapshots().Informer().AddEventHandler(handler)
+	} else {
+		_, _ = factory.Snapshot().V1().VolumeSnapshots().Informer().AddEventHandler(handler)
+	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	defer factory.Shutdown()
 
-	fmt.Fprintf(out, "creating %d VolumeSnapshots of one claim in namespace %s\n", cfg.Count, ns)
+	fmt.Fprintf(out, "creating %d %ss of %d claim(s) in namespace %s\n", cfg.Count, kind.object, sources, ns)
 	start := time.Now()
-	if err := createSnapshots(ctx, snap, ns, cfg.Count, func(name string, at time.Time) {
+	if err := kind.create(ctx, snap, ns, cfg.Count, func(name string, at time.Time) {
 		mu.Lock()
 		created[name] = at
 		mu.Unlock()
@@ -134,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	progress.Finish()
 	mu.Lock()
-	run := &report.Run{Series: []string{"volumesnapshot_to_ready"}}
+	run := &report.Run{Series: []string{kind.series}}
 	var last time.Duration
 	for name, at := range created {
 		lat := time.Duration(-1)
@@ -149,20 +166,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		fmt.Fprintf(out, "timed out: %d of %d ready\n", nReady, cfg.Count)
 	}
-	fmt.Fprintf(out, "\nsnapshots created in %s (%.0f/s)\n", report.Round(createDur), float64(cfg.Count)/createDur.Seconds())
-	fmt.Fprintf(out, "all %d ready after %s: %.1f snapshots/s\n", nReady, report.Round(last), float64(nReady)/last.Seconds())
+	fmt.Fprintf(out, "\n%ss created in %s (%.0f/s)\n", kind.object, report.Round(createDur), float64(cfg.Count)/createDur.Seconds())
+	fmt.Fprintf(out, "all %d ready after %s: %.1f %ss/s\n", nReady, report.Round(last), float64(nReady)/last.Seconds(), kind.object)
 	run.WriteTable(out)
-	if err := run.WriteFiles(cfg.OutDir, "snapshot", fmt.Sprintf("kubevol snapshot: %d VolumeSnapshots, latency to readyToUse", cfg.Count), out); err != nil {
+	if err := run.WriteFiles(cfg.OutDir, kind.file, fmt.Sprintf("kubevol snapshot: %d %ss of %d claim(s), latency to readyToUse", cfg.Count, kind.object, sources), out); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "cleaning up")
 	delStart := time.Now()
-	if err := snap.SnapshotV1().VolumeSnapshots(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+	if err := kind.deleteAll(ctx, snap, ns); err != nil {
 		return err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cfg.Timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := snap.SnapshotV1().VolumeSnapshots(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(l.Items) == 0, nil
+		n, err := kind.count(ctx, snap, ns)
+		return err == nil && n == 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("snapshots not deleted: %w", err)

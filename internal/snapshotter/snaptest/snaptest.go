@@ -4,9 +4,11 @@
 package snaptest
 
 import (
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -23,4 +25,18 @@ func Indexer[T any, PT interface {
 		}
 	}
 	return idx
+}
+
+// CheckVerbs fails the test for each action on resource whose verb is not a read or one of
+// allowed: the sidecars' RBAC grants only some writes, which the fake clientsets do not enforce.
+func CheckVerbs(t testing.TB, actions []clienttesting.Action, resource string, allowed ...string) {
+	t.Helper()
+	for _, a := range actions {
+		if a.GetResource().Resource != resource {
+			continue
+		}
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" && !slices.Contains(allowed, v) {
+			t.Errorf("%s on %s (subresource %q): its RBAC does not grant this verb", v, resource, a.GetSubresource())
+		}
+	}
 }
