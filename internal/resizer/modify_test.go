@@ -2,11 +2,8 @@ package resizer
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,12 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
@@ -113,7 +107,6 @@ func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Ob
 	}
 	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv.fakeDriver}
 	optimisticConcurrency(e.cs)
-	patchConcurrency(e.cs)
 	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers, cfg.RetryIntervalStart = e.cs, conn, driverName, 2, 10*time.Millisecond
 	c, err := New(ctx, cfg)
 	if err != nil {
@@ -123,56 +116,6 @@ func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Ob
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; conn.Close() })
 	return e
-}
-
-// patchConcurrency applies the patches of claims and PVs as the apiserver does: a patch that
-// carries a resourceVersion fails with a conflict unless it is the object's, and every
-// patch gives the object a new one.
-func patchConcurrency(cs *fake.Clientset) {
-	var mu sync.Mutex
-	version := 10000
-	cs.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		p := a.(clienttesting.PatchAction)
-		var schema runtime.Object
-		switch a.GetResource().Resource {
-		case "persistentvolumeclaims":
-			schema = &corev1.PersistentVolumeClaim{}
-		case "persistentvolumes":
-			schema = &corev1.PersistentVolume{}
-		default:
-			return false, nil, nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		cur, err := cs.Tracker().Get(a.GetResource(), a.GetNamespace(), p.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		var meta struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		_ = json.Unmarshal(p.GetPatch(), &meta)
-		curMeta := cur.(metav1.Object)
-		if rv := meta.Metadata.ResourceVersion; rv != "" && rv != curMeta.GetResourceVersion() {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), p.GetName(), errors.New("the object has been modified"))
-		}
-		raw, _ := json.Marshal(cur)
-		patched, err := strategicpatch.StrategicMergePatch(raw, p.GetPatch(), schema)
-		if err != nil {
-			return true, nil, err
-		}
-		if err := json.Unmarshal(patched, schema); err != nil {
-			return true, nil, err
-		}
-		version++
-		schema.(metav1.Object).SetResourceVersion(strconv.Itoa(version))
-		if err := cs.Tracker().Update(a.GetResource(), schema, a.GetNamespace()); err != nil {
-			return true, nil, err
-		}
-		return true, schema, nil
-	})
 }
 
 func class(name string, params map[string]string) *storagev1.VolumeAttributesClass {

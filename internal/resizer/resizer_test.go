@@ -110,7 +110,8 @@ func optimisticConcurrency(cs *fake.Clientset) {
 		}
 		version++
 		m.SetResourceVersion(strconv.Itoa(version))
-		return false, nil, nil
+		// Stored here, under the lock, so no patch lands between the check and the write.
+		return true, obj, cs.Tracker().Update(a.GetResource(), obj, a.GetNamespace())
 	})
 	patchWithVersion(cs, &mu, &version)
 }
