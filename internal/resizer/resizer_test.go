@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -217,9 +218,15 @@ func (e *env) waitEvent(name, reason, want string) {
 
 func (e *env) setRequest(name, size string) {
 	e.t.Helper()
-	pvc := e.claim(name)
-	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(ns).Update(e.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+	// As kubectl edit does, the user's change is made again on a conflict: the resizer may
+	// have written the claim's status between the read and the update.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pvc := e.claim(name)
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+		_, err := e.cs.CoreV1().PersistentVolumeClaims(ns).Update(e.ctx, pvc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 }
