@@ -78,8 +78,7 @@ func (c *Controller) setNodeExpansionNotRequired(ctx context.Context, pvc *corev
 		value = new(string)
 		*value = "true"
 	}
-	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType,
-		annotationPatch(AnnNodeExpansionNotRequired, value), metav1.PatchOptions{}, "status")
+	saved, err := c.patchClaim(ctx, pvc, types.MergePatchType, annotationPatch(AnnNodeExpansionNotRequired, value))
 	if err != nil {
 		return pvc, fmt.Errorf("setting %s on the claim: %w", AnnNodeExpansionNotRequired, err)
 	}

@@ -69,6 +69,8 @@ type Controller struct {
 	// modification of one claim apart.
 	mod   *modifier
 	locks claimLocks
+	// superseded keeps syncs off cached claims that this controller already wrote over.
+	superseded superseded
 }
 
 // mark sets or clears key's mark in w.
@@ -151,10 +153,19 @@ func (c *Controller) enqueueClaim(obj any) {
 // claimUpdated lets through what can start, redirect or unblock an expansion, and every
 // periodic resync (same resourceVersion). The status writes of this controller are left
 // out: a failed claim is already queued with backoff, and an immediate sync would defeat
-// it, as upstream's updatePVC filter also avoids.
+// it, as upstream's updatePVC filter also avoids. Only the delivery that replaces a
+// version we wrote over passes: a sync may have waited for it.
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
 	cur, ok2 := newObj.(*corev1.PersistentVolumeClaim)
+	if ok1 && c.superseded.take(old.Namespace+"/"+old.Name, old.ResourceVersion) {
+		// Either half may have waited for this delivery; a sync with nothing to do is cheap.
+		c.enqueueClaim(newObj)
+		if c.mod != nil {
+			c.mod.enqueue(newObj)
+		}
+		return
+	}
 	if ok1 && ok2 && !claimChanged(old, cur) {
 		return
 	}
@@ -183,6 +194,7 @@ func (c *Controller) claimDeleted(obj any) {
 	c.queue.Forget(key)
 	c.finalErrors.Forget(key)
 	c.inUseErrors.Forget(key)
+	c.superseded.forget(key)
 }
 
 func (c *Controller) pvAdded(obj any) {

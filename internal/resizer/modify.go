@@ -176,12 +176,27 @@ func (c *Controller) enqueueClaimsOfClass(name string) {
 	}
 }
 
-// serialised runs sync under the claim's lock, shared by expansion and modification.
+// serialised runs sync under the claim's lock, shared by expansion and modification, and
+// only on a cached claim this controller has not written over yet.
 func (c *Controller) serialised(sync controller.Sync[string]) controller.Sync[string] {
 	return func(ctx context.Context, key string) error {
 		defer c.locks.lock(key)()
+		if !c.cachedCurrent(key) {
+			return nil // the delivery of our newer version enqueues the claim again
+		}
 		return sync(ctx, key)
 	}
+}
+
+// cachedCurrent reports whether the cached claim of key is not a version this controller
+// wrote over.
+func (c *Controller) cachedCurrent(key string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return true
+	}
+	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
+	return err != nil || !c.superseded.has(key, pvc.ResourceVersion)
 }
 
 // syncModify brings one claim's volume to the VolumeAttributesClass the claim asks for.

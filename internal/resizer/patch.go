@@ -56,9 +56,22 @@ func (c *Controller) patchClaimStatus(ctx context.Context, old, cur *corev1.Pers
 	if err != nil || !changed {
 		return old, err
 	}
-	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(old.Namespace).Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status")
+	saved, err := c.patchClaim(ctx, old, types.StrategicMergePatchType, data)
 	if err != nil {
 		return old, fmt.Errorf("patching the status of claim %s/%s: %w", old.Namespace, old.Name, err)
+	}
+	return saved, nil
+}
+
+// patchClaim is every claim write of the resizer: a patch of the status subresource. The
+// version it wrote over is remembered (see superseded).
+func (c *Controller) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pt types.PatchType, data []byte) (*corev1.PersistentVolumeClaim, error) {
+	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, pt, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return nil, err
+	}
+	if saved.ResourceVersion != pvc.ResourceVersion {
+		c.superseded.add(pvc.Namespace+"/"+pvc.Name, pvc.ResourceVersion)
 	}
 	return saved, nil
 }

@@ -344,7 +344,7 @@ func (c *Controller) writeStatus(ctx context.Context, pvc *corev1.PersistentVolu
 	if err != nil {
 		return pvc, err
 	}
-	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	saved, err := c.patchClaim(ctx, pvc, types.StrategicMergePatchType, patch)
 	if err != nil {
 		return pvc, err
 	}
