@@ -2,13 +2,10 @@ package attacher
 
 import (
 	"context"
-	"encoding/json"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,17 +14,14 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
+	"github.com/kubevol/kubevol/internal/kubefake"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -199,7 +193,7 @@ func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runti
 		})
 	}
 	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
-	bumpResourceVersions(e.cs)
+	kubefake.WithResourceVersions(e.cs)
 	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers = e.cs, conn, testDriver, 2
 	if cfg.RetryIntervalStart == 0 {
 		cfg.RetryIntervalStart, cfg.RetryIntervalMax = 10*time.Millisecond, 100*time.Millisecond
@@ -211,53 +205,6 @@ func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runti
 	go func() { defer close(done); _ = e.c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; conn.Close() })
 	return e
-}
-
-// bumpResourceVersions gives every write a new resourceVersion, as the apiserver does and
-// the fake clientset does not, so the controller's stale-version checks work as in a cluster.
-func bumpResourceVersions(cs *fake.Clientset) {
-	var rv atomic.Int64
-	bump := func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if o, ok := a.(interface{ GetObject() runtime.Object }); ok {
-			if m, err := meta.Accessor(o.GetObject()); err == nil {
-				m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
-			}
-		}
-		return false, nil, nil
-	}
-	cs.PrependReactor("create", "*", bump)
-	cs.PrependReactor("update", "*", bump)
-	// A patch has no object to bump: apply it to the stored object and store the result once,
-	// with a new version, as the apiserver does. (Storing the patched object first and then
-	// bumping its version would show the informer new content under the old version.)
-	cs.PrependReactor("patch", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		pa := a.(clienttesting.PatchAction)
-		if pa.GetPatchType() != types.StrategicMergePatchType {
-			return false, nil, nil
-		}
-		obj, err := cs.Tracker().Get(pa.GetResource(), pa.GetNamespace(), pa.GetName())
-		if err != nil {
-			return true, nil, err
-		}
-		old, err := json.Marshal(obj)
-		if err != nil {
-			return true, nil, err
-		}
-		patched, err := strategicpatch.StrategicMergePatch(old, pa.GetPatch(), obj)
-		if err != nil {
-			return true, nil, err
-		}
-		out := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(runtime.Object)
-		if err := json.Unmarshal(patched, out); err != nil {
-			return true, nil, err
-		}
-		m, err := meta.Accessor(out)
-		if err != nil {
-			return true, nil, err
-		}
-		m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
-		return true, out, cs.Tracker().Update(pa.GetResource(), out, pa.GetNamespace())
-	})
 }
 
 // attachment returns the VolumeAttachment of volume on testNode, as the attach/detach

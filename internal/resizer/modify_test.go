@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
+	"github.com/kubevol/kubevol/internal/kubefake"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
@@ -106,7 +107,7 @@ func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Ob
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv.fakeDriver}
-	optimisticConcurrency(e.cs)
+	kubefake.WithResourceVersions(e.cs)
 	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers, cfg.RetryIntervalStart = e.cs, conn, driverName, 2, 10*time.Millisecond
 	c, err := New(ctx, cfg)
 	if err != nil {

@@ -2,7 +2,6 @@ package resizer
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,15 +13,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubevol/kubevol/internal/csitest"
@@ -85,36 +81,6 @@ func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
 	t.Helper()
 	return startConfig(t, &modifyDriver{fakeDriver: drv}, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: 100 * time.Millisecond},
 		HandleVolumeInUseError: true}, objs...)
-}
-
-// optimisticConcurrency makes the fake clientset behave as the apiserver does with
-// resourceVersions, which the fake ignores: every update gets a new one, and an update that
-// carries an old one fails with a conflict. A controller that writes from a stale cache
-// then fails these tests instead of passing them.
-func optimisticConcurrency(cs *fake.Clientset) {
-	var mu sync.Mutex
-	version := 100
-	cs.PrependReactor("update", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		obj := a.(clienttesting.UpdateAction).GetObject()
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return false, nil, nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		cur, err := cs.Tracker().Get(a.GetResource(), a.GetNamespace(), m.GetName())
-		if err != nil {
-			return false, nil, nil
-		}
-		if cm, _ := meta.Accessor(cur); cm.GetResourceVersion() != m.GetResourceVersion() {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), m.GetName(), errors.New("the object has been modified"))
-		}
-		version++
-		m.SetResourceVersion(strconv.Itoa(version))
-		// Stored here, under the lock, so no patch lands between the check and the write.
-		return true, obj, cs.Tracker().Update(a.GetResource(), obj, a.GetNamespace())
-	})
-	patchWithVersion(cs, &mu, &version)
 }
 
 // volume returns a bound claim of size capacity that requests request, and its PV.
