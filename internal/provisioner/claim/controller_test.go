@@ -174,6 +174,28 @@ func TestSweepsOrphanedIntentOnStart(t *testing.T) {
 	}
 }
 
+// A record read from a cached claim that the API server no longer carries (this process
+// removed it after deleting the volume, and the informer has not caught up) leads to no
+// CreateVolume: repeating it would create the volume again for nobody, and a crash before
+// the DeleteVolume that follows would leak it.
+func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
+	class := "sc"
+	done := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done",
+			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
+		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeName: "elsewhere"},
+	}
+	f := newFixture(t, done)
+	stale := intent.Record{ClaimUID: "uid-done", Namespace: "ns", Claim: "done", Driver: driverName,
+		PVName: "pvc-uid-done", Request: mustRequest(t, "pvc-uid-done")}
+	if err := f.ctl.cleanup(f.ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.drv.Calls("CreateVolume"); n != 0 || len(f.drv.Volumes()) != 0 {
+		t.Errorf("%d CreateVolume calls, %d volumes: a removed record made a volume", n, len(f.drv.Volumes()))
+	}
+}
+
 // external-provisioner's role grants update on claims, and create, patch and delete on
 // PVs: a provision and its record use nothing else, and no ConfigMap.
 func TestProvisionUsesUpstreamVerbs(t *testing.T) {

@@ -312,6 +312,17 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	}
 	id := rec.VolumeID
 	if id == "" {
+		// Only a record still on the claim may lead to a CreateVolume: a cached copy of one
+		// this process removed after deleting the volume would create it again, and a
+		// crash before the DeleteVolume below would leak it.
+		stored, err := c.cfg.Journal.Stored(ctx, rec)
+		if err != nil {
+			return err
+		}
+		if !stored {
+			logger.V(2).Info("The provisioning record is no longer on the claim; nothing to clean up")
+			return c.forget(ctx, rec.ClaimUID)
+		}
 		req := &csi.CreateVolumeRequest{}
 		if err := proto.Unmarshal(rec.Request, req); err != nil || len(rec.Request) == 0 {
 			logger.Error(err, "Provisioning record holds no readable request: the volume's ID cannot be learned, and a volume the driver may have created for it is left on the backend", "volumeName", rec.PVName)

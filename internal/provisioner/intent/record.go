@@ -209,6 +209,25 @@ func (j *Journal) liveClaim(ctx context.Context, claim *corev1.PersistentVolumeC
 	return err == nil && cur.UID == claim.UID && cur.DeletionTimestamp == nil
 }
 
+// Stored reports whether r is still written on its claim in the API server. A record read
+// from the informer's cache may be one this process has already removed (the cache shows a
+// claim version from before the removal): acting on it after the volume was deleted would
+// create the volume again for nobody.
+func (j *Journal) Stored(ctx context.Context, r Record) (bool, error) {
+	cur, err := j.client.CoreV1().PersistentVolumeClaims(r.Namespace).Get(ctx, r.Claim, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the provisioning record of claim %s/%s: %w", r.Namespace, r.Claim, err)
+	}
+	if cur.UID != r.ClaimUID {
+		return false, nil
+	}
+	stored, ok := j.Parse(cur)
+	return ok && stored.PVName == r.PVName, nil
+}
+
 // SetVolumeID records, in memory, the ID CreateVolume returned.
 func (j *Journal) SetVolumeID(uid types.UID, id string) {
 	j.mu.Lock()

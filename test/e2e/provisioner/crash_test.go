@@ -142,7 +142,19 @@ func (e *env) crashLoopProblem(ctx context.Context, live []string, deleted []typ
 	}
 	slices.Sort(handles)
 	if vols := e.volumes(); !slices.Equal(vols, handles) {
-		return fmt.Sprintf("driver volumes (%d) differ from PV handles (%d)", len(vols), len(handles))
+		return fmt.Sprintf("driver volumes (%d) differ from PV handles (%d): without a PV %v, without a volume %v",
+			len(vols), len(handles), missing(vols, handles), missing(handles, vols))
 	}
 	return ""
+}
+
+// missing is what of want is not in have.
+func missing(want, have []string) []string {
+	var out []string
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
