@@ -22,6 +22,13 @@ var Manifests embed.FS
 //go:embed snapshot/*.yaml
 var Snapshot embed.FS
 
+// GroupSnapshot holds groupsnapshot/: a second claim and a VolumeGroupSnapshot of both,
+// and a claim restored from the group's member of the demo's claim with a pod that mounts
+// it (`kubevol up --demo` applies them last).
+//
+//go:embed groupsnapshot/*.yaml
+var GroupSnapshot embed.FS
+
 // Modify holds modify/: VolumeAttributesClasses of the kubevol driver, which `kubevol up
 // --demo` applies to the demo's claim, in use, to make it read-only and writable again.
 //

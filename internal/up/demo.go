@@ -88,10 +88,17 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("demo: the data did not survive the pod: %w", err)
 	}
 	fmt.Fprintf(out, "new pod %s mounts the same volume at %s; hello.txt still says: %s", second.UID, dataDir, got)
-	if err := s.demoSnapshot(ctx, cs, out); err != nil {
+	snap, err := s.snapshotClient()
+	if err != nil {
+		return err
+	}
+	if err := s.demoSnapshot(ctx, cs, snap, out); err != nil {
 		return err
 	}
 	if err := s.demoModify(ctx, cs, second, out); err != nil {
+		return err
+	}
+	if err := s.demoGroupSnapshot(ctx, cs, snap, out); err != nil {
 		return err
 	}
 	kc := s.Cluster.KubeconfigPath()

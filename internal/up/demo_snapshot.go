@@ -23,16 +23,17 @@ import (
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
+// snapshotClient is a client of the snapshot CRDs, which are served only as JSON.
+func (s *Stack) snapshotClient() (snapclient.Interface, error) {
+	cfg := rest.CopyConfig(s.Cluster.RESTConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	return snapclient.NewForConfig(cfg)
+}
+
 // demoSnapshot applies examples/snapshot: it snapshots the demo's claim, waits until the
 // snapshot is ready, restores it into a new claim, mounts that in a pod and shows that the
 // file written before the snapshot is there.
-func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, out io.Writer) error {
-	cfg := rest.CopyConfig(s.Cluster.RESTConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
-	snap, err := snapclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
+func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap snapclient.Interface, out io.Writer) error {
 	objs, err := decodeManifests(examples.Snapshot)
 	if err != nil {
 		return err
