@@ -112,17 +112,21 @@ func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, errs []strin
 }
 
 // deletePod removes every volume of the pod.
-func (d *DesiredState) deletePod(uid types.UID) {
+// deletePod forgets the pod and returns the volumes it wanted.
+func (d *DesiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dp := d.pods[uid]
 	if dp == nil {
-		return
+		return nil
 	}
+	names := make([]v1.UniqueVolumeName, 0, len(dp.volumes))
 	for name := range dp.volumes {
 		d.unindex(name, uid)
+		names = append(names, name)
 	}
 	delete(d.pods, uid)
+	return names
 }
 
 func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {

@@ -21,7 +21,7 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 	pod, deleted := m.records.object(uid)
 	if pod == nil {
 		m.trackObjects(uid, nil)
-		m.dsw.deletePod(uid)
+		m.forgetPod(uid)
 		return
 	}
 	if !deleted {
@@ -39,12 +39,21 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
 		}
 		m.trackObjects(uid, nil)
-		m.dsw.deletePod(uid)
+		m.forgetPod(uid)
 		return
 	}
 	m.trackObjects(uid, pod)
 	volumes, errs := m.desiredVolumes(ctx, pod)
 	m.dsw.setPod(pod, volumes, errs)
+}
+
+// forgetPod drops the pod from the desired state. The devices of the volumes it wanted are
+// looked at now: one the pod never mounted (its SetUp failed after the device was staged)
+// has no pod unmount to wake it, and would wait for the next resync.
+func (m *Manager) forgetPod(uid types.UID) {
+	for _, name := range m.dsw.deletePod(uid) {
+		m.deviceQueue.Add(name)
+	}
 }
 
 func isTerminal(pod *v1.Pod) bool {

@@ -286,3 +286,26 @@ func TestUncertainMountIsRetriedAndTornDown(t *testing.T) {
 	h.eventually("q torn down", func() bool { return countOf(sp.events(), "teardown uid-q") == 1 })
 	h.eventually("q unstaged", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol2") })
 }
+
+// A pod whose volume was staged but never set up (a final SetUp error: the driver refused
+// NodePublish) and is then deleted: the device is unstaged at once, not at the next resync,
+// as the kubelet's reconciler unmounts a device no pod uses within its 100 ms loop.
+func TestDeviceOfNeverMountedPodUnstaged(t *testing.T) {
+	refused := errors.New("NodePublishVolume refused: volume_capability.access_type is required")
+	sp := &sharedPlugin{setUpErrs: []error{refused, refused, refused, refused, refused, refused, refused, refused}}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{sp}
+	h.start()
+	h.create(pod("p", "uid-p", sharedVolume("data")))
+	h.eventually("failure reported", func() bool {
+		return h.obs.get(func(o *observer) bool { return strings.Contains(o.failed["uid-p"], "refused") })
+	})
+	if n := countOf(sp.events(), "stage"); n != 1 {
+		t.Fatalf("staged %d times, want once: %v", n, sp.events())
+	}
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
+	h.eventually("volume forgotten", func() bool { return !h.m.ActualState().IsAttached("test/shared//vol1") })
+}

@@ -74,18 +74,20 @@ var profiles = []profile{
 			"modify/class": "failed", "modify/infeasible": "failed",
 		}},
 	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
-	// content source, and whose controller expansion fails. Each case that checks one of
-	// these must fail, for that reason.
+	// content source, a raw block publish's access type, and whose controller expansion
+	// fails. Each case that checks one of these must fail, for that reason.
 	{name: "broken", args: []string{
 		"--fault", "NodePublishVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodeStageVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodePublishVolume:clear=readonly",
+		"--fault", "NodePublishVolume:clear=volume_capability.block",
 		"--fault", "CreateVolume:clear=volume_content_source",
 		"--fault", "ControllerExpandVolume:error=INVALID_ARGUMENT",
 	}, only: map[string]string{
 		"pv/fields": "lacks the class's mount options",
 		// The provisioner itself refuses a volume made without its content source.
 		"clone/larger":              "the driver ignored the volume data source",
+		"ephemeral/generic-block":   "volume_capability.access_type is required",
 		"ephemeral/inline-separate": "a readOnly volume",
 		"ephemeral/generic-expand":  "not expanded to",
 	}},
