@@ -66,6 +66,60 @@ func TestModifyKilledMidCall(t *testing.T) {
 	}
 }
 
+// The resizer is killed after the driver applied a class and while it holds the reply, and
+// the user asks for another class while the resizer is down. The claim's recorded target
+// is finished first (the call may have run: the volume must not be left between classes
+// without the claim saying which), then the new class is applied: both succeed, in that
+// order, and the claim ends on the class it asks for, with nothing left in progress.
+func TestModifyRedirectedWhileKilled(t *testing.T) {
+	e := newEnv(t, "--fault", "ControllerModifyVolume:lose,count=1")
+	sc := e.class(map[string]string{"type": "dir"})
+	ro := e.vac("ro", map[string]string{driver.MutableReadOnly: "true"})
+	rw := e.vac("rw", map[string]string{driver.MutableReadOnly: "false"})
+	_, pv := e.boundClaim("data", sc, "64Mi")
+	handle := pv.Spec.CSI.VolumeHandle
+
+	e.patchClass("data", ro)
+	e.waitDriverLog(`method="ControllerModifyVolume"`, `"Injected fault: reply lost"`)
+	target := e.modifyTarget("data")
+	e.resizer.Kill()
+	if target != ro {
+		t.Fatalf("claim's target before the kill = %q, want %q", target, ro)
+	}
+	e.patchClass("data", rw)
+	e.resizer.Start()
+
+	e.waitClaim("data", "modified to "+rw, modifiedTo(rw))
+	if c := ptr.Deref(e.pv(pv.Name).Spec.VolumeAttributesClassName, ""); c != rw {
+		t.Errorf("PV class = %q, want %q", c, rw)
+	}
+	if params := e.volumeContext(handle); params[driver.MutableReadOnly] != "false" {
+		t.Errorf("driver's volume context = %v, want %s=false (class %s)", params, driver.MutableReadOnly, rw)
+	}
+	calls := e.calls("ControllerModifyVolume", handle)
+	if !slices.Equal(calls, []string{"ControllerModifyVolume:Canceled", "ControllerModifyVolume:OK", "ControllerModifyVolume:OK"}) {
+		t.Errorf("driver calls: %v, want the one cut off by the kill, then %s and %s", calls, ro, rw)
+	}
+	// Only the restarted resizer finished anything. An event for ro means it finished the
+	// recorded target; with three calls and rw current, ro came first (else rw was called
+	// twice).
+	done := map[string]bool{}
+	for _, ev := range e.events("data") {
+		if strings.Contains(ev, "VolumeModifyFailed") || strings.Contains(ev, "Infeasible") {
+			t.Errorf("event %q: the modification never failed", ev)
+		}
+		for _, class := range []string{ro, rw} {
+			if strings.Contains(ev, "VolumeModifySuccessful") && strings.Contains(ev, "vac "+class+" ") {
+				done[class] = true
+			}
+		}
+	}
+	if !done[ro] || !done[rw] {
+		t.Errorf("VolumeModifySuccessful events for %v, want %s (the target recorded before the kill) and %s; events:\n%s",
+			done, ro, rw, strings.Join(e.events("data"), "\n"))
+	}
+}
+
 // waitDriverLog waits until a line of the driver's log holds every part.
 func (e *env) waitDriverLog(parts ...string) {
 	e.t.Helper()
