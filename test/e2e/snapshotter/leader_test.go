@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -39,7 +41,8 @@ type replica struct {
 // under another name or lost one.
 func TestLeaderKilledMidStorm(t *testing.T) {
 	const count = 40
-	e := newEnv(t, envOptions{noSnapshotter: true, driverArgs: []string{"--fault", "CreateSnapshot:delay=300ms"}})
+	callLog := filepath.Join(t.TempDir(), "calls.jsonl")
+	e := newEnv(t, envOptions{noSnapshotter: true, driverArgs: []string{"--fault", "CreateSnapshot:delay=300ms", "--call-log", callLog}})
 	le := []string{"--leader-election", "--leader-election-namespace", e.ns, "--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "1s",
 		"--retry-interval-start", "100ms", "--retry-interval-max", "2s", "-v", "3"}
@@ -116,15 +119,52 @@ func TestLeaderKilledMidStorm(t *testing.T) {
 			t.Errorf("%s names backend snapshot %s, which the driver does not have", name, h)
 		}
 	}
-	t.Logf("%d snapshots, %d ready when leader %d (%d calls) was killed; %d backend snapshots", count, readyAtKill, leader, leaderCalls, len(backend))
+	t.Logf("%d snapshots, %d ready when leader %d (%d calls) was killed; %d CreateSnapshot calls cut off by the kill; %d backend snapshots",
+		count, readyAtKill, leader, leaderCalls, cutOff(t, callLog), len(backend))
 
-	e.deleteAllSnapshots()
+	// Deleting every snapshot (Delete policy) leaves no content of the driver and no
+	// backend snapshot.
+	if err := e.snap.SnapshotV1().VolumeSnapshots(e.ns).DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var snaps, contents, left int
 	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return len(e.backendSnapshots()) == 0, nil
+		vs, err := e.snap.SnapshotV1().VolumeSnapshots(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		all, err := e.snap.SnapshotV1().VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		snaps, contents = len(vs.Items), 0
+		for _, c := range all.Items {
+			if c.Spec.Driver == e.driver {
+				contents++
+			}
+		}
+		left = len(e.backendSnapshots())
+		return snaps+contents+left == 0, nil
 	})
 	if err != nil {
-		t.Errorf("after deleting every snapshot (Delete policy), %d backend snapshots remain", len(e.backendSnapshots()))
+		t.Errorf("after deleting every snapshot: %d VolumeSnapshots, %d contents and %d backend snapshots remain", snaps, contents, left)
 	}
+}
+
+// cutOff counts the driver's CreateSnapshot calls that ended because their client went away.
+func cutOff(t *testing.T, path string) int {
+	t.Helper()
+	recs, err := driver.ReadCallLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if r.Method == "CreateSnapshot" && r.Code == "Canceled" {
+			n++
+		}
+	}
+	return n
 }
 
 // waitLeaseHolder waits until the Lease has a holder other than not ("" for any) and returns it.
