@@ -170,15 +170,7 @@ func cutOff(t *testing.T, path string) int {
 // waitLeaseHolder waits until the Lease has a holder other than not ("" for any) and returns it.
 func (e *env) waitLeaseHolder(lease, not string) string {
 	e.t.Helper()
-	var holder string
-	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := e.cs.CoordinationV1().Leases(e.ns).Get(ctx, lease, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return false, nil
-		}
-		holder = *l.Spec.HolderIdentity
-		return holder != "" && holder != not, nil
-	})
+	holder, err := framework.WaitLeaseHolder(e.ctx, e.cs, e.ns, lease, not)
 	if err != nil {
 		e.t.Fatalf("Lease %s/%s: no holder other than %q: %v", e.ns, lease, not, err)
 	}
