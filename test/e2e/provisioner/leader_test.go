@@ -1,12 +1,10 @@
 package provisioner_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -23,15 +21,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	e.provArgs = append(e.provArgs, le...)
 	e.startProvisioner()
 	lease := csiclient.SanitizeDriverName(e.driver)
-	var holder string
-	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := e.cs.CoordinationV1().Leases(e.ns).Get(ctx, lease, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return false, nil
-		}
-		holder = *l.Spec.HolderIdentity
-		return true, nil
-	})
+	holder, err := framework.WaitLeaseHolder(e.ctx, e.cs, e.ns, lease, "")
 	fatalIf(t, err, "no leader")
 	standbyArgs := append([]string{}, e.provArgs...)
 	for i, a := range standbyArgs {

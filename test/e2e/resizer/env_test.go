@@ -34,6 +34,7 @@ type env struct {
 	http    string // the resizer's --http-endpoint
 	dir     string // the driver's directory, for the test's own mounts
 	drv     *framework.ControllerDriver
+	resizer *framework.Process
 }
 
 func newEnv(t *testing.T, driverArgs ...string) *env {
@@ -53,7 +54,7 @@ func newEnv(t *testing.T, driverArgs ...string) *env {
 	framework.StartKubevol(t, "provisioner", "--csi-address", socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner),
 		"--intent-namespace", e.ns, "--retry-interval-max", "10s", "-v", "3")
 	e.http = framework.FreeAddr(t)
-	framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "resizer", framework.Resizer), "--http-endpoint", e.http,
+	e.resizer = framework.StartKubevol(t, "resizer", "--csi-address", socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "resizer", framework.Resizer), "--http-endpoint", e.http,
 		"--retry-interval-start", "200ms", "--retry-interval-max", "5s", "-v", "3")
 	return e
 }
