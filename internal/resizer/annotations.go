@@ -37,7 +37,7 @@ func (c *Controller) recordPreResize(ctx context.Context, pvc *corev1.Persistent
 	}
 	old := pvc.Status.Capacity[corev1.ResourceStorage]
 	size := old.String()
-	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, annotationPatch(AnnPreResizeCapacity, &size), metav1.PatchOptions{})
+	_, err := c.writePV(ctx, pv, types.MergePatchType, annotationPatch(AnnPreResizeCapacity, &size))
 	if err != nil {
 		return fmt.Errorf("annotating PV %s with its size before the expansion: %w", pv.Name, err)
 	}
@@ -58,7 +58,7 @@ func (c *Controller) dropPreResize(ctx context.Context, pvc *corev1.PersistentVo
 	if capacity.Cmp(pvSize) < 0 {
 		return nil
 	}
-	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, annotationPatch(AnnPreResizeCapacity, nil), metav1.PatchOptions{})
+	_, err := c.writePV(ctx, pv, types.MergePatchType, annotationPatch(AnnPreResizeCapacity, nil))
 	if err != nil {
 		return fmt.Errorf("removing %s from PV %s: %w", AnnPreResizeCapacity, pv.Name, err)
 	}

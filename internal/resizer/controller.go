@@ -116,8 +116,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	// A claim can be synced before its PV reaches the cache; the PV's arrival retries it.
-	// PV updates are left out: the only ones that matter are this controller's own.
-	_, err = pvInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvAdded})
+	// Of the PV updates only those replacing a version this controller wrote over matter:
+	// a sync of the claim may have waited for them.
+	_, err = pvInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.pvAdded, UpdateFunc: c.pvUpdated, DeleteFunc: c.pvDeleted})
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +196,24 @@ func (c *Controller) claimDeleted(obj any) {
 	c.finalErrors.Forget(key)
 	c.inUseErrors.Forget(key)
 	c.superseded.forget(key)
+}
+
+func (c *Controller) pvUpdated(oldObj, newObj any) {
+	old, ok1 := oldObj.(*corev1.PersistentVolume)
+	cur, ok2 := newObj.(*corev1.PersistentVolume)
+	if !ok1 || !ok2 || cur.Spec.ClaimRef == nil || !c.superseded.take(pvKey(old.Name), old.ResourceVersion) {
+		return
+	}
+	c.queue.Add(cur.Spec.ClaimRef.Namespace + "/" + cur.Spec.ClaimRef.Name)
+	if c.mod != nil {
+		c.mod.queue.Add(cur.Spec.ClaimRef.Namespace + "/" + cur.Spec.ClaimRef.Name)
+	}
+}
+
+func (c *Controller) pvDeleted(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.superseded.forget(pvKey(key))
+	}
 }
 
 func (c *Controller) pvAdded(obj any) {

@@ -188,15 +188,25 @@ func (c *Controller) serialised(sync controller.Sync[string]) controller.Sync[st
 	}
 }
 
-// cachedCurrent reports whether the cached claim of key is not a version this controller
-// wrote over.
+// cachedCurrent reports whether neither the cached claim of key nor its cached PV is a
+// version this controller wrote over.
 func (c *Controller) cachedCurrent(key string) bool {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return true
 	}
 	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
-	return err != nil || !c.superseded.has(key, pvc.ResourceVersion)
+	if err != nil {
+		return true
+	}
+	if c.superseded.has(key, pvc.ResourceVersion) {
+		return false
+	}
+	if pvc.Spec.VolumeName == "" {
+		return true
+	}
+	pv, err := c.volumes.Get(pvc.Spec.VolumeName)
+	return err != nil || !c.superseded.has(pvKey(pv.Name), pv.ResourceVersion)
 }
 
 // syncModify brings one claim's volume to the VolumeAttributesClass the claim asks for.

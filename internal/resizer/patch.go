@@ -76,13 +76,31 @@ func (c *Controller) patchClaim(ctx context.Context, pvc *corev1.PersistentVolum
 	return saved, nil
 }
 
+// writePV is every PV write of the resizer, a patch; the version it wrote over is
+// remembered, as for claims: a claim synced against an older cached PV (one not grown
+// yet) would expand the volume again.
+func (c *Controller) writePV(ctx context.Context, pv *corev1.PersistentVolume, pt types.PatchType, data []byte) (*corev1.PersistentVolume, error) {
+	saved, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, pt, data, metav1.PatchOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if saved.ResourceVersion != pv.ResourceVersion {
+		c.superseded.add(pvKey(pv.Name), pv.ResourceVersion)
+	}
+	return saved, nil
+}
+
+// pvKey is a PV's key among the superseded versions, apart from the claims' keys (which
+// hold a slash).
+func pvKey(name string) string { return name }
+
 // patchPV writes the difference between old and cur with PATCH (persistentvolumes: patch).
 func (c *Controller) patchPV(ctx context.Context, old, cur *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
 	data, changed, err := patchData(old, cur, corev1.PersistentVolume{}, old.ResourceVersion, false)
 	if err != nil || !changed {
 		return old, err
 	}
-	saved, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+	saved, err := c.writePV(ctx, old, types.StrategicMergePatchType, data)
 	if err != nil {
 		return old, fmt.Errorf("patching PV %s: %w", old.Name, err)
 	}

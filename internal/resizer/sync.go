@@ -322,7 +322,7 @@ func (c *Controller) growPV(ctx context.Context, pv *corev1.PersistentVolume, si
 	grown.Spec.Capacity = setQuantity(grown.Spec.Capacity, size)
 	patch, _, err := sidecar.VersionedPatch(pv, grown)
 	if err == nil {
-		_, err = c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		_, err = c.writePV(ctx, pv, types.StrategicMergePatchType, patch)
 	}
 	if err != nil {
 		return fmt.Errorf("updating the capacity of PV %s: %w", pv.Name, err)
