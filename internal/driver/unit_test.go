@@ -80,13 +80,37 @@ func TestUnsupportedReason(t *testing.T) {
 	}
 }
 
-func TestTopologyAllowed(t *testing.T) {
+func TestPickNode(t *testing.T) {
 	seg := func(n string) *csi.Topology { return &csi.Topology{Segments: map[string]string{TopologyKey: n}} }
-	if !topologyAllowed(nil, "n1") || !topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2"), seg("n1")}}, "n1") {
-		t.Error("this node refused")
+	one := &Config{NodeID: "n1", StateDir: t.TempDir()}
+	three := &Config{NodeID: "n1", StateDir: t.TempDir(), TopologyNodes: []string{"n2", "n3"}}
+	for _, c := range []*Config{one, three} {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2")}}, "n1") {
-		t.Error("another node accepted")
+	for _, tc := range []struct {
+		cfg    *Config
+		req    *csi.TopologyRequirement
+		want   string
+		wantOK bool
+	}{
+		{one, nil, "n1", true},
+		{one, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2"), seg("n1")}}, "n1", true},
+		{one, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2")}}, "", false},
+		{one, &csi.TopologyRequirement{Preferred: []*csi.Topology{seg("n2")}}, "n1", true},
+		{three, nil, "n1", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n1"), seg("n3")}, Preferred: []*csi.Topology{seg("n3"), seg("n1")}}, "n3", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n4"), seg("n2")}, Preferred: []*csi.Topology{seg("n4")}}, "n2", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n4")}}, "", false},
+	} {
+		got, ok := tc.cfg.pickNode(tc.req)
+		if ok != tc.wantOK || (ok && got != tc.want) {
+			t.Errorf("nodes %v, %v: got %q, %v; want %q, %v", tc.cfg.TopologyNodes, tc.req, got, ok, tc.want, tc.wantOK)
+		}
+	}
+	if !three.servesSegment("n3") || three.servesSegment("n4") {
+		t.Errorf("served segments of %v", three.TopologyNodes)
 	}
 }
 
