@@ -166,7 +166,7 @@ func (c *Config) servesController() bool { return c.Mode == ModeController || c.
 func (c *Config) servesNode() bool       { return c.Mode == ModeNode || c.Mode == ModeAll }
 
 func (c *Config) validateTopology() error {
-	if len(c.TopologyNodes) > 0 && c.Mode == ModeNode {
+	if c.Mode == ModeNode && slices.ContainsFunc(c.TopologyNodes, func(n string) bool { return n != c.NodeID }) {
 		return errors.New("--topology-nodes configures the controller; it needs --mode controller or all")
 	}
 	nodes := []string{c.NodeID}
@@ -179,18 +179,18 @@ func (c *Config) validateTopology() error {
 		}
 	}
 	c.TopologyNodes = nodes
+	// Validate runs again in New: what it filled in must validate as given.
 	if c.ControllerStateDir == "" {
 		c.ControllerStateDir = c.StateDir
 		return nil
-	}
-	if c.Mode != ModeNode {
-		return errors.New("--controller-state-dir is for a node instance; it needs --mode node")
 	}
 	abs, err := filepath.Abs(c.ControllerStateDir)
 	if err != nil {
 		return fmt.Errorf("--controller-state-dir: %v", err)
 	}
-	c.ControllerStateDir = abs
+	if c.ControllerStateDir = abs; abs != c.StateDir && c.Mode != ModeNode {
+		return errors.New("--controller-state-dir is for a node instance; it needs --mode node")
+	}
 	return nil
 }
 

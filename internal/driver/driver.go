@@ -81,7 +81,9 @@ func New(cfg Config) (*Driver, error) {
 		}
 		return nil
 	}
-	ctrlHolds := func(typ string) []hold { return controllerHolds(ctrlDoc.get(), controllerLayout(d.cfg.ControllerStateDir), typ) }
+	ctrlHolds := func(typ string) []hold {
+		return controllerHolds(ctrlDoc.get(), controllerLayout(d.cfg.ControllerStateDir), typ)
+	}
 	if d.cfg.servesController() {
 		if d.ctrl, err = newController(&d.cfg, log, locks, loops, p, cu); err != nil {
 			return nil, d.closeWith(err)

@@ -250,3 +250,30 @@ func TestPoolCountsImagesBeingCreated(t *testing.T) {
 		t.Errorf("dir holds summing past int64 left %d bytes free", free)
 	}
 }
+
+func TestValidateTopologyTwice(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{NodeID: "n2", StateDir: dir + "/n2", Mode: ModeNode, ControllerStateDir: dir + "/c"}
+	for range 2 {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctrl := &Config{NodeID: "n1", StateDir: dir, Mode: ModeController, TopologyNodes: []string{"n2"}}
+	for range 2 {
+		if err := ctrl.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(ctrl.TopologyNodes, []string{"n1", "n2"}) {
+		t.Errorf("TopologyNodes = %v", ctrl.TopologyNodes)
+	}
+	for _, bad := range []*Config{
+		{NodeID: "n1", StateDir: dir, Mode: ModeController, ControllerStateDir: dir + "/c"},
+		{NodeID: "n1", StateDir: dir, Mode: ModeNode, TopologyNodes: []string{"n2"}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package up
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// NodeInfo is one node of the stack: its Node name, which is also the built-in driver's node
+// ID and topology segment, and where its node agent and driver node instance keep their state.
+type NodeInfo struct {
+	Name string
+	// RootDir is the node agent's --root-dir (pods/<uid>/volumes/..., plugins_registry).
+	RootDir string
+	// DriverStateDir is the built-in driver's --state-dir on this node.
+	DriverStateDir string
+
+	kubeconfig string // the node agent's own credential, written at its bootstrap
+	socket     string // the driver node instance's CSI endpoint (unix://)
+	component  string // the node agent's component name, "kubevol node[-<name>]"
+	driver     string // the driver node instance's component name
+}
+
+// Nodes are the stack's nodes, the first one first: its paths and names are those of a
+// one-node stack, so --nodes 1 is today's layout.
+func (s *Stack) Nodes() []NodeInfo {
+	n := max(s.opts.Nodes, 1)
+	out := make([]NodeInfo, n)
+	for i := range out {
+		if i == 0 {
+			out[i] = NodeInfo{Name: s.opts.NodeName, RootDir: s.path("node"), DriverStateDir: s.path("driver"),
+				kubeconfig: s.path("node.kubeconfig"), socket: "unix://" + s.path("csi", "csi.sock"), component: "node", driver: "driver"}
+			if n > 1 {
+				// The controller keeps the driver's socket; node 1's instance shares its state
+				// directory, as a split deployment of one node does.
+				out[i].socket, out[i].driver = "unix://"+s.path("csi", s.opts.NodeName+".sock"), "driver-"+s.opts.NodeName
+			}
+			continue
+		}
+		name := s.opts.NodeName + "-" + strconv.Itoa(i+1)
+		out[i] = NodeInfo{Name: name, RootDir: s.path("nodes", name, "node"), DriverStateDir: s.path("nodes", name, "driver"),
+			kubeconfig: s.path("nodes", name, "node.kubeconfig"), socket: "unix://" + s.path("csi", name+".sock"),
+			component: "node-" + name, driver: "driver-" + name}
+	}
+	return out
+}
+
+// NodeNames are the names of the stack's Nodes, the first one first.
+func (s *Stack) NodeNames() []string {
+	var out []string
+	for _, n := range s.Nodes() {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// step is one kubevol component of startComponents: its name after "kubevol ", its health
+// port and arguments.
+type step struct {
+	name string
+	port int
+	args []string
+}
+
+// driverSteps are the built-in driver's processes: one, serving both sides, on one node;
+// on several, a controller of every node's segment and a node instance per node, each
+// registered with its own node agent.
+func (s *Stack) driverSteps(nodes []NodeInfo, controllerSocket string, ports []int) []step {
+	registry := func(n NodeInfo) string { return filepath.Join(n.RootDir, "plugins_registry") }
+	if len(nodes) == 1 {
+		return []step{{"driver", ports[0], s.driverArgs("all", nodes[0], controllerSocket,
+			// The node agent learns of the driver as the kubelet would, through its registry.
+			"--plugin-registration-dir", registry(nodes[0]))}}
+	}
+	var others []string
+	for _, n := range nodes[1:] {
+		others = append(others, n.Name)
+	}
+	steps := []step{{"driver", ports[0], s.driverArgs("controller", nodes[0], controllerSocket, "--topology-nodes", strings.Join(others, ","))}}
+	for i, n := range nodes {
+		args := s.driverArgs("node", n, n.socket, "--plugin-registration-dir", registry(n))
+		if i > 0 {
+			args = append(args, "--controller-state-dir", nodes[0].DriverStateDir)
+		}
+		steps = append(steps, step{n.driver, ports[1+i], args})
+	}
+	return steps
+}
+
+func (s *Stack) driverArgs(mode string, n NodeInfo, socket string, extra ...string) []string {
+	args := append([]string{"driver", "--endpoint", socket, "--node-id", n.Name, "--state-dir", n.DriverStateDir, "--mode", mode}, extra...)
+	if s.opts.CallLog != "" {
+		args = append(args, "--call-log", s.opts.CallLog)
+	}
+	if s.opts.AttachRequired {
+		args = append(args, "--attach-required")
+	}
+	return args
+}
+
+// nodeSteps are the node agents, each its own Node with its own client certificate, obtained
+// through a CSR that kube-controller-manager approves for the bootstrap token (docs/node.md).
+func (s *Stack) nodeSteps(nodes []NodeInfo, bootstrap string, ports []int) []step {
+	var out []step
+	for i, n := range nodes {
+		out = append(out, step{n.component, ports[i], []string{"node", "--kubeconfig", n.kubeconfig, "--bootstrap-kubeconfig", bootstrap,
+			"--node-name", n.Name, "--root-dir", n.RootDir,
+			// Only kubevol uses this node: it takes the cluster's pods, untainted.
+			"--register-with-taints=", "--sync-frequency", s.opts.NodeSyncFrequency.String()}})
+	}
+	return out
+}
+
+func validateNodes(o Options) error {
+	switch {
+	case o.Nodes < 0:
+		return fmt.Errorf("up: --nodes must be at least 1, got %d", o.Nodes)
+	case o.Nodes > 1 && o.Runtime != "":
+		return fmt.Errorf("up: --nodes %d needs the kubevol node agent; --runtime %s runs one kubelet", o.Nodes, o.Runtime)
+	}
+	return nil
+}
