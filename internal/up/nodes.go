@@ -22,8 +22,8 @@ type NodeInfo struct {
 	driver     string // the driver node instance's component name
 }
 
-// Nodes are the stack's nodes, the first one first: its paths and names are those of a
-// one-node stack, so --nodes 1 is today's layout.
+// Nodes are the stack's nodes, the first one first: its paths, names and driver process
+// are those of a one-node stack, so --nodes 1 is today's layout.
 func (s *Stack) Nodes() []NodeInfo {
 	n := max(s.opts.Nodes, 1)
 	out := make([]NodeInfo, n)
@@ -31,11 +31,6 @@ func (s *Stack) Nodes() []NodeInfo {
 		if i == 0 {
 			out[i] = NodeInfo{Name: s.opts.NodeName, RootDir: s.path("node"), DriverStateDir: s.path("driver"),
 				kubeconfig: s.path("node.kubeconfig"), socket: "unix://" + s.path("csi", "csi.sock"), component: "node", driver: "driver"}
-			if n > 1 {
-				// The controller keeps the driver's socket; node 1's instance shares its state
-				// directory, as a split deployment of one node does.
-				out[i].socket, out[i].driver = "unix://"+s.path("csi", s.opts.NodeName+".sock"), "driver-"+s.opts.NodeName
-			}
 			continue
 		}
 		name := s.opts.NodeName + "-" + strconv.Itoa(i+1)
@@ -63,33 +58,31 @@ type step struct {
 	args []string
 }
 
-// driverSteps are the built-in driver's processes: one, serving both sides, on one node;
-// on several, a controller of every node's segment and a node instance per node, each
-// registered with its own node agent.
-func (s *Stack) driverSteps(nodes []NodeInfo, controllerSocket string, ports []int) []step {
+// driverSteps are the built-in driver's processes: on the first node one serving both
+// sides, as on a one-node stack; on several nodes, its controller also provisions in every
+// other node's segment, and each other node has a node instance over the controller's
+// volumes. Each registers with its own node agent.
+func (s *Stack) driverSteps(nodes []NodeInfo, ports []int) []step {
 	registry := func(n NodeInfo) string { return filepath.Join(n.RootDir, "plugins_registry") }
-	if len(nodes) == 1 {
-		return []step{{"driver", ports[0], s.driverArgs("all", nodes[0], controllerSocket,
-			// The node agent learns of the driver as the kubelet would, through its registry.
-			"--plugin-registration-dir", registry(nodes[0]))}}
-	}
-	var others []string
-	for _, n := range nodes[1:] {
-		others = append(others, n.Name)
-	}
-	steps := []step{{"driver", ports[0], s.driverArgs("controller", nodes[0], controllerSocket, "--topology-nodes", strings.Join(others, ","))}}
-	for i, n := range nodes {
-		args := s.driverArgs("node", n, n.socket, "--plugin-registration-dir", registry(n))
-		if i > 0 {
-			args = append(args, "--controller-state-dir", nodes[0].DriverStateDir)
+	// The node agent learns of the driver as the kubelet would, through its registry.
+	first := s.driverArgs("all", nodes[0], "--plugin-registration-dir", registry(nodes[0]))
+	if len(nodes) > 1 {
+		var others []string
+		for _, n := range nodes[1:] {
+			others = append(others, n.Name)
 		}
-		steps = append(steps, step{n.driver, ports[1+i], args})
+		first = append(first, "--topology-nodes", strings.Join(others, ","))
+	}
+	steps := []step{{"driver", ports[0], first}}
+	for i, n := range nodes[1:] {
+		steps = append(steps, step{n.driver, ports[1+i],
+			s.driverArgs("node", n, "--plugin-registration-dir", registry(n), "--controller-state-dir", nodes[0].DriverStateDir)})
 	}
 	return steps
 }
 
-func (s *Stack) driverArgs(mode string, n NodeInfo, socket string, extra ...string) []string {
-	args := append([]string{"driver", "--endpoint", socket, "--node-id", n.Name, "--state-dir", n.DriverStateDir, "--mode", mode}, extra...)
+func (s *Stack) driverArgs(mode string, n NodeInfo, extra ...string) []string {
+	args := append([]string{"driver", "--endpoint", n.socket, "--node-id", n.Name, "--state-dir", n.DriverStateDir, "--mode", mode}, extra...)
 	if s.opts.CallLog != "" {
 		args = append(args, "--call-log", s.opts.CallLog)
 	}

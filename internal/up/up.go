@@ -247,7 +247,8 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			return err
 		}
 	}
-	socket := "unix://" + s.path("csi", "csi.sock")
+	// The first node's driver process serves the controller too.
+	socket := nodes[0].socket
 	var rn *runtimeNode
 	if s.opts.Runtime == RuntimeContainerd {
 		if rn, err = s.newRuntimeNode(); err != nil {
@@ -258,16 +259,12 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		s.mu.Unlock()
 		nodes[0].RootDir = filepath.Dir(rn.node.PluginsRegistry())
 	}
-	driverProcs := 1
-	if len(nodes) > 1 {
-		driverProcs += len(nodes)
-	}
-	ports, err := localcluster.FreePorts(driverProcs + 4 + len(nodes))
+	ports, err := localcluster.FreePorts(2*len(nodes) + 4)
 	if err != nil {
 		return err
 	}
-	steps := s.driverSteps(nodes, socket, ports)
-	ports = ports[driverProcs:]
+	steps := s.driverSteps(nodes, ports)
+	ports = ports[len(nodes):]
 	steps = append(steps,
 		step{"provisioner", ports[0], s.sidecarArgs("provisioner", socket, kubeconfig["provisioner"])},
 		step{"attacher", ports[1], s.sidecarArgs("attacher", socket, kubeconfig["attacher"])},
