@@ -32,11 +32,7 @@ func pinnedAway(k *caseEnv) error {
 	if _, err := k.runPod("here", []corev1.Volume{claimVolume("data", "data")}, nil, nil); err != nil {
 		return err
 	}
-	pv, err := k.boundPV("data")
-	if err != nil {
-		return err
-	}
-	if err := k.checkTopology(pv); err != nil {
+	if err := k.boundInSegment("data"); err != nil {
 		return err
 	}
 	if err := k.deletePod("here"); err != nil {

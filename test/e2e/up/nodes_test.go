@@ -2,18 +2,14 @@ package up
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,15 +51,7 @@ func TestUpNodes(t *testing.T) {
 	t.Logf("3 Nodes Ready with the driver on their CSINodes after %s more", time.Since(step).Round(time.Millisecond))
 	// Each agent is its node, with the certificate it obtained through its own CSR.
 	for i, name := range nodes {
-		kc := filepath.Join(filepath.Dir(roots[i]), "node.kubeconfig")
-		nodeCfg, err := clientcmd.BuildConfigFromFlags("", kc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		review, err := kubernetes.NewForConfigOrDie(nodeCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-		if err != nil || review.Status.UserInfo.Username != "system:node:"+name {
-			t.Errorf("the credential of node %s (%s): %v %v", name, kc, review, err)
-		}
+		assertNodeCredential(ctx, t, filepath.Join(filepath.Dir(roots[i]), "node.kubeconfig"), name)
 	}
 	if t.Failed() {
 		return
@@ -122,19 +110,7 @@ func TestUpNodes(t *testing.T) {
 	pids := descendants(r.cmd.Process.Pid)
 	r.interrupt(t)
 	t.Logf("SIGINT to exit in %s", time.Since(step).Round(time.Millisecond))
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process %d outlived kubevol up", pid)
-		}
-	}
-	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
-		t.Errorf("mounts under %s left after kubevol up stopped", dir)
-	}
-	if out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output(); err != nil {
-		t.Errorf("losetup: %v", err)
-	} else if strings.Contains(string(out), dir) {
-		t.Errorf("loop devices on images under %s left:\n%s", dir, out)
-	}
+	assertNothingLeft(t, pids, dir)
 }
 
 // waitNodes waits until every node is Ready, labelled with its topology segment, and has
