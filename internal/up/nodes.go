@@ -41,15 +41,6 @@ func (s *Stack) Nodes() []NodeInfo {
 	return out
 }
 
-// NodeNames are the names of the stack's Nodes, the first one first.
-func (s *Stack) NodeNames() []string {
-	var out []string
-	for _, n := range s.Nodes() {
-		out = append(out, n.Name)
-	}
-	return out
-}
-
 // step is one kubevol component of startComponents: its name after "kubevol ", its health
 // port and arguments.
 type step struct {
