@@ -277,3 +277,19 @@ func TestValidateTopologyTwice(t *testing.T) {
 		}
 	}
 }
+
+func TestOtherNodesImage(t *testing.T) {
+	records := map[string]*state.Volume{"v-a": {ID: "v-a", Node: "n1"}, "v-b": {ID: "v-b", Node: "n2"}, "v-old": {ID: "v-old"}}
+	n := &node{cfg: &Config{NodeID: "n1"}, layout: controllerLayout("/s"), catalog: func(id string) *state.Volume { return records[id] }}
+	for p, want := range map[string]bool{
+		"/s/volumes/v-a.img":   false, // this node's
+		"/s/volumes/v-b.img":   true,  // n2's, which holds its loop device
+		"/s/volumes/v-old.img": false, // a record from before volumes had a node
+		"/s/volumes/v-new.img": false, // no record: an orphan to detach
+		"/e/ephemeral/v-b.img": false, // not a controller volume
+	} {
+		if got := n.otherNodesImage(p); got != want {
+			t.Errorf("otherNodesImage(%s) = %v, want %v", p, got, want)
+		}
+	}
+}
