@@ -19,6 +19,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 // TestUpNodes: `kubevol up --nodes 3` runs three Ready Nodes, each with its own node agent
@@ -49,6 +50,12 @@ func TestUpNodes(t *testing.T) {
 	step := time.Now()
 	waitNodes(t, ctx, cs, nodes)
 	t.Logf("3 Nodes Ready with the driver on their CSINodes after %s more", time.Since(step).Round(time.Millisecond))
+	if time.Since(step) > 10*time.Second {
+		// Not a failure, but worth a look: a driver's registration was retried.
+		for _, log := range []string{"kubevol-node", "kubevol-node-n-2", "kubevol-node-n-3"} {
+			t.Logf("%s:\n%s", log, proc.LogTail(filepath.Join(dir, "logs", log+".log"), 12))
+		}
+	}
 	// Each agent is its node, with the certificate it obtained through its own CSR.
 	for i, name := range nodes {
 		assertNodeCredential(ctx, t, filepath.Join(filepath.Dir(roots[i]), "node.kubeconfig"), name)
