@@ -57,6 +57,8 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;Delete
 	f.StringVar(&o.cfg.NodeID, "node-id", "", "name of this node, also its topology segment "+driver.TopologyKey+" (required)")
 	f.StringVar(&o.cfg.StateDir, "state-dir", "", "directory of the records, volumes and snapshots (required)")
 	f.StringVar(&o.mode, "mode", string(driver.ModeAll), "services to serve: controller, node or all")
+	f.StringSliceVar(&o.cfg.TopologyNodes, "topology-nodes", nil, "controller or all mode: further node IDs whose topology segments the controller provisions on, for several node instances over one controller on one machine (each volume stays local to its node)")
+	f.StringVar(&o.cfg.ControllerStateDir, "controller-state-dir", "", "node mode: the controller's --state-dir when this node instance has its own (see --topology-nodes; default: --state-dir)")
 	f.StringVar(&o.cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
 	f.BoolVar(&o.cfg.AttachRequired, "attach-required", false, "advertise PUBLISH_UNPUBLISH_VOLUME, so that the CO attaches volumes")
 	f.StringSliceVar(&o.cfg.Without, "without", nil, "capabilities to switch off, comma-separated, to test a CO against drivers that lack them: "+strings.Join(driver.WithoutNames, ", ")+" (see docs/driver.md)")

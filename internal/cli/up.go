@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
@@ -28,6 +29,7 @@ type upOptions struct {
 	statusInterval time.Duration
 	buildOnly      bool
 	nodeName       string
+	nodes          int
 	drivers        []string
 	driverConfig   string
 	driverCfg      map[string]up.DriverConfig
@@ -72,6 +74,7 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
+	f.IntVar(&o.nodes, "nodes", 1, "how many nodes to run on this machine, each its own Node (<node-name>, <node-name>-2, ...) with its own node agent, root directory, plugin registry and node instance of the built-in driver (topology segment "+driver.TopologyKey+"=<node>), under one controller; external --drivers register on the first node only")
 	f.StringArrayVar(&o.drivers, "driver", nil, "endpoint of an external CSI driver to run beside the built-in one, unix:///path/csi.sock (repeatable)")
 	f.StringVar(&o.driverConfig, "driver-config", "", "YAML file keyed by driver name overriding what --driver derives: attachRequired, storageCapacity, podInfoOnMount, requiresRepublish, fsGroupPolicy, volumeLifecycleModes, storageClass.{volumeBindingMode,parameters}")
 	f.DurationVar(&o.syncFrequency, "node-sync-frequency", up.DefaultNodeSyncFrequency, "the node agent's --sync-frequency: how often it reads the claims of running pods again (so how soon an expansion reaches the mount) and republishes requiresRepublish volumes; the kubelet's default is 1m")
@@ -110,6 +113,12 @@ func (o *upOptions) validate() error {
 	if o.runtime != "" && o.runtime != up.RuntimeContainerd {
 		return usageErrorf("--runtime %q: want %q or empty", o.runtime, up.RuntimeContainerd)
 	}
+	if o.nodes < 1 {
+		return usageErrorf("--nodes %d: want at least 1", o.nodes)
+	}
+	if o.nodes > 1 && o.runtime != "" {
+		return usageErrorf("--nodes %d needs the kubevol node agent: --runtime %s runs one kubelet", o.nodes, o.runtime)
+	}
 	if (len(o.images) > 0 || o.e2eImages) && o.runtime == "" {
 		return usageErrorf("--image and --e2e-images need --runtime %s", up.RuntimeContainerd)
 	}
@@ -146,7 +155,7 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "wiped %s\n", o.dir)
 	}
 	start := time.Now()
-	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Progress: stderr,
+	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Nodes: o.nodes, Progress: stderr,
 		Drivers: o.drivers, DriverConfig: o.driverCfg, NodeSyncFrequency: o.syncFrequency,
 		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter},
 		Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages})

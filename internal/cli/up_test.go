@@ -29,6 +29,8 @@ func TestUpDriverFlags(t *testing.T) {
 		{"missing config", []string{"--driver-config", filepath.Join(dir, "none.yaml")}, "--driver-config: open"},
 		{"misspelt config", []string{"--driver-config", badConfig}, `unknown field "atachRequired"`},
 		{"invalid driver name", []string{"--driver", bad.Address}, "--driver " + bad.Address + `: GetPluginInfo returned the invalid driver name "Bad_Name"`},
+		{"no nodes", []string{"--nodes", "0"}, "--nodes 0: want at least 1"},
+		{"nodes of the kubelet", []string{"--nodes", "2", "--runtime", "containerd"}, "--nodes 2 needs the kubevol node agent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"k8s.io/klog/v2"
 )
@@ -52,6 +55,15 @@ type Config struct {
 	// process of the same node share it.
 	StateDir string
 	Mode     Mode
+	// TopologyNodes, in controller or all mode, are the nodes whose segments the controller
+	// provisions on: several node instances on one machine, each with its own NodeID, over
+	// one controller whose volumes all live under its StateDir. Empty means NodeID alone;
+	// NodeID is always one of them.
+	TopologyNodes []string
+	// ControllerStateDir, in node mode, is the controller's StateDir when it is not this
+	// instance's: a node instance of TopologyNodes keeps its own records in StateDir and
+	// reads the controller's records and volumes there. Empty means StateDir.
+	ControllerStateDir string
 	// AttachRequired enables PUBLISH_UNPUBLISH_VOLUME, so that the CO's attach path runs.
 	AttachRequired bool
 	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume;
@@ -118,6 +130,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--mode %q: want controller, node or all", c.Mode)
 	}
+	if err := c.validateTopology(); err != nil {
+		return err
+	}
 	if c.MaxVolumesPerNode < 0 {
 		return fmt.Errorf("--max-volumes-per-node must not be negative, got %d", c.MaxVolumesPerNode)
 	}
@@ -149,6 +164,59 @@ func (c *Config) Validate() error {
 
 func (c *Config) servesController() bool { return c.Mode == ModeController || c.Mode == ModeAll }
 func (c *Config) servesNode() bool       { return c.Mode == ModeNode || c.Mode == ModeAll }
+
+func (c *Config) validateTopology() error {
+	if c.Mode == ModeNode && slices.ContainsFunc(c.TopologyNodes, func(n string) bool { return n != c.NodeID }) {
+		return errors.New("--topology-nodes configures the controller; it needs --mode controller or all")
+	}
+	nodes := []string{c.NodeID}
+	for _, n := range c.TopologyNodes {
+		if n == "" || len(n) > 128 {
+			return fmt.Errorf("--topology-nodes: %q is not a node ID", n)
+		}
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	c.TopologyNodes = nodes
+	// Validate runs again in New: what it filled in must validate as given.
+	if c.ControllerStateDir == "" {
+		c.ControllerStateDir = c.StateDir
+		return nil
+	}
+	abs, err := filepath.Abs(c.ControllerStateDir)
+	if err != nil {
+		return fmt.Errorf("--controller-state-dir: %v", err)
+	}
+	if c.ControllerStateDir = abs; abs != c.StateDir && c.Mode != ModeNode {
+		return errors.New("--controller-state-dir is for a node instance; it needs --mode node")
+	}
+	return nil
+}
+
+// servedNodes names the nodes of TopologyNodes, for errors.
+func (c *Config) servedNodes() string {
+	if len(c.TopologyNodes) == 1 {
+		return fmt.Sprintf("node %q", c.NodeID)
+	}
+	return fmt.Sprintf("nodes %q", c.TopologyNodes)
+}
+
+// servesSegment reports whether the controller provisions on node.
+func (c *Config) servesSegment(node string) bool { return slices.Contains(c.TopologyNodes, node) }
+
+// pickNode chooses the node of a new volume: the first preferred segment the controller
+// serves, then the first such requisite one, as CSI asks a plugin to try the preferred
+// topologies in order; no requisite segment means anywhere, and the controller's own node
+// when no preferred one is served.
+func (c *Config) pickNode(req *csi.TopologyRequirement) (string, bool) {
+	for _, t := range append(slices.Clone(req.GetPreferred()), req.GetRequisite()...) {
+		if v, ok := t.GetSegments()[TopologyKey]; ok && c.servesSegment(v) {
+			return v, true
+		}
+	}
+	return c.NodeID, len(req.GetRequisite()) == 0
+}
 
 // topology is the one segment every kubevol volume and node reports.
 func (c *Config) topology() map[string]string { return map[string]string{TopologyKey: c.NodeID} }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -29,8 +30,9 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		return nil, err
 	}
 	defer v.unlock()
-	if nodeID != c.cfg.NodeID {
-		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, c.cfg.NodeID)
+	// A local volume is reachable from its own node only.
+	if owner := cmp.Or(v.Node, c.cfg.NodeID); nodeID != owner {
+		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, owner)
 	}
 	if r := c.cfg.off.unsupported(v.Type, req.GetVolumeCapability()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)

@@ -85,8 +85,8 @@ func (c *controller) planSnapshotLocked(req *csi.CreateSnapshotRequest) (*state.
 	if v == nil || v.Creating {
 		return nil, status.Errorf(codes.NotFound, "source volume %s not found", srcID)
 	}
-	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
-		return nil, status.Errorf(codes.ResourceExhausted, "snapshots can only be taken on node %q", c.cfg.NodeID)
+	if _, ok := c.cfg.pickNode(req.GetAccessibilityRequirements()); !ok {
+		return nil, status.Errorf(codes.ResourceExhausted, "snapshots can only be taken on %s", c.cfg.servedNodes())
 	}
 	need, err := c.backends[v.Type].UsedBytes(srcID)
 	if err != nil {

@@ -106,8 +106,9 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 // planVolumeLocked checks that a new volume may be created and returns its record, in the
 // creating state, and the path of its content source. The caller holds pool.mu and c.mu.
 func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volumeParams, source string) (*state.Volume, string, error) {
-	if !topologyAllowed(req.GetAccessibilityRequirements(), c.cfg.NodeID) {
-		return nil, "", status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on node %q", c.cfg.NodeID)
+	node, ok := c.cfg.pickNode(req.GetAccessibilityRequirements())
+	if !ok {
+		return nil, "", status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on %s", c.cfg.servedNodes())
 	}
 	floor, fromPath, err := c.sourceLocked(params.typ, source)
 	if err != nil {
@@ -130,7 +131,7 @@ func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volum
 		// The class's mutable parameters hold from the start, as ControllerModifyVolume's.
 		MutableParameters: recordedMutable(req.GetMutableParameters()),
 		Source:            source,
-		Node:              c.cfg.NodeID,
+		Node:              node,
 		CreatedAt:         time.Now().UTC(),
 		Creating:          true,
 	}, fromPath, nil
@@ -345,8 +346,8 @@ func (c *controller) GetCapacity(_ context.Context, req *csi.GetCapacityRequest)
 	if err != nil {
 		return nil, err
 	}
-	// Capacity is per topology segment: only this node's segment has any.
-	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 && seg[TopologyKey] != c.cfg.NodeID {
+	// Capacity is per topology segment: only the served nodes' segments have any (one pool).
+	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 && !c.cfg.servesSegment(seg[TopologyKey]) {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	if c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()) != "" {

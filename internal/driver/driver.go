@@ -73,7 +73,7 @@ func New(cfg Config) (*Driver, error) {
 	ctx := klog.NewContext(context.Background(), log)
 	p := &pool{capacity: cfg.Capacity, fsPath: cfg.StateDir}
 	// In a split deployment the other process's records are read from its file.
-	ctrlDoc := newFileView(filepath.Join(d.cfg.StateDir, "controller.json"), state.NewController)
+	ctrlDoc := newFileView(filepath.Join(d.cfg.ControllerStateDir, "controller.json"), state.NewController)
 	nodeDoc := newFileView(filepath.Join(d.cfg.StateDir, "node.json"), state.NewNode)
 	catalog := func(id string) *state.Volume {
 		if v, ok := ctrlDoc.get().Volumes[id]; ok && !v.Creating {
@@ -81,7 +81,9 @@ func New(cfg Config) (*Driver, error) {
 		}
 		return nil
 	}
-	ctrlHolds := func(typ string) []hold { return controllerHolds(ctrlDoc.get(), controllerLayout(d.cfg.StateDir), typ) }
+	ctrlHolds := func(typ string) []hold {
+		return controllerHolds(ctrlDoc.get(), controllerLayout(d.cfg.ControllerStateDir), typ)
+	}
 	if d.cfg.servesController() {
 		if d.ctrl, err = newController(&d.cfg, log, locks, loops, p, cu); err != nil {
 			return nil, d.closeWith(err)

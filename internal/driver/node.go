@@ -63,7 +63,7 @@ func newNode(cfg *Config, log klog.Logger, locks *inflight, loops *backend.Loops
 		cfg:       cfg,
 		log:       log.WithName("node"),
 		file:      state.NewFile(filepath.Join(cfg.StateDir, "node.json")),
-		layout:    controllerLayout(cfg.StateDir),
+		layout:    controllerLayout(cfg.ControllerStateDir),
 		ephLayout: ephemeralLayout(cfg.StateDir),
 		catalog:   catalog,
 		loops:     loops,
@@ -221,6 +221,11 @@ func (n *node) resolve(id string) (*volumeRef, error) {
 	b, _ := backend.New(typ, n.layout)
 	ref := &volumeRef{id: id, typ: typ, path: b.VolumePath(id)}
 	if v := n.catalog(id); v != nil {
+		// A controller of several nodes keeps all their volumes in one place; each is
+		// local to the node it was provisioned on.
+		if v.Node != "" && v.Node != n.cfg.NodeID {
+			return nil, status.Errorf(codes.NotFound, "volume %s is on node %q, not on node %q", id, v.Node, n.cfg.NodeID)
+		}
 		ref.capacity, ref.fsType = v.CapacityBytes, v.FsType
 	}
 	if typ == state.TypeBlock {

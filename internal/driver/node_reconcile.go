@@ -187,7 +187,7 @@ func (n *node) detachOrphanLoops(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	for _, d := range devs {
-		if held[d.Name] || !n.ownsImage(d.BackFile) {
+		if held[d.Name] || !n.ownsImage(d.BackFile) || n.otherNodesImage(d.BackFile) {
 			continue
 		}
 		if len(mt.mountsOfDevice(d.Name)) > 0 || len(mt.bindsOf(d.Name)) > 0 {
@@ -209,4 +209,15 @@ func (n *node) ownsImage(p string) bool {
 		}
 	}
 	return false
+}
+
+// otherNodesImage reports whether p is the image of a volume the controller placed on
+// another node (--topology-nodes): that node's instance, on this same machine, holds its
+// loop devices, and one it is still staging is not yet mounted.
+func (n *node) otherNodesImage(p string) bool {
+	if !strings.HasPrefix(p, n.layout.Volumes+string(filepath.Separator)) {
+		return false
+	}
+	v := n.catalog(strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)))
+	return v != nil && v.Node != "" && v.Node != n.cfg.NodeID
 }

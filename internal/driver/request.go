@@ -185,20 +185,6 @@ func (w without) firstUnsupported(typ string, caps []*csi.VolumeCapability) stri
 	return ""
 }
 
-// topologyAllowed reports whether the requisite topologies of a request include this node.
-// No requisite means anywhere.
-func topologyAllowed(req *csi.TopologyRequirement, nodeID string) bool {
-	if len(req.GetRequisite()) == 0 {
-		return true
-	}
-	for _, t := range req.GetRequisite() {
-		if v, ok := t.GetSegments()[TopologyKey]; ok && v == nodeID {
-			return true
-		}
-	}
-	return false
-}
-
 // required takes pairs of field name and value and returns INVALID_ARGUMENT for the first
 // empty one: CSI's answer to a missing required field.
 func required(nameValues ...string) error {

@@ -80,13 +80,37 @@ func TestUnsupportedReason(t *testing.T) {
 	}
 }
 
-func TestTopologyAllowed(t *testing.T) {
+func TestPickNode(t *testing.T) {
 	seg := func(n string) *csi.Topology { return &csi.Topology{Segments: map[string]string{TopologyKey: n}} }
-	if !topologyAllowed(nil, "n1") || !topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2"), seg("n1")}}, "n1") {
-		t.Error("this node refused")
+	one := &Config{NodeID: "n1", StateDir: t.TempDir()}
+	three := &Config{NodeID: "n1", StateDir: t.TempDir(), TopologyNodes: []string{"n2", "n3"}}
+	for _, c := range []*Config{one, three} {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if topologyAllowed(&csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2")}}, "n1") {
-		t.Error("another node accepted")
+	for _, tc := range []struct {
+		cfg    *Config
+		req    *csi.TopologyRequirement
+		want   string
+		wantOK bool
+	}{
+		{one, nil, "n1", true},
+		{one, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2"), seg("n1")}}, "n1", true},
+		{one, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n2")}}, "", false},
+		{one, &csi.TopologyRequirement{Preferred: []*csi.Topology{seg("n2")}}, "n1", true},
+		{three, nil, "n1", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n1"), seg("n3")}, Preferred: []*csi.Topology{seg("n3"), seg("n1")}}, "n3", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n4"), seg("n2")}, Preferred: []*csi.Topology{seg("n4")}}, "n2", true},
+		{three, &csi.TopologyRequirement{Requisite: []*csi.Topology{seg("n4")}}, "", false},
+	} {
+		got, ok := tc.cfg.pickNode(tc.req)
+		if ok != tc.wantOK || (ok && got != tc.want) {
+			t.Errorf("nodes %v, %v: got %q, %v; want %q, %v", tc.cfg.TopologyNodes, tc.req, got, ok, tc.want, tc.wantOK)
+		}
+	}
+	if !three.servesSegment("n3") || three.servesSegment("n4") {
+		t.Errorf("served segments of %v", three.TopologyNodes)
 	}
 }
 
@@ -224,5 +248,48 @@ func TestPoolCountsImagesBeingCreated(t *testing.T) {
 	}
 	if free, _ := p.free(state.TypeDir, []hold{{bytes: math.MaxInt64}, {bytes: math.MaxInt64}}); free != 0 {
 		t.Errorf("dir holds summing past int64 left %d bytes free", free)
+	}
+}
+
+func TestValidateTopologyTwice(t *testing.T) {
+	dir := t.TempDir()
+	c := &Config{NodeID: "n2", StateDir: dir + "/n2", Mode: ModeNode, ControllerStateDir: dir + "/c"}
+	for range 2 {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctrl := &Config{NodeID: "n1", StateDir: dir, Mode: ModeController, TopologyNodes: []string{"n2"}}
+	for range 2 {
+		if err := ctrl.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(ctrl.TopologyNodes, []string{"n1", "n2"}) {
+		t.Errorf("TopologyNodes = %v", ctrl.TopologyNodes)
+	}
+	for _, bad := range []*Config{
+		{NodeID: "n1", StateDir: dir, Mode: ModeController, ControllerStateDir: dir + "/c"},
+		{NodeID: "n1", StateDir: dir, Mode: ModeNode, TopologyNodes: []string{"n2"}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}
+
+func TestOtherNodesImage(t *testing.T) {
+	records := map[string]*state.Volume{"v-a": {ID: "v-a", Node: "n1"}, "v-b": {ID: "v-b", Node: "n2"}, "v-old": {ID: "v-old"}}
+	n := &node{cfg: &Config{NodeID: "n1"}, layout: controllerLayout("/s"), catalog: func(id string) *state.Volume { return records[id] }}
+	for p, want := range map[string]bool{
+		"/s/volumes/v-a.img":   false, // this node's
+		"/s/volumes/v-b.img":   true,  // n2's, which holds its loop device
+		"/s/volumes/v-old.img": false, // a record from before volumes had a node
+		"/s/volumes/v-new.img": false, // no record: an orphan to detach
+		"/e/ephemeral/v-b.img": false, // not a controller volume
+	} {
+		if got := n.otherNodesImage(p); got != want {
+			t.Errorf("otherNodesImage(%s) = %v, want %v", p, got, want)
+		}
 	}
 }

@@ -41,8 +41,12 @@ type Options struct {
 	ClusterBinary string
 	// KubevolBinary runs the components; empty means this executable.
 	KubevolBinary string
-	// NodeName is the node the agent registers and the driver serves.
+	// NodeName is the node the agent registers and the driver serves; with Nodes > 1 the
+	// first node's, the others are NodeName-2, NodeName-3...
 	NodeName string
+	// Nodes is how many nodes run on this machine, each its own Node, node agent and node
+	// instance of the built-in driver, under one controller; 0 means 1.
+	Nodes int
 	// Progress receives human-readable progress.
 	Progress io.Writer
 	// CallLog, if set, makes the driver log every CSI call there (benchmarks, tests).
@@ -124,6 +128,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if o.NodeName == "" {
 		return nil, errors.New("up: NodeName is required")
+	}
+	if err := validateNodes(o); err != nil {
+		return nil, err
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -219,12 +226,16 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			return err
 		}
 	}
-	ports, err := localcluster.FreePorts(6)
-	if err != nil {
-		return err
+	nodes := s.Nodes()
+	for _, n := range nodes {
+		for _, d := range []string{n.RootDir, n.DriverStateDir} {
+			if err := os.MkdirAll(d, 0o750); err != nil {
+				return err
+			}
+		}
 	}
-	// The node agent runs as system:node:<name>, with a certificate it obtains through a CSR
-	// that kube-controller-manager approves for this bootstrap token (docs/node.md).
+	// The node agents run as system:node:<name>, each with a certificate it obtains through
+	// a CSR that kube-controller-manager approves for this bootstrap token (docs/node.md).
 	bootstrap := s.path("node-bootstrap.kubeconfig")
 	if err := s.Cluster.WriteNodeBootstrapKubeconfig(ctx, bootstrap, time.Hour); err != nil {
 		return err
@@ -236,8 +247,8 @@ func (s *Stack) startComponents(ctx context.Context) error {
 			return err
 		}
 	}
-	socket := "unix://" + s.path("csi", "csi.sock")
-	registry := s.path("node", "plugins_registry")
+	// The first node's driver process serves the controller too.
+	socket := nodes[0].socket
 	var rn *runtimeNode
 	if s.opts.Runtime == RuntimeContainerd {
 		if rn, err = s.newRuntimeNode(); err != nil {
@@ -246,38 +257,27 @@ func (s *Stack) startComponents(ctx context.Context) error {
 		s.mu.Lock()
 		s.runtime = rn
 		s.mu.Unlock()
-		registry = rn.node.PluginsRegistry()
+		nodes[0].RootDir = filepath.Dir(rn.node.PluginsRegistry())
 	}
-	steps := []struct {
-		name string
-		port int
-		args []string
-	}{
-		{"driver", ports[0], []string{"driver", "--endpoint", socket, "--node-id", s.opts.NodeName, "--state-dir", s.path("driver"), "--mode", "all",
-			// The node agent learns of the driver as the kubelet would, through its registry.
-			"--plugin-registration-dir", registry}},
-		{"provisioner", ports[1], s.sidecarArgs("provisioner", socket, kubeconfig["provisioner"])},
-		{"attacher", ports[2], s.sidecarArgs("attacher", socket, kubeconfig["attacher"])},
-		{"resizer", ports[3], s.sidecarArgs("resizer", socket, kubeconfig["resizer"])},
+	ports, err := localcluster.FreePorts(2*len(nodes) + 4)
+	if err != nil {
+		return err
+	}
+	steps := s.driverSteps(nodes, ports)
+	ports = ports[len(nodes):]
+	steps = append(steps,
+		step{"provisioner", ports[0], s.sidecarArgs("provisioner", socket, kubeconfig["provisioner"])},
+		step{"attacher", ports[1], s.sidecarArgs("attacher", socket, kubeconfig["attacher"])},
+		step{"resizer", ports[2], s.sidecarArgs("resizer", socket, kubeconfig["resizer"])},
 		// Both roles: the cluster's snapshot-controller and this driver's csi-snapshotter.
-		{"snapshotter", ports[5], s.sidecarArgs("snapshotter", socket, kubeconfig["snapshotter"])},
-		{"node", ports[4], []string{"node", "--kubeconfig", s.path("node.kubeconfig"), "--bootstrap-kubeconfig", bootstrap, "--node-name", s.opts.NodeName, "--root-dir", s.path("node"),
-			// Only kubevol uses this node: it takes the cluster's pods, untainted.
-			"--register-with-taints=", "--sync-frequency", s.opts.NodeSyncFrequency.String()}},
-	}
-	if s.opts.CallLog != "" {
-		steps[0].args = append(steps[0].args, "--call-log", s.opts.CallLog)
-	}
-	if s.opts.AttachRequired {
-		steps[0].args = append(steps[0].args, "--attach-required")
-	}
-	if rn != nil {
-		steps = steps[:len(steps)-1] // the kubelet is the node
+		step{"snapshotter", ports[3], s.sidecarArgs("snapshotter", socket, kubeconfig["snapshotter"])})
+	if rn == nil { // else the kubelet is the node
+		steps = append(steps, s.nodeSteps(nodes, bootstrap, ports[4:])...)
 	}
 	for _, st := range steps {
 		addr := "127.0.0.1:" + strconv.Itoa(st.port)
 		flag := "--http-endpoint"
-		if st.name == "node" {
+		if st.args[0] == "node" {
 			flag = "--metrics-address"
 		}
 		args := append(st.args, flag, addr)

@@ -15,11 +15,7 @@ func provisionImmediate(k *caseEnv) error {
 	if _, err := k.fsClaim("data", classImmediate); err != nil {
 		return err
 	}
-	pv, err := k.boundPV("data")
-	if err != nil {
-		return err
-	}
-	if err := k.checkTopology(pv); err != nil {
+	if err := k.boundInSegment("data"); err != nil {
 		return err
 	}
 	return k.deleteClaim("data")
@@ -49,17 +45,22 @@ func provisionWFFC(k *caseEnv) error {
 	if got := pvc.Annotations["volume.kubernetes.io/selected-node"]; got != k.node {
 		return fmt.Errorf("claim's selected-node annotation = %q, want %q", got, k.node)
 	}
-	pv, err := k.boundPV("data")
-	if err != nil {
-		return err
-	}
-	if err := k.checkTopology(pv); err != nil {
+	if err := k.boundInSegment("data"); err != nil {
 		return err
 	}
 	if err := k.deletePod("app"); err != nil {
 		return err
 	}
 	return k.deleteClaim("data")
+}
+
+// boundInSegment waits for the claim's PV and checks that it is in the node's segment.
+func (k *caseEnv) boundInSegment(claim string) error {
+	pv, err := k.boundPV(claim)
+	if err != nil {
+		return err
+	}
+	return k.checkTopology(pv)
 }
 
 // checkTopology: a driver with topology keys must give the PV the node's segment.

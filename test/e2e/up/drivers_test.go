@@ -199,6 +199,12 @@ func checkSpec(t *testing.T, name string, s storagev1.CSIDriverSpec, attach, cap
 // the node agent has its volumes ready.
 func runPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, class string) *corev1.Pod {
 	t.Helper()
+	return runPodOn(t, ctx, cs, ns, name, class, "")
+}
+
+// runPodOn is runPod for a pod the scheduler must place on node (any, when empty).
+func runPodOn(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, class, node string) *corev1.Pod {
+	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -216,6 +222,9 @@ func runPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name
 			Containers: []corev1.Container{{Name: "c", Image: "busybox", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
 		},
+	}
+	if node != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	}
 	var cur *corev1.Pod
 	var last string

@@ -67,14 +67,7 @@ func TestUpThenInterrupt(t *testing.T) {
 		}
 	}
 	// The node agent runs as its node, with the certificate it obtained through a CSR.
-	nodeCfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "node.kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	review, err := kubernetes.NewForConfigOrDie(nodeCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil || review.Status.UserInfo.Username != "system:node:up-e2e" {
-		t.Errorf("the node agent's credential: %v %v", review, err)
-	}
+	assertNodeCredential(ctx, t, filepath.Join(dir, "node.kubeconfig"), "up-e2e")
 	pids := descendants(cmd.Process.Pid)
 	// Each sidecar runs as its own ServiceAccount, with a token and nothing of the admin's.
 	for _, role := range []string{"provisioner", "attacher", "resizer", "snapshotter"} {
@@ -85,14 +78,7 @@ func TestUpThenInterrupt(t *testing.T) {
 	}
 
 	r.interrupt(t)
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process %d outlived kubevol up", pid)
-		}
-	}
-	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
-		t.Errorf("mounts under %s left after kubevol up stopped", dir)
-	}
+	assertNothingLeft(t, pids, dir)
 
 	// A second start finds its ServiceAccounts and RBAC and updates them, and the sidecars
 	// run as themselves again, with new tokens.
@@ -102,6 +88,38 @@ func TestUpThenInterrupt(t *testing.T) {
 		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
 	}
 	r.interrupt(t)
+}
+
+// assertNodeCredential checks that kubeconfig authenticates as the Node node.
+func assertNodeCredential(ctx context.Context, t *testing.T, kubeconfig, node string) {
+	t.Helper()
+	nodeCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := kubernetes.NewForConfigOrDie(nodeCfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || review.Status.UserInfo.Username != "system:node:"+node {
+		t.Errorf("the credential of node %s (%s): %v %v", node, kubeconfig, review, err)
+	}
+}
+
+// assertNothingLeft checks, once kubevol up has exited, that none of its processes pids
+// runs and that nothing under its state directory dir is mounted or backs a loop device.
+func assertNothingLeft(t *testing.T, pids []int, dir string) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process %d outlived kubevol up", pid)
+		}
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
+		t.Errorf("mounts under %s left after kubevol up stopped", dir)
+	}
+	if out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output(); err != nil {
+		t.Errorf("losetup: %v", err)
+	} else if strings.Contains(string(out), dir) {
+		t.Errorf("loop devices on images under %s left:\n%s", dir, out)
+	}
 }
 
 // assertRunsAs checks that the kubevol process of role among pids has a kubeconfig whose
