@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -118,6 +120,76 @@ func (a *applier) resource(o *unstructured.Unstructured) (dynamic.ResourceInterf
 		return a.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
 	}
 	return a.dyn.Resource(m.Resource), nil
+}
+
+// applyThenRun applies everything but the workloads, waits until the apiserver's RBAC
+// authorizer grants each bound ServiceAccount its role's first rule (its cache follows the
+// bindings a moment later), then applies the workloads: their first requests are not
+// refused for a binding they already have.
+func (a *applier) applyThenRun(ctx context.Context, cs kubernetes.Interface, objs []*unstructured.Unstructured) error {
+	var rbac, workloads []*unstructured.Unstructured
+	for _, o := range objs {
+		if k := o.GetKind(); k == "Deployment" || k == "DaemonSet" {
+			workloads = append(workloads, o)
+		} else {
+			rbac = append(rbac, o)
+		}
+	}
+	if err := a.apply(ctx, rbac); err != nil {
+		return err
+	}
+	for _, b := range rbac {
+		if k := b.GetKind(); k != "RoleBinding" && k != "ClusterRoleBinding" {
+			continue
+		}
+		if err := waitGranted(ctx, cs, objs, b); err != nil {
+			return err
+		}
+	}
+	return a.apply(ctx, workloads)
+}
+
+// waitGranted waits until each ServiceAccount subject of binding b may do its role's first
+// rule's first verb on its first resource.
+func waitGranted(ctx context.Context, cs kubernetes.Interface, objs []*unstructured.Unstructured, b *unstructured.Unstructured) error {
+	kind, _, _ := unstructured.NestedString(b.Object, "roleRef", "kind")
+	name, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
+	var rule map[string]any
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name && (kind == "ClusterRole" || o.GetNamespace() == b.GetNamespace()) {
+			if rules, _, _ := unstructured.NestedSlice(o.Object, "rules"); len(rules) > 0 {
+				rule, _ = rules[0].(map[string]any)
+			}
+		}
+	}
+	if rule == nil {
+		return nil // upstream's roles (system:...) are the apiserver's own
+	}
+	first := func(k string) string {
+		l, _, _ := unstructured.NestedStringSlice(rule, k)
+		if len(l) == 0 {
+			return ""
+		}
+		return l[0]
+	}
+	attrs := &authorizationv1.ResourceAttributes{Namespace: b.GetNamespace(), Group: first("apiGroups"), Resource: first("resources"), Verb: first("verbs")}
+	subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+	for _, s := range subjects {
+		m, _ := s.(map[string]any)
+		if m["kind"] != "ServiceAccount" {
+			continue
+		}
+		user := fmt.Sprintf("system:serviceaccount:%v:%v", m["namespace"], m["name"])
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}, metav1.CreateOptions{})
+			return err == nil && r.Status.Allowed, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s: %s never granted %+v: %w", b.GetKind(), b.GetName(), user, *attrs, err)
+		}
+	}
+	return nil
 }
 
 func (a *applier) apply(ctx context.Context, objs []*unstructured.Unstructured) error {

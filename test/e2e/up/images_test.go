@@ -61,13 +61,14 @@ func TestUpRunsShippedImages(t *testing.T) {
 	defer cancel()
 
 	objs := renderDeploy(t, node.KubeletRootDir(), state)
+	onHostNetwork(t, objs, cfg.Host, node.NodeIP())
 	a := newApplier(t, cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("on failure:\n%s", diagnose(cs))
 		}
 	})
-	if err := a.apply(ctx, objs); err != nil {
+	if err := a.applyThenRun(ctx, cs, objs); err != nil {
 		t.Fatal(err)
 	}
 	waitWorkloadsReady(t, ctx, cs)
