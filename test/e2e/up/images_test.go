@@ -16,10 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/kubevol/kubevol/internal/driver/backend"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
 )
 
 // TestUpRunsShippedImages runs kubevol's shipped images as pods, as an operator deploys
@@ -32,12 +28,6 @@ import (
 // mounted by the containerised node plugin into a pod that writes to it; no container logs
 // a 403, and nothing is left once the objects are deleted and up is interrupted.
 func TestUpRunsShippedImages(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("kubevol up needs root (mounts, containers); run the tests as root")
-	}
-	if err := kubeletnode.CheckPrerequisites(); err != nil {
-		t.Fatalf("%v (make test runs hack/install-runtime-deps.sh)", err)
-	}
 	start := time.Now()
 	// up itself runs the same static binary: one build instead of two.
 	archive, bin := shippedImages(t)
@@ -45,18 +35,9 @@ func TestUpRunsShippedImages(t *testing.T) {
 
 	dir := t.TempDir()
 	state := sharedStateDir(t)
-	node, err := kubeletnode.New(kubeletnode.Options{Dir: filepath.Join(dir, "runtime"), NodeName: "x", ClusterBinary: "x", CNIBinDir: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = node.Cleanup() })
-	r := startUp(t, bin, "--dir", dir, "--node-name", "images-e2e", "--runtime", "containerd", "--image", archive, "--status-interval", "500ms")
+	r := startRuntimeUp(t, bin, dir, "images-e2e", "--image", archive)
 	upReady := time.Now()
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	cfg, cs, node := r.cfg, r.cs, r.node
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -110,25 +91,7 @@ func TestUpRunsShippedImages(t *testing.T) {
 	}
 	removed := time.Now()
 
-	pid := r.cmd.Process.Pid
-	r.interrupt(t)
-	if pids := descendants(pid); len(pids) > 0 {
-		t.Errorf("processes left after SIGINT: %v", pids)
-	}
-	left, err := node.Leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{dir, state} {
-		held, err := backend.Leftovers(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		left = append(left, held...)
-	}
-	if len(left) > 0 {
-		t.Errorf("left after SIGINT: %v", left)
-	}
+	r.interruptLeavesNothing(t, dir, state)
 	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	t.Logf("timings: images and binary %s, up with the images imported %s, deploy/ applied until Ready %s, claim provisioned, attached and used %s, teardown %s, up stopped %s; total %s",
 		round(built.Sub(start)), round(upReady.Sub(built)), round(deployed.Sub(upReady)), round(used.Sub(deployed)),
