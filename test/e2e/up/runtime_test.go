@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubevol/kubevol/internal/driver/backend"
@@ -26,26 +27,10 @@ import (
 // left: no process, container shim, mount, loop device, network namespace, veth, bridge or
 // cgroup.
 func TestUpRuntimeContainerd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("kubevol up needs root (mounts, containers); run the tests as root")
-	}
-	if err := kubeletnode.CheckPrerequisites(); err != nil {
-		t.Fatalf("%v (make test runs hack/install-runtime-deps.sh)", err)
-	}
 	bin := kubevolBinary(t)
 	dir := t.TempDir()
-	node, err := kubeletnode.New(kubeletnode.Options{Dir: filepath.Join(dir, "runtime"), NodeName: "x", ClusterBinary: "x", CNIBinDir: "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Runs after up is killed, when the test failed before its SIGINT.
-	t.Cleanup(func() { _ = node.Cleanup() })
-	r := startUp(t, bin, "--dir", dir, "--node-name", "runtime-e2e", "--runtime", "containerd", "--status-interval", "500ms")
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	r := startRuntimeUp(t, bin, dir, "runtime-e2e")
+	cs, node := r.cs, r.node
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -86,22 +71,7 @@ func TestUpRuntimeContainerd(t *testing.T) {
 		t.Error("Leftovers sees nothing of a running node")
 	}
 
-	pid := r.cmd.Process.Pid
-	r.interrupt(t)
-	if pids := descendants(pid); len(pids) > 0 {
-		t.Errorf("processes left after SIGINT: %v", pids)
-	}
-	left, err := node.Leftovers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := backend.Leftovers(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left = append(left, held...); len(left) > 0 {
-		t.Errorf("left after SIGINT: %v", left)
-	}
+	r.interruptLeavesNothing(t, dir)
 }
 
 // runToEnd runs a busybox pod with the claim "data" at /data and waits until it succeeds.
@@ -133,5 +103,64 @@ func runToEnd(t *testing.T, ctx context.Context, cs kubernetes.Interface, name, 
 	})
 	if err != nil || phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: phase %s, %v", name, phase, err)
+	}
+}
+
+// runtimeUp is a started `kubevol up --runtime containerd` and its node.
+type runtimeUp struct {
+	*upRun
+	node *kubeletnode.Node
+	cfg  *rest.Config
+	cs   kubernetes.Interface
+}
+
+// startRuntimeUp checks the prerequisites of a containerd node, then starts
+// `kubevol up --dir dir --node-name nodeName --runtime containerd args...`; the node is
+// cleaned up at the end even if up could not do it.
+func startRuntimeUp(t *testing.T, bin, dir, nodeName string, args ...string) *runtimeUp {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("kubevol up needs root (mounts, containers); run the tests as root")
+	}
+	if err := kubeletnode.CheckPrerequisites(); err != nil {
+		t.Fatalf("%v (make test runs hack/install-runtime-deps.sh)", err)
+	}
+	node, err := kubeletnode.New(kubeletnode.Options{Dir: filepath.Join(dir, "runtime"), NodeName: "x", ClusterBinary: "x", CNIBinDir: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Runs after up is killed, when the test failed before its SIGINT.
+	t.Cleanup(func() { _ = node.Cleanup() })
+	r := startUp(t, bin, append([]string{"--dir", dir, "--node-name", nodeName, "--runtime", "containerd", "--status-interval", "500ms"}, args...)...)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runtimeUp{upRun: r, node: node, cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg)}
+}
+
+// interruptLeavesNothing sends SIGINT and checks that nothing of the run is left: no
+// process, nothing of the node (shims, mounts, network, cgroups), no mount or loop device
+// under dirs.
+func (r *runtimeUp) interruptLeavesNothing(t *testing.T, dirs ...string) {
+	t.Helper()
+	pid := r.cmd.Process.Pid
+	r.interrupt(t)
+	if pids := descendants(pid); len(pids) > 0 {
+		t.Errorf("processes left after SIGINT: %v", pids)
+	}
+	left, err := r.node.Leftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		held, err := backend.Leftovers(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, held...)
+	}
+	if len(left) > 0 {
+		t.Errorf("left after SIGINT: %v", left)
 	}
 }
