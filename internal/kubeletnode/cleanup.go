@@ -79,7 +79,8 @@ func (n *Node) RemovePods(ctx context.Context) error {
 // Cleanup removes what is left once containerd and the kubelet have stopped (or crashed):
 // processes in the node's cgroups and containerd's shims for this node's socket, every
 // mount and loop device under the node's directory, the bridge, the cgroup roots and the
-// kubelet's container log links. It is safe to run more than once.
+// kubelet's container log links and the host directories it created. It is safe to run more
+// than once.
 func (n *Node) Cleanup() error {
 	var errs []error
 	errs = append(errs, n.killCgroupProcesses(), n.killShims())
@@ -91,7 +92,7 @@ func (n *Node) Cleanup() error {
 			errs = append(errs, ipCommand("link", "delete", l))
 		}
 	}
-	errs = append(errs, n.removeCgroups(), n.removeLogLinks())
+	errs = append(errs, n.removeCgroups(), n.removeLogLinks(), n.removeHostDirs())
 	return errors.Join(errs...)
 }
 
@@ -105,6 +106,12 @@ func (n *Node) Leftovers() ([]string, error) {
 	out = append(out, held...)
 	for _, pid := range n.shimPIDs() {
 		out = append(out, "process "+strconv.Itoa(pid)+" (containerd shim)")
+	}
+	for _, d := range n.createdHostDirs() {
+		// One still in use holds another kubelet's socket: it is that kubelet's to leave.
+		if entries, err := os.ReadDir(d); err == nil && len(entries) == 0 {
+			out = append(out, "directory "+d)
+		}
 	}
 	_ = n.forEachCgroupHierarchy(func(dir string) error {
 		if _, err := os.Stat(dir); err == nil {

@@ -155,6 +155,9 @@ func (n *Node) Prepare() error {
 	if err := n.ensureHostLink(); err != nil {
 		return err
 	}
+	if err := n.noteHostDirs(); err != nil {
+		return err
+	}
 	// The kubelet refuses a cgroup root that does not exist.
 	return n.forEachCgroupHierarchy(func(dir string) error { return os.MkdirAll(dir, 0o755) })
 }
