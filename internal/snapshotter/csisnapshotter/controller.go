@@ -13,14 +13,12 @@ package csisnapshotter
 
 import (
 	"context"
-	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -28,6 +26,7 @@ import (
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Config configures a Controller.
@@ -107,39 +106,16 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// contentChanged filters out the updates this sidecar causes itself (status, the
-// being-created annotation, finalizers, managed fields), as upstream does to avoid a hot
-// loop on its own writes, unless the content turned ready or gained the bound finalizer,
-// which may unblock a CreateSnapshot. Resyncs (same resourceVersion) always pass.
-func contentChanged(old, cur *snapv1.VolumeSnapshotContent) bool {
-	if old.ResourceVersion == cur.ResourceVersion {
-		return true
-	}
-	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerContentBound) {
-		return true
-	}
-	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
-		return true
-	}
-	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) || !slices.Equal(old.Finalizers, cur.Finalizers) && cur.DeletionTimestamp != nil {
-		return true
-	}
-	return !annotationsEqualExcept(old.Annotations, cur.Annotations, snapshotter.AnnBeingCreated)
-}
-
-func annotationsEqualExcept(a, b map[string]string, skip string) bool {
-	for k, v := range a {
-		if k != skip && b[k] != v {
-			return false
-		}
-	}
-	for k, v := range b {
-		if k != skip && a[k] != v {
-			return false
-		}
-	}
-	return true
-}
+// contentChanged is the update filter of VolumeSnapshotContents. A finalizer change of a
+// content being deleted passes too.
+var contentChanged = contentwrite.Filter[*snapv1.VolumeSnapshotContent]{
+	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
+	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
+		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+	},
+	Spec:                    func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
+	FinalizersWhileDeleting: true,
+}.Changed
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {

@@ -2,7 +2,6 @@ package csisnapshotter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,13 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Event reasons of the csi-snapshotter, as upstream records them.
@@ -44,19 +42,11 @@ func errNoSnapshots(driver string) error {
 	return fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", driver)
 }
 
-// conflictRetry is how soon a content whose write met a newer version is synced again: the
-// update filter may drop that version's event, so the content cannot wait for it.
-const conflictRetry = 100 * time.Millisecond
-
 // syncContent brings one content of this driver to its backend snapshot: create or check
 // it, then, when the content is released, delete it. A conflict is retried soon without
 // growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	err := c.sync(ctx, name)
-	if apierrors.IsConflict(err) {
-		return kvcontroller.RetryAfter(conflictRetry)
-	}
-	return err
+	return snapshotter.RetryConflict(c.sync(ctx, name))
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -199,10 +189,7 @@ func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSn
 	if content.Spec.VolumeSnapshotClassName == nil {
 		return nil, fmt.Errorf("failed to take snapshot %s without a snapshot class: set spec.volumeSnapshotClassName", content.Name)
 	}
-	class, err := c.classes.Get(*content.Spec.VolumeSnapshotClassName)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses().Get(ctx, *content.Spec.VolumeSnapshotClassName, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), *content.Spec.VolumeSnapshotClassName)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeSnapshotClass %s: %w", *content.Spec.VolumeSnapshotClassName, err)
 	}
@@ -322,60 +309,29 @@ func (c *Controller) release(ctx context.Context, content *snapv1.VolumeSnapshot
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "snapshotHandle", handle)
 	}
-	var kept []string
-	for _, f := range content.Finalizers {
-		if f != snapshotter.FinalizerContentBound {
-			kept = append(kept, f)
-		}
-	}
-	content.Finalizers = kept
-	_, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return contentwrite.RemoveFinalizer(ctx, c.client(), content, snapshotter.FinalizerContentBound)
+}
+
+func (c *Controller) client() contentwrite.Client[*snapv1.VolumeSnapshotContent] {
+	return c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()
 }
 
 // setBeingCreated adds or removes the being-created annotation and returns the stored content.
 func (c *Controller) setBeingCreated(ctx context.Context, content *snapv1.VolumeSnapshotContent, on bool) (*snapv1.VolumeSnapshotContent, error) {
-	content = content.DeepCopy()
-	if on {
-		if content.Annotations == nil {
-			content.Annotations = map[string]string{}
-		}
-		content.Annotations[snapshotter.AnnBeingCreated] = "yes"
-	} else {
-		delete(content.Annotations, snapshotter.AnnBeingCreated)
-	}
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.Annotate(ctx, c.client(), content, snapshotter.AnnBeingCreated, on)
 }
 
 // setError records msg in the content's status.error, with readyToUse false.
 func (c *Controller) setError(ctx context.Context, content *snapv1.VolumeSnapshotContent, msg string) (*snapv1.VolumeSnapshotContent, error) {
-	if content.Status != nil && content.Status.Error != nil && snapshotter.Str(content.Status.Error.Message) == msg {
-		return content, nil
+	var current *string
+	if content.Status != nil && content.Status.Error != nil {
+		current = new(snapshotter.Str(content.Status.Error.Message))
 	}
-	return c.patchStatus(ctx, content, map[string]any{
-		"readyToUse": false,
-		"error":      map[string]any{"time": metav1.Now(), "message": msg},
-	})
+	return contentwrite.SetError(ctx, c.client(), content, current, msg)
 }
 
-// patchStatus merge-patches the content's status subresource.
 func (c *Controller) patchStatus(ctx context.Context, content *snapv1.VolumeSnapshotContent, st map[string]any) (*snapv1.VolumeSnapshotContent, error) {
-	data, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		return content, err
-	}
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.PatchStatus(ctx, c.client(), content, st)
 }
 
 // creationTime is the driver's time in nanoseconds, or now when it gave none.

@@ -21,7 +21,6 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -29,6 +28,7 @@ import (
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Config configures a Controller.
@@ -118,31 +118,14 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// contentChanged filters out the sidecar's own writes (status, the being-created annotation,
-// finalizers), as upstream does for group contents, unless the content turned ready or
-// gained its bound finalizer. Resyncs always pass.
-func contentChanged(old, cur *groupv1.VolumeGroupSnapshotContent) bool {
-	if old.ResourceVersion == cur.ResourceVersion {
-		return true
-	}
-	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerGroupContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerGroupContentBound) {
-		return true
-	}
-	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
-		return true
-	}
-	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
-		return true
-	}
-	for _, m := range []map[string]string{old.Annotations, cur.Annotations} {
-		for k := range m {
-			if k != snapshotter.AnnGroupBeingCreated && old.Annotations[k] != cur.Annotations[k] {
-				return true
-			}
-		}
-	}
-	return false
-}
+// contentChanged is the update filter of VolumeGroupSnapshotContents.
+var contentChanged = contentwrite.Filter[*groupv1.VolumeGroupSnapshotContent]{
+	BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated,
+	Ready: func(c *groupv1.VolumeGroupSnapshotContent) bool {
+		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+	},
+	Spec: func(c *groupv1.VolumeGroupSnapshotContent) any { return c.Spec },
+}.Changed
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {

@@ -2,7 +2,6 @@ package groupsidecar
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,12 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
 )
 
@@ -43,11 +41,7 @@ var errNotReady = errors.New("group snapshot not ready yet")
 // syncContent brings one group content of this driver to its backend group snapshot. A
 // conflict is retried soon without growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	err := c.sync(ctx, name)
-	if apierrors.IsConflict(err) {
-		return kvcontroller.RetryAfter(100 * time.Millisecond)
-	}
-	return err
+	return snapshotter.RetryConflict(c.sync(ctx, name))
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -208,10 +202,7 @@ func (c *Controller) createRequest(ctx context.Context, content *groupv1.VolumeG
 }
 
 func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	class, err := c.classes.Get(name)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
 	}
@@ -300,55 +291,25 @@ func (c *Controller) release(ctx context.Context, content *groupv1.VolumeGroupSn
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend group snapshot", "groupSnapshotHandle", handle)
 	}
-	var kept []string
-	for _, f := range content.Finalizers {
-		if f != snapshotter.FinalizerGroupContentBound {
-			kept = append(kept, f)
-		}
-	}
-	content.Finalizers = kept
-	_, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return contentwrite.RemoveFinalizer(ctx, c.client(), content, snapshotter.FinalizerGroupContentBound)
+}
+
+func (c *Controller) client() contentwrite.Client[*groupv1.VolumeGroupSnapshotContent] {
+	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
 func (c *Controller) setBeingCreated(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, on bool) (*groupv1.VolumeGroupSnapshotContent, error) {
-	content = content.DeepCopy()
-	if on {
-		if content.Annotations == nil {
-			content.Annotations = map[string]string{}
-		}
-		content.Annotations[snapshotter.AnnGroupBeingCreated] = "yes"
-	} else {
-		delete(content.Annotations, snapshotter.AnnGroupBeingCreated)
-	}
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.Annotate(ctx, c.client(), content, snapshotter.AnnGroupBeingCreated, on)
 }
 
 func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	if content.Status != nil && content.Status.Error != nil && snapshotter.Str(content.Status.Error.Message) == msg {
-		return content, nil
+	var current *string
+	if content.Status != nil && content.Status.Error != nil {
+		current = new(snapshotter.Str(content.Status.Error.Message))
 	}
-	return c.patchStatus(ctx, content, map[string]any{
-		"readyToUse": false,
-		"error":      map[string]any{"time": metav1.Now(), "message": msg},
-	})
+	return contentwrite.SetError(ctx, c.client(), content, current, msg)
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {
-	data, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		return content, err
-	}
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.PatchStatus(ctx, c.client(), content, st)
 }
