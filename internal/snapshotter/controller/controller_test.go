@@ -38,7 +38,7 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Cleanup(cancel)
 	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
 	f := &fixture{t: t, ctx: ctx, core: fake.NewSimpleClientset(core...), snap: snapfake.NewSimpleClientset(snaps...)}
-	c, err := New(ctx, Config{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true})
+	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

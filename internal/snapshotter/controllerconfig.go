@@ -1,0 +1,50 @@
+package snapshotter
+
+import (
+	"time"
+
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubevol/kubevol/internal/controller"
+)
+
+// ControllerConfig is the configuration both halves of the snapshot-controller share
+// (upstream runs them in one binary with one set of flags).
+type ControllerConfig struct {
+	Client kubernetes.Interface
+	Snap   snapclient.Interface
+	// Workers is upstream --worker-threads.
+	Workers int
+	// RetryIntervalStart and RetryIntervalMax bound each object's backoff.
+	RetryIntervalStart, RetryIntervalMax time.Duration
+	// Resync is upstream --resync-period.
+	Resync time.Duration
+	// PreventVolumeModeConversion records the source volume mode on new contents.
+	PreventVolumeModeConversion bool
+	// QueueMetrics exports the workqueue_* metrics; nil for none.
+	QueueMetrics *controller.QueueMetrics
+}
+
+// Complete fills in upstream's defaults.
+func (c *ControllerConfig) Complete() {
+	if c.Workers <= 0 {
+		c.Workers = 10
+	}
+	if c.RetryIntervalStart <= 0 {
+		c.RetryIntervalStart = time.Second
+	}
+	if c.RetryIntervalMax < c.RetryIntervalStart {
+		c.RetryIntervalMax = 5 * time.Minute
+	}
+}
+
+// NewQueue returns a queue of object keys that back off between RetryIntervalStart and
+// RetryIntervalMax.
+func (c *ControllerConfig) NewQueue(name string) *controller.Queue[string] {
+	qc := controller.QueueConfig{RetryIntervalStart: c.RetryIntervalStart, RetryIntervalMax: c.RetryIntervalMax}
+	if c.QueueMetrics != nil { // a typed nil would be a provider that panics
+		qc.Metrics = c.QueueMetrics
+	}
+	return controller.NewQueue[string](name, qc)
+}
