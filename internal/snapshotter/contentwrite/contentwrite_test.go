@@ -13,8 +13,10 @@ import (
 
 var filter = Filter[*snapv1.VolumeSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
-	Ready: func(c *snapv1.VolumeSnapshotContent) bool { return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse) },
-	Spec:  func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
+	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
+		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+	},
+	Spec: func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
 }
 
 func TestFilterChanged(t *testing.T) {
