@@ -19,6 +19,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/snapshotter/creation"
 )
 
 // Event reasons of the csi-snapshotter, as upstream records them.
@@ -113,53 +114,39 @@ func releasable(content *snapv1.VolumeSnapshotContent) bool {
 // create calls CreateSnapshot for a dynamic content and records the answer. It returns the
 // content as last written.
 func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotContent) (*snapv1.VolumeSnapshotContent, error) {
-	logger := klog.FromContext(ctx)
-	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound) {
-		// The snapshot-controller adds it; until then the content could vanish unseen, and
-		// with it the only record of the backend snapshot. Its arrival requeues the content.
-		logger.V(4).Info("Waiting for the content's finalizer before CreateSnapshot")
-		return content, nil
-	}
-	req, err := c.createRequest(ctx, content)
-	if err != nil {
-		// Nothing was asked of the driver: a bad class or a missing secret is for the user to fix.
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, err.Error())
-		if content, perr := c.setError(ctx, content, err.Error()); perr != nil {
-			return content, perr
-		}
-		return content, err
-	}
-	hasHandle := content.Status != nil && snapshotter.Str(content.Status.SnapshotHandle) != ""
-	if !hasHandle && content.Annotations[snapshotter.AnnBeingCreated] != "yes" {
-		if content, err = c.setBeingCreated(ctx, content, true); err != nil {
-			return content, err
-		}
-	}
-	unlock, err := c.volumes.lock(ctx, req.SourceVolumeId)
-	if err != nil {
-		return content, err
-	}
+	return creation.Create[*snapv1.VolumeSnapshotContent, *csi.CreateSnapshotRequest]{
+		Client: c.client(), Recorder: c.recorder, Op: "CreateSnapshot",
+		BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated, Reason: reasonCreateFailed,
+		NotReady: errNotReady,
+		Handle: func(content *snapv1.VolumeSnapshotContent) string {
+			if content.Status == nil {
+				return ""
+			}
+			return snapshotter.Str(content.Status.SnapshotHandle)
+		},
+		ErrorMessage: errorMessage,
+		Request:      c.createRequest,
+		// CreateSnapshot is serialized per source volume.
+		Lock: func(ctx context.Context, req *csi.CreateSnapshotRequest) (func(), error) {
+			return c.volumes.lock(ctx, req.SourceVolumeId)
+		},
+		Call: c.createSnapshot,
+		Failure: func(req *csi.CreateSnapshotRequest, err error) string {
+			return fmt.Sprintf("Failed to create snapshot: failed to take snapshot of the volume %s: %v", req.SourceVolumeId, err)
+		},
+	}.Run(ctx, content)
+}
+
+// createSnapshot calls CreateSnapshot and returns the status it gives the content.
+func (c *Controller) createSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (map[string]any, bool, error) {
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Controller.CreateSnapshot(cctx, req)
 	cancel()
-	unlock()
 	if err != nil {
-		msg := fmt.Sprintf("Failed to create snapshot: failed to take snapshot of the volume %s: %v", req.SourceVolumeId, err)
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
-		out, perr := c.setError(ctx, content, msg)
-		if perr != nil {
-			return content, perr
-		}
-		if !mayBeInProgress(err) && !hasHandle {
-			// A final answer: nothing exists in the backend, the content may go.
-			if out, perr = c.setBeingCreated(ctx, out, false); perr != nil {
-				return content, perr
-			}
-		}
-		return out, err
+		return nil, false, err
 	}
 	snap := rsp.GetSnapshot()
-	logger.V(2).Info("CreateSnapshot succeeded", "snapshotHandle", snap.GetSnapshotId(), "ready", snap.GetReadyToUse())
+	klog.FromContext(ctx).V(2).Info("CreateSnapshot succeeded", "snapshotHandle", snap.GetSnapshotId(), "ready", snap.GetReadyToUse())
 	st := map[string]any{
 		"snapshotHandle": snap.GetSnapshotId(),
 		"readyToUse":     snap.GetReadyToUse(),
@@ -169,18 +156,7 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 	if snap.GetSizeBytes() > 0 {
 		st["restoreSize"] = snap.GetSizeBytes()
 	}
-	if content, err = c.patchStatus(ctx, content, st); err != nil {
-		return content, err
-	}
-	if content.Annotations[snapshotter.AnnBeingCreated] == "yes" {
-		if content, err = c.setBeingCreated(ctx, content, false); err != nil {
-			return content, err
-		}
-	}
-	if !snap.GetReadyToUse() {
-		return content, errNotReady // CreateSnapshot is repeated with the same name until ready
-	}
-	return content, nil
+	return st, snap.GetReadyToUse(), nil
 }
 
 // createRequest builds the CreateSnapshotRequest: name from the snapshot's UID, parameters
@@ -316,18 +292,16 @@ func (c *Controller) client() contentwrite.Client[*snapv1.VolumeSnapshotContent]
 	return c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()
 }
 
-// setBeingCreated adds or removes the being-created annotation and returns the stored content.
-func (c *Controller) setBeingCreated(ctx context.Context, content *snapv1.VolumeSnapshotContent, on bool) (*snapv1.VolumeSnapshotContent, error) {
-	return contentwrite.Annotate(ctx, c.client(), content, snapshotter.AnnBeingCreated, on)
-}
-
 // setError records msg in the content's status.error, with readyToUse false.
 func (c *Controller) setError(ctx context.Context, content *snapv1.VolumeSnapshotContent, msg string) (*snapv1.VolumeSnapshotContent, error) {
-	var current *string
-	if content.Status != nil && content.Status.Error != nil {
-		current = new(snapshotter.Str(content.Status.Error.Message))
+	return contentwrite.SetError(ctx, c.client(), content, errorMessage(content), msg)
+}
+
+func errorMessage(content *snapv1.VolumeSnapshotContent) *string {
+	if content.Status == nil || content.Status.Error == nil {
+		return nil
 	}
-	return contentwrite.SetError(ctx, c.client(), content, current, msg)
+	return new(snapshotter.Str(content.Status.Error.Message))
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *snapv1.VolumeSnapshotContent, st map[string]any) (*snapv1.VolumeSnapshotContent, error) {
@@ -340,10 +314,4 @@ func creationTime(t time.Time, set bool) int64 {
 		return time.Now().UnixNano()
 	}
 	return t.UnixNano()
-}
-
-// mayBeInProgress is upstream's non-final classification for CreateSnapshot: the call may
-// still take effect, so the content stays blocked from deletion. ResourceExhausted counts too.
-func mayBeInProgress(err error) bool {
-	return csiclient.MayBeInProgress(err) || status.Code(err) == codes.ResourceExhausted
 }

@@ -4,7 +4,7 @@
 // DeleteVolumeGroupSnapshot calls of the CSI GroupController service and writes the contents'
 // status. It never touches VolumeGroupSnapshots or member objects.
 //
-// Crash safety is the single snapshots' (package csisnapshotter): a group snapshot is taken
+// Crash safety is the single snapshots' (package creation runs both): a group snapshot is taken
 // only for a content that carries the bound finalizer and only after the being-created
 // annotation is stored; the annotation goes once the handle is in the status or the driver
 // gave a final error, and a released content is let go only after its backend group is

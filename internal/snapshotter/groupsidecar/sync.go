@@ -19,6 +19,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/snapshotter/creation"
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
 )
 
@@ -89,55 +90,36 @@ func releasable(content *groupv1.VolumeGroupSnapshotContent) bool {
 
 // create calls CreateVolumeGroupSnapshot for a dynamic group content and records the answer.
 func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) (*groupv1.VolumeGroupSnapshotContent, error) {
-	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
-		klog.FromContext(ctx).V(4).Info("Waiting for the group content's finalizer before CreateVolumeGroupSnapshot")
-		return content, nil
-	}
-	req, err := c.createRequest(ctx, content)
-	if err != nil {
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, err.Error())
-		if out, perr := c.setError(ctx, content, err.Error()); perr != nil {
-			return out, perr
-		}
-		return content, err
-	}
-	hasHandle := content.Status != nil && snapshotter.Str(content.Status.VolumeGroupSnapshotHandle) != ""
-	if !hasHandle && content.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
-		if content, err = c.setBeingCreated(ctx, content, true); err != nil {
-			return content, err
-		}
-	}
+	return creation.Create[*groupv1.VolumeGroupSnapshotContent, *csi.CreateVolumeGroupSnapshotRequest]{
+		Client: c.client(), Recorder: c.recorder, Op: "CreateVolumeGroupSnapshot",
+		BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated, Reason: reasonCreateFailed,
+		NotReady: errNotReady,
+		Handle: func(content *groupv1.VolumeGroupSnapshotContent) string {
+			if content.Status == nil {
+				return ""
+			}
+			return snapshotter.Str(content.Status.VolumeGroupSnapshotHandle)
+		},
+		ErrorMessage: errorMessage,
+		Request:      c.createRequest,
+		Call:         c.createGroup,
+		Failure: func(req *csi.CreateVolumeGroupSnapshotRequest, err error) string {
+			return fmt.Sprintf("Failed to create group snapshot: failed to take group snapshot of the volumes %v: %v", req.SourceVolumeIds, err)
+		},
+	}.Run(ctx, content)
+}
+
+// createGroup calls CreateVolumeGroupSnapshot and returns the status it gives the content.
+func (c *Controller) createGroup(ctx context.Context, req *csi.CreateVolumeGroupSnapshotRequest) (map[string]any, bool, error) {
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Group.CreateVolumeGroupSnapshot(cctx, req)
 	cancel()
 	if err != nil {
-		msg := fmt.Sprintf("Failed to create group snapshot: failed to take group snapshot of the volumes %v: %v", req.SourceVolumeIds, err)
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
-		out, perr := c.setError(ctx, content, msg)
-		if perr != nil {
-			return content, perr
-		}
-		if !csiclient.MayBeInProgress(err) && status.Code(err) != codes.ResourceExhausted && !hasHandle {
-			if out, perr = c.setBeingCreated(ctx, out, false); perr != nil {
-				return content, perr
-			}
-		}
-		return out, err
+		return nil, false, err
 	}
 	g := rsp.GetGroupSnapshot()
 	klog.FromContext(ctx).V(2).Info("CreateVolumeGroupSnapshot succeeded", "groupSnapshotHandle", g.GetGroupSnapshotId(), "ready", g.GetReadyToUse(), "members", len(g.GetSnapshots()))
-	if content, err = c.patchStatus(ctx, content, groupStatus(g)); err != nil {
-		return content, err
-	}
-	if content.Annotations[snapshotter.AnnGroupBeingCreated] == "yes" {
-		if content, err = c.setBeingCreated(ctx, content, false); err != nil {
-			return content, err
-		}
-	}
-	if !g.GetReadyToUse() {
-		return content, errNotReady // repeated with the same name until ready
-	}
-	return content, nil
+	return groupStatus(g), g.GetReadyToUse(), nil
 }
 
 // groupStatus is the status a CSI group snapshot gives its content.
@@ -298,16 +280,15 @@ func (c *Controller) client() contentwrite.Client[*groupv1.VolumeGroupSnapshotCo
 	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
-func (c *Controller) setBeingCreated(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, on bool) (*groupv1.VolumeGroupSnapshotContent, error) {
-	return contentwrite.Annotate(ctx, c.client(), content, snapshotter.AnnGroupBeingCreated, on)
+func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
+	return contentwrite.SetError(ctx, c.client(), content, errorMessage(content), msg)
 }
 
-func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	var current *string
-	if content.Status != nil && content.Status.Error != nil {
-		current = new(snapshotter.Str(content.Status.Error.Message))
+func errorMessage(content *groupv1.VolumeGroupSnapshotContent) *string {
+	if content.Status == nil || content.Status.Error == nil {
+		return nil
 	}
-	return contentwrite.SetError(ctx, c.client(), content, current, msg)
+	return new(snapshotter.Str(content.Status.Error.Message))
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {
