@@ -2,12 +2,9 @@ package snapshotter
 
 import (
 	"context"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kubevol/kubevol/internal/controller"
 )
 
 // Lister is a lister of cluster-scoped objects (contents, classes).
@@ -28,29 +25,4 @@ func Get[T any](ctx context.Context, cache Lister[T], api Getter[T], name string
 		obj, err = api.Get(ctx, name, metav1.GetOptions{})
 	}
 	return obj, err
-}
-
-// ConflictRetry is how soon the csi-snapshotter syncs a content again whose write met a
-// newer version: its update filter may drop that version's event, so the content cannot
-// wait for it.
-const ConflictRetry = 100 * time.Millisecond
-
-// RetryConflict turns a conflict into a retry after ConflictRetry, which does not grow the
-// backoff; other errors pass.
-func RetryConflict(err error) error {
-	if apierrors.IsConflict(err) {
-		return controller.RetryAfter(ConflictRetry)
-	}
-	return err
-}
-
-// Without returns list without s.
-func Without(list []string, s string) []string {
-	var out []string
-	for _, x := range list {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
 }

@@ -76,6 +76,17 @@ func ContentName(vs *snapv1.VolumeSnapshot) string { return ContentPrefix + stri
 // HasFinalizer reports whether m has finalizer f.
 func HasFinalizer(m metav1.Object, f string) bool { return slices.Contains(m.GetFinalizers(), f) }
 
+// Without returns list without s.
+func Without(list []string, s string) []string {
+	var out []string
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // Str returns *p, or "" for nil.
 func Str(p *string) string {
 	if p == nil {

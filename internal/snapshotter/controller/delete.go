@@ -78,10 +78,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonFinalizer, "Failed to remove finalizers: %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	if contentGone {
 		c.metrics.observe(vs, "", opDelete, "success", vs.DeletionTimestamp.Time)

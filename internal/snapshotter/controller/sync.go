@@ -44,16 +44,9 @@ const (
 var errRetry = errors.New("retrying")
 
 // syncSnapshot brings one VolumeSnapshot, its content and its source claim to the state
-// their specs ask for. A conflict means the cache is behind a newer version of the snapshot
-// or its content; that version's event syncs the snapshot again, so it is not a failure and
-// does not grow the snapshot's backoff (which would delay it by minutes under load).
+// their specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncSnapshot(ctx context.Context, key string) error {
-	err := c.sync(ctx, key)
-	if apierrors.IsConflict(err) {
-		klog.FromContext(ctx).V(4).Info("Conflict, waiting for the newer version", "volumesnapshot", key)
-		return nil
-	}
-	return err
+	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumesnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -275,10 +268,7 @@ func (c *Controller) syncPreProvisioned(ctx context.Context, vs *snapv1.VolumeSn
 			content.Spec.VolumeSnapshotClassName = vs.Spec.VolumeSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonBindFailed, "Failed to bind VolumeSnapshotContent %s: %v", name, err)
-			}
-			return err
+			return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned content", "content", name)
 	}
@@ -347,10 +337,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	vs.Status = st
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
 	if err != nil {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonStatusFailed, "Snapshot status update failed: %v", err)
-		}
-		return nil, err
+		return nil, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "Snapshot %s/%s was successfully created by the CSI driver.", vs.Namespace, vs.Name)
@@ -377,10 +364,7 @@ func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapsho
 		return vs, nil
 	}
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsConflict(err) {
-		c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonFinalizer, "Failed to add finalizers %v: %v", fs, err)
-	}
-	return out, err
+	return out, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
 }
 
 // fail records a problem the user must fix: a Warning event and status.error (both skipped

@@ -77,10 +77,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	}
 	vgs.Finalizers = snapshotter.Without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
 	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonFinalizer, "Failed to remove finalizers: %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	klog.FromContext(ctx).V(2).Info("Released group snapshot")
 	return nil

@@ -48,12 +48,7 @@ var errRetry = errors.New("retrying")
 // syncGroup brings one VolumeGroupSnapshot, its content and its members to the state their
 // specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncGroup(ctx context.Context, key string) error {
-	err := c.sync(ctx, key)
-	if apierrors.IsConflict(err) {
-		klog.FromContext(ctx).V(4).Info("Conflict, waiting for the newer version", "volumegroupsnapshot", key)
-		return nil
-	}
-	return err
+	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -272,10 +267,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 			content.Spec.VolumeGroupSnapshotClassName = vgs.Spec.VolumeGroupSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonBindFailed, "Failed to bind VolumeGroupSnapshotContent %s: %v", name, err)
-			}
-			return nil, err
+			return nil, snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned group content", "content", name)
 	}
@@ -299,17 +291,12 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	if !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound) {
 		vgs.Finalizers = append(vgs.Finalizers, snapshotter.FinalizerGroupBound)
 		if vgs, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonFinalizer, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound, err)
-			}
-			return err
+			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
 	if err := c.createMembers(ctx, vgs, content); err != nil {
-		if !apierrors.IsConflict(err) { // a newer version of a member: the next sync goes on
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonMembersFailed, "Failed to create the member snapshots: %v", err)
-		}
-		return err
+		// A conflict is a newer version of a member: the next sync goes on.
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
 	}
 	return c.copyStatus(ctx, vgs, content)
 }
@@ -340,10 +327,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	vgs.Status = st
 	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{})
 	if err != nil {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonStatusFailed, "GroupSnapshot status update failed, %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)
