@@ -13,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -140,6 +142,32 @@ func (f Filter[T]) Changed(old, cur T) bool {
 		return true
 	}
 	return !equalExcept(old.GetAnnotations(), cur.GetAnnotations(), f.BeingCreated)
+}
+
+// Handler queues a content on its add and on each update Changed passes; a deleted content
+// leaves the queue's backoff.
+func (f Filter[T]) Handler(queue *controller.Queue[string]) cache.ResourceEventHandlerFuncs {
+	enqueue := func(obj any) {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+			queue.Add(key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(T)
+			cur, ok2 := newObj.(T)
+			if ok1 && ok2 && !f.Changed(old, cur) {
+				return
+			}
+			enqueue(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				queue.Forget(key)
+			}
+		},
+	}
 }
 
 func equalExcept(a, b map[string]string, skip string) bool {

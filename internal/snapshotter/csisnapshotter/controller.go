@@ -19,7 +19,6 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -85,47 +84,26 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	_ = class.Informer() // obtained before the source starts
 	c.runner.AddSource(snapshotter.Informers(factory))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
-	if _, err := vsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(oldObj, newObj any) {
-			old, ok1 := oldObj.(*snapv1.VolumeSnapshotContent)
-			cur, ok2 := newObj.(*snapv1.VolumeSnapshotContent)
-			if ok1 && ok2 && !contentChanged(old, cur) {
-				return
-			}
-			c.enqueue(newObj)
-		},
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.queue.Forget(key)
-			}
-		},
-	}); err != nil {
+	if _, err := vsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// contentChanged is the update filter of VolumeSnapshotContents. A finalizer change of a
+// contentFilter is the update filter of VolumeSnapshotContents. A finalizer change of a
 // content being deleted passes too.
-var contentChanged = contentwrite.Filter[*snapv1.VolumeSnapshotContent]{
+var contentFilter = contentwrite.Filter[*snapv1.VolumeSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
 	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
 		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
 	},
 	Spec:                    func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
 	FinalizersWhileDeleting: true,
-}.Changed
+}
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
 	klog.FromContext(ctx).Info("Starting csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers, "listSnapshots", c.lists)
 	return c.runner.Run(ctx)
-}
-
-func (c *Controller) enqueue(obj any) {
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
 }

@@ -21,7 +21,6 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -97,45 +96,24 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	_ = class.Informer()
 	c.runner.AddSource(snapshotter.Informers(factory))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
-	if _, err := vgsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(oldObj, newObj any) {
-			old, ok1 := oldObj.(*groupv1.VolumeGroupSnapshotContent)
-			cur, ok2 := newObj.(*groupv1.VolumeGroupSnapshotContent)
-			if ok1 && ok2 && !contentChanged(old, cur) {
-				return
-			}
-			c.enqueue(newObj)
-		},
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.queue.Forget(key)
-			}
-		},
-	}); err != nil {
+	if _, err := vgsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// contentChanged is the update filter of VolumeGroupSnapshotContents.
-var contentChanged = contentwrite.Filter[*groupv1.VolumeGroupSnapshotContent]{
+// contentFilter is the update filter of VolumeGroupSnapshotContents.
+var contentFilter = contentwrite.Filter[*groupv1.VolumeGroupSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated,
 	Ready: func(c *groupv1.VolumeGroupSnapshotContent) bool {
 		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
 	},
 	Spec: func(c *groupv1.VolumeGroupSnapshotContent) any { return c.Spec },
-}.Changed
+}
 
 // Run starts the informers and workers and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
 	klog.FromContext(ctx).Info("Starting the group csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers)
 	return c.runner.Run(ctx)
-}
-
-func (c *Controller) enqueue(obj any) {
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
 }
