@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // ControllerConfig is the configuration both halves of the snapshot-controller share
@@ -26,17 +27,9 @@ type ControllerConfig struct {
 	QueueMetrics *controller.QueueMetrics
 }
 
-// Complete fills in upstream's defaults.
+// Complete fills in upstream's defaults, the sidecars'.
 func (c *ControllerConfig) Complete() {
-	if c.Workers <= 0 {
-		c.Workers = 10
-	}
-	if c.RetryIntervalStart <= 0 {
-		c.RetryIntervalStart = time.Second
-	}
-	if c.RetryIntervalMax < c.RetryIntervalStart {
-		c.RetryIntervalMax = 5 * time.Minute
-	}
+	sidecar.WorkerDefaults(&c.Workers, &c.RetryIntervalStart, &c.RetryIntervalMax)
 }
 
 // NewQueue returns a queue of object keys that back off between RetryIntervalStart and
