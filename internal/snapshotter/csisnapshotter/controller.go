@@ -16,7 +16,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"k8s.io/client-go/tools/record"
@@ -29,16 +28,7 @@ import (
 )
 
 // Config configures a Controller.
-type Config struct {
-	sidecar.ControllerConfig
-	Snap snapclient.Interface
-	// NamePrefix and UUIDLength are upstream --snapshot-name-prefix and
-	// --snapshot-name-uuid-length: the CreateSnapshot name is <prefix>-<snapshot UID>.
-	NamePrefix string
-	UUIDLength int
-	// ExtraCreateMetadata adds the snapshot's and the content's names to the parameters.
-	ExtraCreateMetadata bool
-}
+type Config = snapshotter.SidecarConfig
 
 // Controller is the csi-snapshotter of one driver.
 type Controller struct {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
 	"k8s.io/client-go/tools/record"
@@ -31,16 +30,7 @@ import (
 )
 
 // Config configures a Controller.
-type Config struct {
-	sidecar.ControllerConfig
-	Snap snapclient.Interface
-	// NamePrefix and UUIDLength are upstream --groupsnapshot-name-prefix and
-	// --groupsnapshot-name-uuid-length: the name is <prefix>-<VolumeGroupSnapshot UID>.
-	NamePrefix string
-	UUIDLength int
-	// ExtraCreateMetadata adds the group's and the content's names to the parameters.
-	ExtraCreateMetadata bool
-}
+type Config = snapshotter.SidecarConfig
 
 // Controller is the group csi-snapshotter of one driver.
 type Controller struct {

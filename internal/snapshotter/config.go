@@ -27,6 +27,21 @@ type ControllerConfig struct {
 	QueueMetrics *controller.QueueMetrics
 }
 
+// SidecarConfig configures either half of the csi-snapshotter.
+type SidecarConfig struct {
+	sidecar.ControllerConfig
+	Snap snapclient.Interface
+	// NamePrefix and UUIDLength name the backend snapshots: <prefix>-<UID of the
+	// VolumeSnapshot or VolumeGroupSnapshot>. Upstream --snapshot-name-prefix and
+	// --snapshot-name-uuid-length, or --groupsnapshot-name-prefix and
+	// --groupsnapshot-name-uuid-length for groups.
+	NamePrefix string
+	UUIDLength int
+	// ExtraCreateMetadata adds the names of the (group) snapshot and its content to the
+	// parameters.
+	ExtraCreateMetadata bool
+}
+
 // Complete fills in upstream's defaults, the sidecars'.
 func (c *ControllerConfig) Complete() {
 	sidecar.WorkerDefaults(&c.Workers, &c.RetryIntervalStart, &c.RetryIntervalMax)
