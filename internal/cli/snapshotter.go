@@ -210,19 +210,16 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err := waitForCRDs(ctx, snap, o.retryCRDMax); err != nil {
 			return err
 		}
-		ctrl, err := controller.New(ctx, controller.Config{
-			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
-			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
-			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, Registry: reg, QueueMetrics: queueMetrics,
-		})
-		if err != nil {
-			return err
-		}
-		run, err := o.withGroupController(ctx, ctrl.Run, groupcontroller.Config{
+		common := snapshotter.ControllerConfig{
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
 			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
-		})
+		}
+		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common, Registry: reg})
+		if err != nil {
+			return err
+		}
+		run, err := o.withGroupController(ctx, ctrl.Run, groupcontroller.Config{ControllerConfig: common})
 		if err != nil {
 			return err
 		}

@@ -111,14 +111,28 @@ func (c *controller) planSnapshotLocked(req *csi.CreateSnapshotRequest) (*state.
 
 // rollbackAbandonedSnapshot is rollbackAbandoned for snapshots.
 func (c *controller) rollbackAbandonedSnapshot(name string) error {
+	var typ string
+	return c.rollbackCreating("snapshot", func() string {
+		sn := c.st.SnapshotByName(name)
+		if sn == nil || !sn.Creating {
+			return ""
+		}
+		typ = sn.Type
+		return sn.ID
+	}, func(id string) error { return c.removeSnapshot(id, typ) })
+}
+
+// rollbackCreating removes what a crash or a failure left in the creating state: find
+// returns its ID (under c.mu), or "" when there is none; remove deletes its data and record.
+func (c *controller) rollbackCreating(kind string, find func() string, remove func(id string) error) error {
 	c.mu.Lock()
-	sn := c.st.SnapshotByName(name)
+	id := find()
 	c.mu.Unlock()
-	if sn == nil || !sn.Creating {
+	if id == "" {
 		return nil
 	}
-	if err := c.removeSnapshot(sn.ID, sn.Type); err != nil {
-		return status.Errorf(codes.Internal, "roll back the failed creation of snapshot %s: %v", sn.ID, err)
+	if err := remove(id); err != nil {
+		return status.Errorf(codes.Internal, "roll back the failed creation of %s %s: %v", kind, id, err)
 	}
 	return nil
 }

@@ -205,16 +205,12 @@ func (c *controller) csiGroupLocked(grp *state.Group) *csi.VolumeGroupSnapshot {
 
 // rollbackAbandonedGroup removes a group whose creation a crash or a failure interrupted.
 func (c *controller) rollbackAbandonedGroup(name string) error {
-	c.mu.Lock()
-	grp := c.st.GroupByName(name)
-	c.mu.Unlock()
-	if grp == nil || !grp.Creating {
-		return nil
-	}
-	if err := c.removeGroup(grp.ID); err != nil {
-		return status.Errorf(codes.Internal, "roll back the failed creation of group snapshot %s: %v", grp.ID, err)
-	}
-	return nil
+	return c.rollbackCreating("group snapshot", func() string {
+		if grp := c.st.GroupByName(name); grp != nil && grp.Creating {
+			return grp.ID
+		}
+		return ""
+	}, c.removeGroup)
 }
 
 // removeGroup removes a group's member copies and records, then the group's record. A crash

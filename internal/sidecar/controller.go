@@ -40,16 +40,22 @@ func (c *ControllerConfig) Complete(component string) error {
 	if c.Client == nil || c.CSI == nil || c.DriverName == "" {
 		return fmt.Errorf("%s: Client, CSI and DriverName are required", component)
 	}
-	if c.Workers <= 0 {
-		c.Workers = 10
-	}
-	if c.RetryIntervalStart <= 0 {
-		c.RetryIntervalStart = time.Second
-	}
-	if c.RetryIntervalMax < c.RetryIntervalStart {
-		c.RetryIntervalMax = 5 * time.Minute
-	}
+	WorkerDefaults(&c.Workers, &c.RetryIntervalStart, &c.RetryIntervalMax)
 	return nil
+}
+
+// WorkerDefaults fills in the upstream defaults of the worker and retry settings left unset:
+// 10 workers, retries from 1s to 5m.
+func WorkerDefaults(workers *int, retryStart, retryMax *time.Duration) {
+	if *workers <= 0 {
+		*workers = 10
+	}
+	if *retryStart <= 0 {
+		*retryStart = time.Second
+	}
+	if *retryMax < *retryStart {
+		*retryMax = 5 * time.Minute
+	}
 }
 
 // NewQueue returns a queue whose keys back off exponentially between RetryIntervalStart and

@@ -1,6 +1,8 @@
 // Package snapshotter holds what kubevol's two snapshot roles share with each other and with
-// kubernetes-csi/external-snapshotter: the annotation, finalizer and Lease names, and the
-// rules for the snapshotter secrets. The roles are internal/snapshotter/controller (the
+// kubernetes-csi/external-snapshotter: the annotation, finalizer and Lease names, the rules
+// for the snapshotter secrets, default classes and source volumes, and the small helpers
+// (cached lookups, conflict handling, configuration) that the snapshot and group halves of
+// each role use alike. The roles are internal/snapshotter/controller (the
 // snapshot-controller: VolumeSnapshots, binding, finalizers) and
 // internal/snapshotter/csisnapshotter (the csi-snapshotter sidecar: CSI calls and the
 // content's status). Objects written by either upstream component are understood by both,
@@ -75,6 +77,17 @@ func ContentName(vs *snapv1.VolumeSnapshot) string { return ContentPrefix + stri
 
 // HasFinalizer reports whether m has finalizer f.
 func HasFinalizer(m metav1.Object, f string) bool { return slices.Contains(m.GetFinalizers(), f) }
+
+// Without returns list without s.
+func Without(list []string, s string) []string {
+	var out []string
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
 
 // Str returns *p, or "" for nil.
 func Str(p *string) string {

@@ -13,12 +13,10 @@ import (
 	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -33,20 +31,9 @@ const Component = "snapshot-controller"
 
 // Config configures a Controller.
 type Config struct {
-	Client kubernetes.Interface
-	Snap   snapclient.Interface
-	// Workers is upstream --worker-threads.
-	Workers int
-	// RetryIntervalStart and RetryIntervalMax bound each snapshot's backoff.
-	RetryIntervalStart, RetryIntervalMax time.Duration
-	// Resync is upstream --resync-period.
-	Resync time.Duration
-	// PreventVolumeModeConversion records the source volume mode on new contents.
-	PreventVolumeModeConversion bool
+	snapshotter.ControllerConfig
 	// Registry receives the metrics; nil for none.
 	Registry prometheus.Registerer
-	// QueueMetrics exports the workqueue_* metrics; nil for none.
-	QueueMetrics *kvcontroller.QueueMetrics
 }
 
 // Controller is the snapshot-controller.
@@ -66,15 +53,7 @@ type Controller struct {
 
 // New builds the controller and its informers.
 func New(ctx context.Context, cfg Config) (*Controller, error) {
-	if cfg.Workers <= 0 {
-		cfg.Workers = 10
-	}
-	if cfg.RetryIntervalStart <= 0 {
-		cfg.RetryIntervalStart = time.Second
-	}
-	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
-		cfg.RetryIntervalMax = 5 * time.Minute
-	}
+	cfg.Complete()
 	snapF := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
 	coreF := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
 	vs := snapF.Snapshot().V1().VolumeSnapshots()
@@ -83,16 +62,12 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	pvc := coreF.Core().V1().PersistentVolumeClaims()
 	pv := coreF.Core().V1().PersistentVolumes()
 	recorder, stopEvents := kvcontroller.NewEventRecorder(ctx, cfg.Client, Component)
-	qc := kvcontroller.QueueConfig{RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax}
-	if cfg.QueueMetrics != nil { // a typed nil would be a provider that panics
-		qc.Metrics = cfg.QueueMetrics
-	}
 	c := &Controller{
 		cfg:       cfg,
 		runner:    kvcontroller.NewRunner(Component),
 		snapshots: vs.Lister(), contents: vsc.Lister(), classes: class.Lister(),
 		claims: pvc.Lister(), volumes: pv.Lister(),
-		queue:      kvcontroller.NewQueue[string]("snapshot-controller-snapshot", qc),
+		queue:      cfg.NewQueue("snapshot-controller-snapshot"),
 		stopEvents: stopEvents,
 		recorder:   recorder,
 		metrics:    newMetrics(cfg.Registry),

@@ -36,9 +36,9 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
-	f := &fixture{t: t, ctx: ctx, core: fake.NewSimpleClientset(core...), snap: snapfake.NewSimpleClientset(snaps...)}
-	c, err := New(ctx, Config{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true})
+	f := &fixture{t: t, ctx: ctx}
+	f.core, f.snap = snaptest.Clients(core, snaps...)
+	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,27 +80,15 @@ func (f *fixture) steps(name string, n int) {
 }
 
 func (f *fixture) vs(name string) *snapv1.VolumeSnapshot {
-	vs, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return vs
+	return snaptest.Find(f.ctx, f.snap.SnapshotV1().VolumeSnapshots(ns), name)
 }
 
 func (f *fixture) vsc(name string) *snapv1.VolumeSnapshotContent {
-	c, err := f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return c
+	return snaptest.Find(f.ctx, f.snap.SnapshotV1().VolumeSnapshotContents(), name)
 }
 
 func source() []runtime.Object {
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "src", Namespace: ns, UID: "uid-src"},
-		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-src"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-src"},
-		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Name: "src", Namespace: ns, UID: "uid-src"},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "vol-src"}}}}
+	pvc, pv := snaptest.BoundClaim(ns, "src", driver, nil)
 	return []runtime.Object{pvc, pv}
 }
 

@@ -10,10 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // deleteSnapshot handles a VolumeSnapshot with a deletionTimestamp, as upstream: wait while
@@ -31,7 +31,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	if err != nil {
 		return err
 	}
-	if restoring, err := c.restoringClaim(vs); err != nil {
+	if restoring, err := snapshotter.RestoringClaim(c.claims, vs); err != nil {
 		return err
 	} else if restoring != "" {
 		c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonDeletePending, "Snapshot is being used to restore claim %s; it will be deleted once the claim is provisioned", restoring)
@@ -40,12 +40,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	contentGone := content == nil
 	if content != nil {
 		if content.Annotations[snapshotter.AnnBeingDeleted] != "yes" {
-			content = content.DeepCopy()
-			if content.Annotations == nil {
-				content.Annotations = map[string]string{}
-			}
-			content.Annotations[snapshotter.AnnBeingDeleted] = "yes"
-			if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+			if content, err = contentwrite.Annotate(ctx, c.contentClient(), content, snapshotter.AnnBeingDeleted, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil // gone meanwhile: the next sync sees it
 				}
@@ -53,9 +48,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 			}
 		}
 		if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && content.DeletionTimestamp == nil {
-			err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Delete(ctx, content.Name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &content.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if err := contentwrite.Delete(ctx, c.contentClient(), content); err != nil {
 				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete VolumeSnapshotContent %s: %v", content.Name, err)
 				return err
 			}
@@ -85,10 +78,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonFinalizer, "Failed to remove finalizers: %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	if contentGone {
 		c.metrics.observe(vs, "", opDelete, "success", vs.DeletionTimestamp.Time)
@@ -120,32 +110,6 @@ func (c *Controller) boundContent(ctx context.Context, vs *snapv1.VolumeSnapshot
 		return nil, nil
 	}
 	return content, nil
-}
-
-// restoringClaim names a Pending claim of the namespace whose data source is vs.
-func (c *Controller) restoringClaim(vs *snapv1.VolumeSnapshot) (string, error) {
-	claims, err := c.claims.PersistentVolumeClaims(vs.Namespace).List(labels.Everything())
-	if err != nil {
-		return "", err
-	}
-	for _, pvc := range claims {
-		if pvc.Status.Phase != corev1.ClaimPending {
-			continue
-		}
-		for _, ds := range []*corev1.TypedLocalObjectReference{pvc.Spec.DataSource, typedLocal(pvc.Spec.DataSourceRef)} {
-			if ds != nil && ds.Kind == "VolumeSnapshot" && ds.APIGroup != nil && *ds.APIGroup == snapv1.GroupName && ds.Name == vs.Name {
-				return pvc.Name, nil
-			}
-		}
-	}
-	return "", nil
-}
-
-func typedLocal(r *corev1.TypedObjectReference) *corev1.TypedLocalObjectReference {
-	if r == nil || (r.Namespace != nil && *r.Namespace != "") {
-		return nil
-	}
-	return &corev1.TypedLocalObjectReference{APIGroup: r.APIGroup, Kind: r.Kind, Name: r.Name}
 }
 
 // sizeQuantity is a content's restoreSize in bytes as the snapshot's Quantity.

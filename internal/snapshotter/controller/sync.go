@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Event reasons of the snapshot-controller, as upstream records them.
@@ -44,16 +44,9 @@ const (
 var errRetry = errors.New("retrying")
 
 // syncSnapshot brings one VolumeSnapshot, its content and its source claim to the state
-// their specs ask for. A conflict means the cache is behind a newer version of the snapshot
-// or its content; that version's event syncs the snapshot again, so it is not a failure and
-// does not grow the snapshot's backoff (which would delay it by minutes under load).
+// their specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncSnapshot(ctx context.Context, key string) error {
-	err := c.sync(ctx, key)
-	if apierrors.IsConflict(err) {
-		klog.FromContext(ctx).V(4).Info("Conflict, waiting for the newer version", "volumesnapshot", key)
-		return nil
-	}
-	return err
+	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumesnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -199,12 +192,8 @@ func (c *Controller) sourceVolume(ns, name string) (*corev1.PersistentVolumeClai
 	if err != nil {
 		return nil, nil, fmt.Errorf("volume %s of source claim %s: %w", pvc.Spec.VolumeName, name, err)
 	}
-	ref := pv.Spec.ClaimRef
-	switch {
-	case ref == nil || ref.Name != pvc.Name || ref.Namespace != pvc.Namespace || (ref.UID != "" && ref.UID != pvc.UID):
-		return nil, nil, fmt.Errorf("volume %s is not bound to claim %s", pv.Name, name)
-	case pv.Spec.CSI == nil:
-		return nil, nil, fmt.Errorf("volume %s of claim %s is not a CSI volume: only CSI volumes can be snapshotted", pv.Name, name)
+	if err := snapshotter.CheckVolume(pv, pvc); err != nil {
+		return nil, nil, err
 	}
 	return pvc, pv, nil
 }
@@ -216,13 +205,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vs *snapv1.VolumeSnaps
 	if err != nil {
 		return err
 	}
-	var defaults []string
-	for _, cl := range all {
-		if cl.Driver == driver && cl.Annotations[snapshotter.AnnDefaultClass] == "true" {
-			defaults = append(defaults, cl.Name)
-		}
-	}
-	slices.Sort(defaults)
+	defaults := snapshotter.DefaultClasses(all, func(cl *snapv1.VolumeSnapshotClass) string { return cl.Driver }, driver, snapshotter.AnnDefaultClass)
 	switch len(defaults) {
 	case 0:
 		return c.fail(ctx, vs, reasonDefaultClass, fmt.Sprintf("cannot find default snapshot class for driver %s: name a class in spec.volumeSnapshotClassName, or mark one class of the driver with %s: \"true\"", driver, snapshotter.AnnDefaultClass))
@@ -240,10 +223,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vs *snapv1.VolumeSnaps
 
 // class returns a VolumeSnapshotClass from the cache, else from the API.
 func (c *Controller) class(ctx context.Context, name string) (*snapv1.VolumeSnapshotClass, error) {
-	class, err := c.classes.Get(name)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeSnapshotClass %s: %w", name, err)
 	}
@@ -253,14 +233,15 @@ func (c *Controller) class(ctx context.Context, name string) (*snapv1.VolumeSnap
 // content returns a content from the cache, else from the API (a content this controller
 // created a moment ago may not be cached yet), or nil when it does not exist.
 func (c *Controller) content(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error) {
-	content, err := c.contents.Get(name)
-	if apierrors.IsNotFound(err) {
-		content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-	}
+	content, err := snapshotter.Get(ctx, c.contents, c.contentClient(), name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	return content, err
+}
+
+func (c *Controller) contentClient() contentwrite.Client[*snapv1.VolumeSnapshotContent] {
+	return c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()
 }
 
 // syncPreProvisioned binds a snapshot to the content an administrator made for it.
@@ -287,10 +268,7 @@ func (c *Controller) syncPreProvisioned(ctx context.Context, vs *snapv1.VolumeSn
 			content.Spec.VolumeSnapshotClassName = vs.Spec.VolumeSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonBindFailed, "Failed to bind VolumeSnapshotContent %s: %v", name, err)
-			}
-			return err
+			return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned content", "content", name)
 	}
@@ -305,10 +283,8 @@ func (c *Controller) bind(ctx context.Context, vs *snapv1.VolumeSnapshot, conten
 		return c.fail(ctx, vs, reasonMisbound, fmt.Sprintf("VolumeSnapshotContent %s is bound to another VolumeSnapshot (%s/%s, uid %s)", content.Name, ref.Namespace, ref.Name, ref.UID))
 	}
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound) {
-		content = content.DeepCopy()
-		content.Finalizers = append(content.Finalizers, snapshotter.FinalizerContentBound)
 		var err error
-		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(), content, snapshotter.FinalizerContentBound); err != nil {
 			return err
 		}
 	}
@@ -361,10 +337,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	vs.Status = st
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
 	if err != nil {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonStatusFailed, "Snapshot status update failed: %v", err)
-		}
-		return nil, err
+		return nil, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "Snapshot %s/%s was successfully created by the CSI driver.", vs.Namespace, vs.Name)
@@ -391,10 +364,7 @@ func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapsho
 		return vs, nil
 	}
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
-	if err != nil && !apierrors.IsConflict(err) {
-		c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonFinalizer, "Failed to add finalizers %v: %v", fs, err)
-	}
-	return out, err
+	return out, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
 }
 
 // fail records a problem the user must fix: a Warning event and status.error (both skipped

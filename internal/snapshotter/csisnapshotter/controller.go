@@ -13,34 +13,22 @@ package csisnapshotter
 
 import (
 	"context"
-	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Config configures a Controller.
-type Config struct {
-	sidecar.ControllerConfig
-	Snap snapclient.Interface
-	// NamePrefix and UUIDLength are upstream --snapshot-name-prefix and
-	// --snapshot-name-uuid-length: the CreateSnapshot name is <prefix>-<snapshot UID>.
-	NamePrefix string
-	UUIDLength int
-	// ExtraCreateMetadata adds the snapshot's and the content's names to the parameters.
-	ExtraCreateMetadata bool
-}
+type Config = snapshotter.SidecarConfig
 
 // Controller is the csi-snapshotter of one driver.
 type Controller struct {
@@ -86,59 +74,21 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	_ = class.Informer() // obtained before the source starts
 	c.runner.AddSource(snapshotter.Informers(factory))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
-	if _, err := vsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(oldObj, newObj any) {
-			old, ok1 := oldObj.(*snapv1.VolumeSnapshotContent)
-			cur, ok2 := newObj.(*snapv1.VolumeSnapshotContent)
-			if ok1 && ok2 && !contentChanged(old, cur) {
-				return
-			}
-			c.enqueue(newObj)
-		},
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.queue.Forget(key)
-			}
-		},
-	}); err != nil {
+	if _, err := vsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// contentChanged filters out the updates this sidecar causes itself (status, the
-// being-created annotation, finalizers, managed fields), as upstream does to avoid a hot
-// loop on its own writes, unless the content turned ready or gained the bound finalizer,
-// which may unblock a CreateSnapshot. Resyncs (same resourceVersion) always pass.
-func contentChanged(old, cur *snapv1.VolumeSnapshotContent) bool {
-	if old.ResourceVersion == cur.ResourceVersion {
-		return true
-	}
-	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerContentBound) {
-		return true
-	}
-	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
-		return true
-	}
-	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) || !slices.Equal(old.Finalizers, cur.Finalizers) && cur.DeletionTimestamp != nil {
-		return true
-	}
-	return !annotationsEqualExcept(old.Annotations, cur.Annotations, snapshotter.AnnBeingCreated)
-}
-
-func annotationsEqualExcept(a, b map[string]string, skip string) bool {
-	for k, v := range a {
-		if k != skip && b[k] != v {
-			return false
-		}
-	}
-	for k, v := range b {
-		if k != skip && a[k] != v {
-			return false
-		}
-	}
-	return true
+// contentFilter is the update filter of VolumeSnapshotContents. A finalizer change of a
+// content being deleted passes too.
+var contentFilter = contentwrite.Filter[*snapv1.VolumeSnapshotContent]{
+	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
+	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
+		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+	},
+	Spec:                    func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
+	FinalizersWhileDeleting: true,
 }
 
 // Run starts the informers and workers and blocks until ctx ends.
@@ -146,10 +96,4 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
 	klog.FromContext(ctx).Info("Starting csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers, "listSnapshots", c.lists)
 	return c.runner.Run(ctx)
-}
-
-func (c *Controller) enqueue(obj any) {
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
 }

@@ -2,7 +2,6 @@ package csisnapshotter
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,13 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/snapshotter/creation"
 )
 
 // Event reasons of the csi-snapshotter, as upstream records them.
@@ -44,19 +43,11 @@ func errNoSnapshots(driver string) error {
 	return fmt.Errorf("CSI driver %s does not support snapshots (no CREATE_DELETE_SNAPSHOT capability)", driver)
 }
 
-// conflictRetry is how soon a content whose write met a newer version is synced again: the
-// update filter may drop that version's event, so the content cannot wait for it.
-const conflictRetry = 100 * time.Millisecond
-
 // syncContent brings one content of this driver to its backend snapshot: create or check
 // it, then, when the content is released, delete it. A conflict is retried soon without
 // growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	err := c.sync(ctx, name)
-	if apierrors.IsConflict(err) {
-		return kvcontroller.RetryAfter(conflictRetry)
-	}
-	return err
+	return snapshotter.RetryConflict(c.sync(ctx, name))
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -123,53 +114,39 @@ func releasable(content *snapv1.VolumeSnapshotContent) bool {
 // create calls CreateSnapshot for a dynamic content and records the answer. It returns the
 // content as last written.
 func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotContent) (*snapv1.VolumeSnapshotContent, error) {
-	logger := klog.FromContext(ctx)
-	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound) {
-		// The snapshot-controller adds it; until then the content could vanish unseen, and
-		// with it the only record of the backend snapshot. Its arrival requeues the content.
-		logger.V(4).Info("Waiting for the content's finalizer before CreateSnapshot")
-		return content, nil
-	}
-	req, err := c.createRequest(ctx, content)
-	if err != nil {
-		// Nothing was asked of the driver: a bad class or a missing secret is for the user to fix.
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, err.Error())
-		if content, perr := c.setError(ctx, content, err.Error()); perr != nil {
-			return content, perr
-		}
-		return content, err
-	}
-	hasHandle := content.Status != nil && snapshotter.Str(content.Status.SnapshotHandle) != ""
-	if !hasHandle && content.Annotations[snapshotter.AnnBeingCreated] != "yes" {
-		if content, err = c.setBeingCreated(ctx, content, true); err != nil {
-			return content, err
-		}
-	}
-	unlock, err := c.volumes.lock(ctx, req.SourceVolumeId)
-	if err != nil {
-		return content, err
-	}
+	return creation.Create[*snapv1.VolumeSnapshotContent, *csi.CreateSnapshotRequest]{
+		Client: c.client(), Recorder: c.recorder, Op: "CreateSnapshot",
+		BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated, Reason: reasonCreateFailed,
+		NotReady: errNotReady,
+		Handle: func(content *snapv1.VolumeSnapshotContent) string {
+			if content.Status == nil {
+				return ""
+			}
+			return snapshotter.Str(content.Status.SnapshotHandle)
+		},
+		ErrorMessage: errorMessage,
+		Request:      c.createRequest,
+		// CreateSnapshot is serialized per source volume.
+		Lock: func(ctx context.Context, req *csi.CreateSnapshotRequest) (func(), error) {
+			return c.volumes.lock(ctx, req.SourceVolumeId)
+		},
+		Call: c.createSnapshot,
+		Failure: func(req *csi.CreateSnapshotRequest, err error) string {
+			return fmt.Sprintf("Failed to create snapshot: failed to take snapshot of the volume %s: %v", req.SourceVolumeId, err)
+		},
+	}.Run(ctx, content)
+}
+
+// createSnapshot calls CreateSnapshot and returns the status it gives the content.
+func (c *Controller) createSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (map[string]any, bool, error) {
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Controller.CreateSnapshot(cctx, req)
 	cancel()
-	unlock()
 	if err != nil {
-		msg := fmt.Sprintf("Failed to create snapshot: failed to take snapshot of the volume %s: %v", req.SourceVolumeId, err)
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
-		out, perr := c.setError(ctx, content, msg)
-		if perr != nil {
-			return content, perr
-		}
-		if !mayBeInProgress(err) && !hasHandle {
-			// A final answer: nothing exists in the backend, the content may go.
-			if out, perr = c.setBeingCreated(ctx, out, false); perr != nil {
-				return content, perr
-			}
-		}
-		return out, err
+		return nil, false, err
 	}
 	snap := rsp.GetSnapshot()
-	logger.V(2).Info("CreateSnapshot succeeded", "snapshotHandle", snap.GetSnapshotId(), "ready", snap.GetReadyToUse())
+	klog.FromContext(ctx).V(2).Info("CreateSnapshot succeeded", "snapshotHandle", snap.GetSnapshotId(), "ready", snap.GetReadyToUse())
 	st := map[string]any{
 		"snapshotHandle": snap.GetSnapshotId(),
 		"readyToUse":     snap.GetReadyToUse(),
@@ -179,18 +156,7 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 	if snap.GetSizeBytes() > 0 {
 		st["restoreSize"] = snap.GetSizeBytes()
 	}
-	if content, err = c.patchStatus(ctx, content, st); err != nil {
-		return content, err
-	}
-	if content.Annotations[snapshotter.AnnBeingCreated] == "yes" {
-		if content, err = c.setBeingCreated(ctx, content, false); err != nil {
-			return content, err
-		}
-	}
-	if !snap.GetReadyToUse() {
-		return content, errNotReady // CreateSnapshot is repeated with the same name until ready
-	}
-	return content, nil
+	return st, snap.GetReadyToUse(), nil
 }
 
 // createRequest builds the CreateSnapshotRequest: name from the snapshot's UID, parameters
@@ -199,10 +165,7 @@ func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSn
 	if content.Spec.VolumeSnapshotClassName == nil {
 		return nil, fmt.Errorf("failed to take snapshot %s without a snapshot class: set spec.volumeSnapshotClassName", content.Name)
 	}
-	class, err := c.classes.Get(*content.Spec.VolumeSnapshotClassName)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses().Get(ctx, *content.Spec.VolumeSnapshotClassName, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), *content.Spec.VolumeSnapshotClassName)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeSnapshotClass %s: %w", *content.Spec.VolumeSnapshotClassName, err)
 	}
@@ -322,60 +285,27 @@ func (c *Controller) release(ctx context.Context, content *snapv1.VolumeSnapshot
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "snapshotHandle", handle)
 	}
-	var kept []string
-	for _, f := range content.Finalizers {
-		if f != snapshotter.FinalizerContentBound {
-			kept = append(kept, f)
-		}
-	}
-	content.Finalizers = kept
-	_, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return contentwrite.RemoveFinalizer(ctx, c.client(), content, snapshotter.FinalizerContentBound)
 }
 
-// setBeingCreated adds or removes the being-created annotation and returns the stored content.
-func (c *Controller) setBeingCreated(ctx context.Context, content *snapv1.VolumeSnapshotContent, on bool) (*snapv1.VolumeSnapshotContent, error) {
-	content = content.DeepCopy()
-	if on {
-		if content.Annotations == nil {
-			content.Annotations = map[string]string{}
-		}
-		content.Annotations[snapshotter.AnnBeingCreated] = "yes"
-	} else {
-		delete(content.Annotations, snapshotter.AnnBeingCreated)
-	}
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+func (c *Controller) client() contentwrite.Client[*snapv1.VolumeSnapshotContent] {
+	return c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()
 }
 
 // setError records msg in the content's status.error, with readyToUse false.
 func (c *Controller) setError(ctx context.Context, content *snapv1.VolumeSnapshotContent, msg string) (*snapv1.VolumeSnapshotContent, error) {
-	if content.Status != nil && content.Status.Error != nil && snapshotter.Str(content.Status.Error.Message) == msg {
-		return content, nil
-	}
-	return c.patchStatus(ctx, content, map[string]any{
-		"readyToUse": false,
-		"error":      map[string]any{"time": metav1.Now(), "message": msg},
-	})
+	return contentwrite.SetError(ctx, c.client(), content, errorMessage(content), msg)
 }
 
-// patchStatus merge-patches the content's status subresource.
+func errorMessage(content *snapv1.VolumeSnapshotContent) *string {
+	if content.Status == nil || content.Status.Error == nil {
+		return nil
+	}
+	return new(snapshotter.Str(content.Status.Error.Message))
+}
+
 func (c *Controller) patchStatus(ctx context.Context, content *snapv1.VolumeSnapshotContent, st map[string]any) (*snapv1.VolumeSnapshotContent, error) {
-	data, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		return content, err
-	}
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.PatchStatus(ctx, c.client(), content, st)
 }
 
 // creationTime is the driver's time in nanoseconds, or now when it gave none.
@@ -384,10 +314,4 @@ func creationTime(t time.Time, set bool) int64 {
 		return time.Now().UnixNano()
 	}
 	return t.UnixNano()
-}
-
-// mayBeInProgress is upstream's non-final classification for CreateSnapshot: the call may
-// still take effect, so the content stays blocked from deletion. ResourceExhausted counts too.
-func mayBeInProgress(err error) bool {
-	return csiclient.MayBeInProgress(err) || status.Code(err) == codes.ResourceExhausted
 }

@@ -20,7 +20,6 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -92,11 +91,7 @@ func newFixture(t *testing.T, objs ...*snapv1.VolumeSnapshotContent) *fixture {
 	t.Helper()
 	drv := &snapDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS}}}
-	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := snaptest.Dial(t, csitest.StartAs(t, drv.Driver, drv).Address)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ops"}, Data: map[string][]byte{"token": []byte("s3cr3t")}}
 	class := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "cls"}, Driver: driverName,
 		DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Parameters: map[string]string{"tier": "gold"}}
@@ -139,11 +134,7 @@ func (f *fixture) sync(name string) error {
 
 func (f *fixture) get(name string) *snapv1.VolumeSnapshotContent {
 	f.t.Helper()
-	c, err := f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return c
+	return snaptest.MustGet(f.t, f.ctx, f.snap.SnapshotV1().VolumeSnapshotContents(), name)
 }
 
 // checkVerbs fails on a write to volumesnapshotcontents other than update and patch (of the object and

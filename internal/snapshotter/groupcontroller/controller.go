@@ -12,16 +12,13 @@ package groupcontroller
 
 import (
 	"context"
-	"time"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -36,18 +33,7 @@ const Component = "snapshot-controller"
 
 // Config configures a Controller.
 type Config struct {
-	Client kubernetes.Interface
-	Snap   snapclient.Interface
-	// Workers is upstream --worker-threads.
-	Workers int
-	// RetryIntervalStart and RetryIntervalMax bound each group's backoff.
-	RetryIntervalStart, RetryIntervalMax time.Duration
-	// Resync is upstream --resync-period.
-	Resync time.Duration
-	// PreventVolumeModeConversion records the source volume mode on member contents.
-	PreventVolumeModeConversion bool
-	// QueueMetrics exports the workqueue_* metrics; nil for none.
-	QueueMetrics *kvcontroller.QueueMetrics
+	snapshotter.ControllerConfig
 }
 
 // Controller is the group snapshot half of the snapshot-controller.
@@ -68,15 +54,7 @@ type Controller struct {
 
 // New builds the controller and its informers.
 func New(ctx context.Context, cfg Config) (*Controller, error) {
-	if cfg.Workers <= 0 {
-		cfg.Workers = 10
-	}
-	if cfg.RetryIntervalStart <= 0 {
-		cfg.RetryIntervalStart = time.Second
-	}
-	if cfg.RetryIntervalMax < cfg.RetryIntervalStart {
-		cfg.RetryIntervalMax = 5 * time.Minute
-	}
+	cfg.Complete()
 	snapF := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
 	coreF := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
 	vgs := snapF.Groupsnapshot().V1().VolumeGroupSnapshots()
@@ -87,15 +65,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	pvc := coreF.Core().V1().PersistentVolumeClaims()
 	pv := coreF.Core().V1().PersistentVolumes()
 	recorder, stopEvents := kvcontroller.NewEventRecorder(ctx, cfg.Client, Component)
-	qc := kvcontroller.QueueConfig{RetryIntervalStart: cfg.RetryIntervalStart, RetryIntervalMax: cfg.RetryIntervalMax}
-	if cfg.QueueMetrics != nil { // a typed nil would be a provider that panics
-		qc.Metrics = cfg.QueueMetrics
-	}
 	c := &Controller{
 		cfg: cfg, runner: kvcontroller.NewRunner(Component + "-group"),
 		groups: vgs.Lister(), contents: vgsc.Lister(), classes: class.Lister(),
 		snapshots: vs.Lister(), snapConts: vsc.Lister(), claims: pvc.Lister(), volumes: pv.Lister(),
-		queue:      kvcontroller.NewQueue[string]("snapshot-controller-group-snapshot", qc),
+		queue:      cfg.NewQueue("snapshot-controller-group-snapshot"),
 		stopEvents: stopEvents,
 		recorder:   recorder,
 	}

@@ -29,12 +29,7 @@ const (
 
 // boundClaim returns a claim labelled app=db bound to a CSI PV of driver.
 func boundClaim(name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Labels: map[string]string{"app": "db"}},
-		Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "pv-" + name}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name},
-		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Name: name, Namespace: ns, UID: pvc.UID},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: "vol-" + name}}}}
-	return pvc, pv
+	return snaptest.BoundClaim(ns, name, driver, map[string]string{"app": "db"})
 }
 
 type fixture struct {
@@ -52,9 +47,9 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
-	f := &fixture{t: t, ctx: ctx, core: fake.NewSimpleClientset(core...), snap: snapfake.NewSimpleClientset(snaps...)}
-	c, err := New(ctx, Config{Client: f.core, Snap: f.snap})
+	f := &fixture{t: t, ctx: ctx}
+	f.core, f.snap = snaptest.Clients(core, snaps...)
+	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,19 +94,11 @@ func (f *fixture) eventually(what string, cond func() bool) {
 }
 
 func (f *fixture) group(name string) *groupv1.VolumeGroupSnapshot {
-	g, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshots(ns).Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return g
+	return snaptest.Find(f.ctx, f.snap.GroupsnapshotV1().VolumeGroupSnapshots(ns), name)
 }
 
 func (f *fixture) groupContent(name string) *groupv1.VolumeGroupSnapshotContent {
-	c, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
-	return c
+	return snaptest.Find(f.ctx, f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents(), name)
 }
 
 func defaultClass(name string) *groupv1.VolumeGroupSnapshotClass {

@@ -9,10 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // deleteGroup handles a VolumeGroupSnapshot with a deletionTimestamp, as upstream: wait
@@ -32,7 +32,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 		return err
 	}
 	for _, vs := range members {
-		if claim, err := c.restoringClaim(vs); err != nil {
+		if claim, err := snapshotter.RestoringClaim(c.claims, vs); err != nil {
 			return err
 		} else if claim != "" {
 			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonDeletePending, "Snapshot %s/%s belonging to VolumeGroupSnapshot %s/%s is being used to restore claim %s", vs.Namespace, vs.Name, vgs.Namespace, vgs.Name, claim)
@@ -42,12 +42,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	deleteContent := content != nil && content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete
 	if content != nil {
 		if content.Annotations[snapshotter.AnnGroupBeingDeleted] != "yes" {
-			content = content.DeepCopy()
-			if content.Annotations == nil {
-				content.Annotations = map[string]string{}
-			}
-			content.Annotations[snapshotter.AnnGroupBeingDeleted] = "yes"
-			if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+			if content, err = contentwrite.Annotate(ctx, c.contentClient(), content, snapshotter.AnnGroupBeingDeleted, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil
 				}
@@ -55,8 +50,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 			}
 		}
 		if deleteContent && content.DeletionTimestamp == nil {
-			err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Delete(ctx, content.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &content.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if err := contentwrite.Delete(ctx, c.contentClient(), content); err != nil {
 				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete group snapshot content %s: %v", content.Name, err)
 				return err
 			}
@@ -81,12 +75,9 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	if deleteContent {
 		return nil
 	}
-	vgs.Finalizers = without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
+	vgs.Finalizers = snapshotter.Without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
 	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonFinalizer, "Failed to remove finalizers: %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	klog.FromContext(ctx).V(2).Info("Released group snapshot")
 	return nil
@@ -146,36 +137,4 @@ func (c *Controller) boundContent(ctx context.Context, vgs *groupv1.VolumeGroupS
 		return nil, nil
 	}
 	return content, nil
-}
-
-// restoringClaim names a Pending claim of the namespace whose data source is vs.
-func (c *Controller) restoringClaim(vs *snapv1.VolumeSnapshot) (string, error) {
-	claims, err := c.claims.PersistentVolumeClaims(vs.Namespace).List(labels.Everything())
-	if err != nil {
-		return "", err
-	}
-	for _, pvc := range claims {
-		if pvc.Status.Phase != corev1.ClaimPending {
-			continue
-		}
-		for _, ds := range []*corev1.TypedLocalObjectReference{pvc.Spec.DataSource} {
-			if ds != nil && ds.Kind == "VolumeSnapshot" && ds.APIGroup != nil && *ds.APIGroup == snapv1.GroupName && ds.Name == vs.Name {
-				return pvc.Name, nil
-			}
-		}
-		if r := pvc.Spec.DataSourceRef; r != nil && (r.Namespace == nil || *r.Namespace == "") && r.Kind == "VolumeSnapshot" && r.APIGroup != nil && *r.APIGroup == snapv1.GroupName && r.Name == vs.Name {
-			return pvc.Name, nil
-		}
-	}
-	return "", nil
-}
-
-func without(list []string, s string) []string {
-	var out []string
-	for _, x := range list {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
 }

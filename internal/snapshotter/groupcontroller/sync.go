@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Event reasons of the group snapshot controller, as upstream records them.
@@ -46,12 +48,7 @@ var errRetry = errors.New("retrying")
 // syncGroup brings one VolumeGroupSnapshot, its content and its members to the state their
 // specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncGroup(ctx context.Context, key string) error {
-	err := c.sync(ctx, key)
-	if apierrors.IsConflict(err) {
-		klog.FromContext(ctx).V(4).Info("Conflict, waiting for the newer version", "volumegroupsnapshot", key)
-		return nil
-	}
-	return err
+	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -185,7 +182,7 @@ func (c *Controller) sourceVolumes(vgs *groupv1.VolumeGroupSnapshot) ([]*corev1.
 	if len(claims) == 0 {
 		return nil, fmt.Errorf("label selector %s for group snapshot not applied to any PVC", metav1.FormatLabelSelector(vgs.Spec.Source.Selector))
 	}
-	slices.SortFunc(claims, func(a, b *corev1.PersistentVolumeClaim) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(claims, func(a, b *corev1.PersistentVolumeClaim) int { return strings.Compare(a.Name, b.Name) })
 	var out []*corev1.PersistentVolume
 	for _, pvc := range claims {
 		if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
@@ -195,26 +192,12 @@ func (c *Controller) sourceVolumes(vgs *groupv1.VolumeGroupSnapshot) ([]*corev1.
 		if err != nil {
 			return nil, fmt.Errorf("volume %s of claim %s: %w", pvc.Spec.VolumeName, pvc.Name, err)
 		}
-		ref := pv.Spec.ClaimRef
-		if ref == nil || ref.Name != pvc.Name || ref.Namespace != pvc.Namespace || (ref.UID != "" && ref.UID != pvc.UID) {
-			return nil, fmt.Errorf("volume %s is not bound to claim %s", pv.Name, pvc.Name)
-		}
-		if pv.Spec.CSI == nil {
-			return nil, fmt.Errorf("volume %s of claim %s is not a CSI volume: only CSI volumes can be snapshotted", pv.Name, pvc.Name)
+		if err := snapshotter.CheckVolume(pv, pvc); err != nil {
+			return nil, err
 		}
 		out = append(out, pv)
 	}
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // setDefaultClass names the driver's one default group class in the group's spec.
@@ -223,18 +206,12 @@ func (c *Controller) setDefaultClass(ctx context.Context, vgs *groupv1.VolumeGro
 	if err != nil {
 		return err
 	}
-	var defaults []string
-	for _, cl := range all {
-		if cl.Driver == driver && cl.Annotations[snapshotter.AnnGroupDefaultClass] == "true" {
-			defaults = append(defaults, cl.Name)
-		}
-	}
+	defaults := snapshotter.DefaultClasses(all, func(cl *groupv1.VolumeGroupSnapshotClass) string { return cl.Driver }, driver, snapshotter.AnnGroupDefaultClass)
 	switch len(defaults) {
 	case 0:
 		return c.fail(ctx, vgs, reasonDefaultClass, fmt.Sprintf("cannot find default group snapshot class for driver %s: name one in spec.volumeGroupSnapshotClassName, or annotate one class of the driver with %s: \"true\"", driver, snapshotter.AnnGroupDefaultClass))
 	case 1:
 	default:
-		slices.Sort(defaults)
 		return c.fail(ctx, vgs, reasonDefaultClass, fmt.Sprintf("%d default group snapshot classes were found for driver %s (%v): keep the annotation on one", len(defaults), driver, defaults))
 	}
 	vgs.Spec.VolumeGroupSnapshotClassName = &defaults[0]
@@ -246,10 +223,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vgs *groupv1.VolumeGro
 }
 
 func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	class, err := c.classes.Get(name)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
 	}
@@ -258,14 +232,15 @@ func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGro
 
 // content returns a group content from the cache, else from the API, or nil.
 func (c *Controller) content(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	content, err := c.contents.Get(name)
-	if apierrors.IsNotFound(err) {
-		content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, name, metav1.GetOptions{})
-	}
+	content, err := snapshotter.Get(ctx, c.contents, c.contentClient(), name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	return content, err
+}
+
+func (c *Controller) contentClient() contentwrite.Client[*groupv1.VolumeGroupSnapshotContent] {
+	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
 // preProvisionedContent binds the group to the content an administrator made for it.
@@ -292,10 +267,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 			content.Spec.VolumeGroupSnapshotClassName = vgs.Spec.VolumeGroupSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonBindFailed, "Failed to bind VolumeGroupSnapshotContent %s: %v", name, err)
-			}
-			return nil, err
+			return nil, snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned group content", "content", name)
 	}
@@ -312,26 +284,19 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	}
 	var err error
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
-		content = content.DeepCopy()
-		content.Finalizers = append(content.Finalizers, snapshotter.FinalizerGroupContentBound)
-		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(), content, snapshotter.FinalizerGroupContentBound); err != nil {
 			return err
 		}
 	}
 	if !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound) {
 		vgs.Finalizers = append(vgs.Finalizers, snapshotter.FinalizerGroupBound)
 		if vgs, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
-			if !apierrors.IsConflict(err) {
-				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonFinalizer, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound, err)
-			}
-			return err
+			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
 	if err := c.createMembers(ctx, vgs, content); err != nil {
-		if !apierrors.IsConflict(err) { // a newer version of a member: the next sync goes on
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonMembersFailed, "Failed to create the member snapshots: %v", err)
-		}
-		return err
+		// A conflict is a newer version of a member: the next sync goes on.
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
 	}
 	return c.copyStatus(ctx, vgs, content)
 }
@@ -362,10 +327,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	vgs.Status = st
 	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{})
 	if err != nil {
-		if !apierrors.IsConflict(err) {
-			c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonStatusFailed, "GroupSnapshot status update failed, %v", err)
-		}
-		return err
+		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)

@@ -4,7 +4,7 @@
 // DeleteVolumeGroupSnapshot calls of the CSI GroupController service and writes the contents'
 // status. It never touches VolumeGroupSnapshots or member objects.
 //
-// Crash safety is the single snapshots' (package csisnapshotter): a group snapshot is taken
+// Crash safety is the single snapshots' (package creation runs both): a group snapshot is taken
 // only for a content that carries the bound finalizer and only after the being-created
 // annotation is stored; the annotation goes once the handle is in the status or the driver
 // gave a final error, and a released content is let go only after its backend group is
@@ -18,30 +18,19 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
 
 // Config configures a Controller.
-type Config struct {
-	sidecar.ControllerConfig
-	Snap snapclient.Interface
-	// NamePrefix and UUIDLength are upstream --groupsnapshot-name-prefix and
-	// --groupsnapshot-name-uuid-length: the name is <prefix>-<VolumeGroupSnapshot UID>.
-	NamePrefix string
-	UUIDLength int
-	// ExtraCreateMetadata adds the group's and the content's names to the parameters.
-	ExtraCreateMetadata bool
-}
+type Config = snapshotter.SidecarConfig
 
 // Controller is the group csi-snapshotter of one driver.
 type Controller struct {
@@ -97,51 +86,19 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	_ = class.Informer()
 	c.runner.AddSource(snapshotter.Informers(factory))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
-	if _, err := vgsc.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(oldObj, newObj any) {
-			old, ok1 := oldObj.(*groupv1.VolumeGroupSnapshotContent)
-			cur, ok2 := newObj.(*groupv1.VolumeGroupSnapshotContent)
-			if ok1 && ok2 && !contentChanged(old, cur) {
-				return
-			}
-			c.enqueue(newObj)
-		},
-		DeleteFunc: func(obj any) {
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.queue.Forget(key)
-			}
-		},
-	}); err != nil {
+	if _, err := vgsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// contentChanged filters out the sidecar's own writes (status, the being-created annotation,
-// finalizers), as upstream does for group contents, unless the content turned ready or
-// gained its bound finalizer. Resyncs always pass.
-func contentChanged(old, cur *groupv1.VolumeGroupSnapshotContent) bool {
-	if old.ResourceVersion == cur.ResourceVersion {
-		return true
-	}
-	if !snapshotter.HasFinalizer(old, snapshotter.FinalizerGroupContentBound) && snapshotter.HasFinalizer(cur, snapshotter.FinalizerGroupContentBound) {
-		return true
-	}
-	if (old.Status == nil || !snapshotter.IsTrue(old.Status.ReadyToUse)) && cur.Status != nil && snapshotter.IsTrue(cur.Status.ReadyToUse) {
-		return true
-	}
-	if !equality.Semantic.DeepEqual(old.Spec, cur.Spec) || !equality.Semantic.DeepEqual(old.DeletionTimestamp, cur.DeletionTimestamp) {
-		return true
-	}
-	for _, m := range []map[string]string{old.Annotations, cur.Annotations} {
-		for k := range m {
-			if k != snapshotter.AnnGroupBeingCreated && old.Annotations[k] != cur.Annotations[k] {
-				return true
-			}
-		}
-	}
-	return false
+// contentFilter is the update filter of VolumeGroupSnapshotContents.
+var contentFilter = contentwrite.Filter[*groupv1.VolumeGroupSnapshotContent]{
+	BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated,
+	Ready: func(c *groupv1.VolumeGroupSnapshotContent) bool {
+		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+	},
+	Spec: func(c *groupv1.VolumeGroupSnapshotContent) any { return c.Spec },
 }
 
 // Run starts the informers and workers and blocks until ctx ends.
@@ -149,10 +106,4 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
 	klog.FromContext(ctx).Info("Starting the group csi-snapshotter", "driver", c.cfg.DriverName, "workers", c.cfg.Workers)
 	return c.runner.Run(ctx)
-}
-
-func (c *Controller) enqueue(obj any) {
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
-	}
 }

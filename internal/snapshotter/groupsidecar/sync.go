@@ -2,7 +2,6 @@ package groupsidecar
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,12 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/snapshotter/creation"
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
 )
 
@@ -43,11 +42,7 @@ var errNotReady = errors.New("group snapshot not ready yet")
 // syncContent brings one group content of this driver to its backend group snapshot. A
 // conflict is retried soon without growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	err := c.sync(ctx, name)
-	if apierrors.IsConflict(err) {
-		return kvcontroller.RetryAfter(100 * time.Millisecond)
-	}
-	return err
+	return snapshotter.RetryConflict(c.sync(ctx, name))
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
@@ -95,55 +90,36 @@ func releasable(content *groupv1.VolumeGroupSnapshotContent) bool {
 
 // create calls CreateVolumeGroupSnapshot for a dynamic group content and records the answer.
 func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) (*groupv1.VolumeGroupSnapshotContent, error) {
-	if !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
-		klog.FromContext(ctx).V(4).Info("Waiting for the group content's finalizer before CreateVolumeGroupSnapshot")
-		return content, nil
-	}
-	req, err := c.createRequest(ctx, content)
-	if err != nil {
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, err.Error())
-		if out, perr := c.setError(ctx, content, err.Error()); perr != nil {
-			return out, perr
-		}
-		return content, err
-	}
-	hasHandle := content.Status != nil && snapshotter.Str(content.Status.VolumeGroupSnapshotHandle) != ""
-	if !hasHandle && content.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
-		if content, err = c.setBeingCreated(ctx, content, true); err != nil {
-			return content, err
-		}
-	}
+	return creation.Create[*groupv1.VolumeGroupSnapshotContent, *csi.CreateVolumeGroupSnapshotRequest]{
+		Client: c.client(), Recorder: c.recorder, Op: "CreateVolumeGroupSnapshot",
+		BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated, Reason: reasonCreateFailed,
+		NotReady: errNotReady,
+		Handle: func(content *groupv1.VolumeGroupSnapshotContent) string {
+			if content.Status == nil {
+				return ""
+			}
+			return snapshotter.Str(content.Status.VolumeGroupSnapshotHandle)
+		},
+		ErrorMessage: errorMessage,
+		Request:      c.createRequest,
+		Call:         c.createGroup,
+		Failure: func(req *csi.CreateVolumeGroupSnapshotRequest, err error) string {
+			return fmt.Sprintf("Failed to create group snapshot: failed to take group snapshot of the volumes %v: %v", req.SourceVolumeIds, err)
+		},
+	}.Run(ctx, content)
+}
+
+// createGroup calls CreateVolumeGroupSnapshot and returns the status it gives the content.
+func (c *Controller) createGroup(ctx context.Context, req *csi.CreateVolumeGroupSnapshotRequest) (map[string]any, bool, error) {
 	cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
 	rsp, err := c.cfg.CSI.Group.CreateVolumeGroupSnapshot(cctx, req)
 	cancel()
 	if err != nil {
-		msg := fmt.Sprintf("Failed to create group snapshot: failed to take group snapshot of the volumes %v: %v", req.SourceVolumeIds, err)
-		c.recorder.Event(content, corev1.EventTypeWarning, reasonCreateFailed, msg)
-		out, perr := c.setError(ctx, content, msg)
-		if perr != nil {
-			return content, perr
-		}
-		if !csiclient.MayBeInProgress(err) && status.Code(err) != codes.ResourceExhausted && !hasHandle {
-			if out, perr = c.setBeingCreated(ctx, out, false); perr != nil {
-				return content, perr
-			}
-		}
-		return out, err
+		return nil, false, err
 	}
 	g := rsp.GetGroupSnapshot()
 	klog.FromContext(ctx).V(2).Info("CreateVolumeGroupSnapshot succeeded", "groupSnapshotHandle", g.GetGroupSnapshotId(), "ready", g.GetReadyToUse(), "members", len(g.GetSnapshots()))
-	if content, err = c.patchStatus(ctx, content, groupStatus(g)); err != nil {
-		return content, err
-	}
-	if content.Annotations[snapshotter.AnnGroupBeingCreated] == "yes" {
-		if content, err = c.setBeingCreated(ctx, content, false); err != nil {
-			return content, err
-		}
-	}
-	if !g.GetReadyToUse() {
-		return content, errNotReady // repeated with the same name until ready
-	}
-	return content, nil
+	return groupStatus(g), g.GetReadyToUse(), nil
 }
 
 // groupStatus is the status a CSI group snapshot gives its content.
@@ -208,10 +184,7 @@ func (c *Controller) createRequest(ctx context.Context, content *groupv1.VolumeG
 }
 
 func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	class, err := c.classes.Get(name)
-	if apierrors.IsNotFound(err) {
-		class, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Get(ctx, name, metav1.GetOptions{})
-	}
+	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
 	}
@@ -300,55 +273,24 @@ func (c *Controller) release(ctx context.Context, content *groupv1.VolumeGroupSn
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend group snapshot", "groupSnapshotHandle", handle)
 	}
-	var kept []string
-	for _, f := range content.Finalizers {
-		if f != snapshotter.FinalizerGroupContentBound {
-			kept = append(kept, f)
-		}
-	}
-	content.Finalizers = kept
-	_, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return contentwrite.RemoveFinalizer(ctx, c.client(), content, snapshotter.FinalizerGroupContentBound)
 }
 
-func (c *Controller) setBeingCreated(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, on bool) (*groupv1.VolumeGroupSnapshotContent, error) {
-	content = content.DeepCopy()
-	if on {
-		if content.Annotations == nil {
-			content.Annotations = map[string]string{}
-		}
-		content.Annotations[snapshotter.AnnGroupBeingCreated] = "yes"
-	} else {
-		delete(content.Annotations, snapshotter.AnnGroupBeingCreated)
-	}
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{})
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+func (c *Controller) client() contentwrite.Client[*groupv1.VolumeGroupSnapshotContent] {
+	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
 }
 
 func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	if content.Status != nil && content.Status.Error != nil && snapshotter.Str(content.Status.Error.Message) == msg {
-		return content, nil
+	return contentwrite.SetError(ctx, c.client(), content, errorMessage(content), msg)
+}
+
+func errorMessage(content *groupv1.VolumeGroupSnapshotContent) *string {
+	if content.Status == nil || content.Status.Error == nil {
+		return nil
 	}
-	return c.patchStatus(ctx, content, map[string]any{
-		"readyToUse": false,
-		"error":      map[string]any{"time": metav1.Now(), "message": msg},
-	})
+	return new(snapshotter.Str(content.Status.Error.Message))
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {
-	data, err := json.Marshal(map[string]any{"status": st})
-	if err != nil {
-		return content, err
-	}
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Patch(ctx, content.Name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return content, err
-	}
-	return out, nil
+	return contentwrite.PatchStatus(ctx, c.client(), content, st)
 }

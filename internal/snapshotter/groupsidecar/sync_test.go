@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -84,11 +83,7 @@ type fixture struct {
 func newFixture(t *testing.T, content *groupv1.VolumeGroupSnapshotContent) *fixture {
 	t.Helper()
 	drv := csitest.Start(t, &csitest.Driver{Name: driverName})
-	conn, err := csiclient.Dial(csiclient.Config{Address: drv.Address, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := snaptest.Dial(t, drv.Address)
 	class := &groupv1.VolumeGroupSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "gcls"}, Driver: driverName,
 		DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Parameters: map[string]string{"consistency": "crash"}}
 	//lint:ignore SA1019 the snapshot client module generates no apply configurations, so it has no NewClientset
@@ -126,11 +121,7 @@ func (f *fixture) sync() error {
 
 func (f *fixture) get() *groupv1.VolumeGroupSnapshotContent {
 	f.t.Helper()
-	c, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(f.ctx, "g1", metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return c
+	return snaptest.MustGet(f.t, f.ctx, f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents(), "g1")
 }
 
 // checkVerbs fails on a write to volumegroupsnapshotcontents other than update and patch (of the object and
