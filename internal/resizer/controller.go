@@ -69,7 +69,7 @@ type Controller struct {
 	// modification of one claim apart.
 	mod   *modifier
 	locks claimLocks
-	// superseded keeps syncs off cached claims that this controller already wrote over.
+	// superseded keeps syncs off cached claims and PVs this controller already wrote over.
 	superseded superseded
 }
 

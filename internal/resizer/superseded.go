@@ -2,7 +2,7 @@ package resizer
 
 import "sync"
 
-// superseded holds, per claim, the resourceVersions this controller has written over.
+// superseded holds, per claim (and per PV), the resourceVersions this controller has written over.
 // The informer delivers each of them after the sync that replaced it, and a sync reading
 // one would act on a state already left: ControllerResizeInProgress, for instance, after
 // the expansion finished, which would call the driver again. Such a sync waits for the
