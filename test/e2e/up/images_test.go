@@ -20,7 +20,8 @@ import (
 
 // TestUpRunsShippedImages runs kubevol's shipped images as pods, as an operator deploys
 // them: the images `make images` builds (for this machine's platform) are imported into
-// the containerd of `kubevol up --runtime containerd`, deploy/ is applied through an
+// the containerd of `kubevol up --runtime containerd`, each sidecar image is started by
+// `ctr run` with upstream's sample arguments (checkCtrRun), deploy/ is applied through an
 // overlay (its own namespace and driver name beside up's host-process stack), and every
 // sidecar runs with deploy/'s upstream argument lists as deploy/'s ServiceAccounts (the
 // kubelet mounts their projected tokens). A claim of the deployed StorageClass is then
@@ -40,6 +41,8 @@ func TestUpRunsShippedImages(t *testing.T) {
 	cfg, cs, node := r.cfg, r.cs, r.node
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	checkCtrRun(t, ctx, cfg, cs, node.Socket())
+	ctrRun := time.Now()
 
 	objs := renderDeploy(t, node.KubeletRootDir(), state)
 	onHostNetwork(t, objs, cfg.Host, node.NodeIP())
@@ -93,8 +96,8 @@ func TestUpRunsShippedImages(t *testing.T) {
 
 	r.interruptLeavesNothing(t, dir, state)
 	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
-	t.Logf("timings: images and binary %s, up with the images imported %s, deploy/ applied until Ready %s, claim provisioned, attached and used %s, teardown %s, up stopped %s; total %s",
-		round(built.Sub(start)), round(upReady.Sub(built)), round(deployed.Sub(upReady)), round(used.Sub(deployed)),
+	t.Logf("timings: images and binary %s, up with the images imported %s, ctr run of each sidecar %s, deploy/ applied until Ready %s, claim provisioned, attached and used %s, teardown %s, up stopped %s; total %s",
+		round(built.Sub(start)), round(upReady.Sub(built)), round(ctrRun.Sub(upReady)), round(deployed.Sub(ctrRun)), round(used.Sub(deployed)),
 		round(removed.Sub(used)), round(time.Since(removed)), round(time.Since(start)))
 }
 
