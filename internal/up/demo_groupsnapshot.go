@@ -142,20 +142,7 @@ func (s *Stack) demoGroupSnapshot(ctx context.Context, cs kubernetes.Interface, 
 		return err
 	}
 	fmt.Fprintf(out, "restoring the member of claim %s into claim %s, mounted by pod %s…\n", demoClaim, into, d.pod.Name)
-	restored, err := recreatePod(ctx, cs, d.pod)
-	if err != nil {
-		return err
-	}
-	dir, err := s.pvcMount(ctx, cs, restored)
-	if err != nil {
-		return err
-	}
-	got, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
-	if err != nil {
-		return fmt.Errorf("demo: the claim restored from the group lacks the data: %w", err)
-	}
-	fmt.Fprintf(out, "the claim restored from the group is mounted at %s; hello.txt says: %s", dir, got)
-	return nil
+	return s.showRestored(ctx, cs, d.pod, "the claim restored from the group", out)
 }
 
 // demoClaim is the claim of the demo pod, which the first part writes to.

@@ -79,6 +79,12 @@ func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap 
 		}
 	}
 	fmt.Fprintf(out, "restoring it into claim %s, mounted by pod %s…\n", pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName, pod.Name)
+	return s.showRestored(ctx, cs, pod, "the restored claim", out)
+}
+
+// showRestored (re)creates pod, which mounts a restored claim, and shows the file the
+// demo wrote before the snapshot, read through the pod's mount.
+func (s *Stack) showRestored(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, what string, out io.Writer) error {
 	restored, err := recreatePod(ctx, cs, pod)
 	if err != nil {
 		return err
@@ -89,8 +95,8 @@ func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap 
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "hello.txt"))
 	if err != nil {
-		return fmt.Errorf("demo: the restored claim lacks the data: %w", err)
+		return fmt.Errorf("demo: %s lacks the data: %w", what, err)
 	}
-	fmt.Fprintf(out, "the restored claim is mounted at %s; hello.txt says: %s", dir, got)
+	fmt.Fprintf(out, "%s is mounted at %s; hello.txt says: %s", what, dir, got)
 	return nil
 }

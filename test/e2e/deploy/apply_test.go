@@ -8,57 +8,40 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // applier creates rendered objects through the apiserver, as `kubectl apply` would.
 type applier struct {
-	t      *testing.T
-	ctx    context.Context
-	cs     kubernetes.Interface
-	client dynamic.Interface
-	mapper meta.RESTMapper
+	*framework.Applier
+	t   *testing.T
+	ctx context.Context
+	cs  kubernetes.Interface
 }
 
 func newApplier(t *testing.T) *applier {
 	t.Helper()
-	cs := framework.Client(t)
-	client, err := dynamic.NewForConfig(framework.RESTConfig())
+	a, err := framework.NewApplier(framework.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &applier{t: t, ctx: framework.Context(t, 2*time.Minute), cs: cs, client: client,
-		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))}
-}
-
-func (a *applier) resource(o *unstructured.Unstructured) dynamic.ResourceInterface {
-	a.t.Helper()
-	gvk := o.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		a.t.Fatalf("%s %s: the apiserver serves no such kind: %v", gvk, o.GetName(), err)
-	}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		return a.client.Resource(m.Resource).Namespace(o.GetNamespace())
-	}
-	return a.client.Resource(m.Resource)
+	return &applier{Applier: a, t: t, ctx: framework.Context(t, 2*time.Minute), cs: framework.Client(t)}
 }
 
 // create creates o, for real or as a server-side dry run (admission and validation, nothing
 // stored), and deletes what it stored when the test ends.
 func (a *applier) create(o *unstructured.Unstructured, dryRun bool) error {
 	a.t.Helper()
-	r := a.resource(o)
+	r, err := a.Resource(o)
+	if err != nil {
+		a.t.Fatalf("%s %s: the apiserver serves no such kind: %v", o.GroupVersionKind(), o.GetName(), err)
+	}
 	opts := metav1.CreateOptions{FieldValidation: "Strict"}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}

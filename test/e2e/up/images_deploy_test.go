@@ -11,23 +11,19 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevol/kubevol/internal/images"
 	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // The overlay's namespace and driver name: neither may be those of the host-process stack
@@ -92,34 +88,15 @@ func renderDeploy(t *testing.T, kubeletRoot, stateDir string) []*unstructured.Un
 
 // applier applies and deletes rendered objects, as `kubectl apply --server-side` and
 // `kubectl delete` do.
-type applier struct {
-	mapper meta.RESTMapper
-	dyn    dynamic.Interface
-}
+type applier struct{ *framework.Applier }
 
 func newApplier(t *testing.T, cfg *rest.Config) *applier {
 	t.Helper()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	a, err := framework.NewApplier(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &applier{mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), dyn: dyn}
-}
-
-func (a *applier) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvk := o.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, err
-	}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		return a.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
-	}
-	return a.dyn.Resource(m.Resource), nil
+	return &applier{a}
 }
 
 // applyThenRun applies everything but the workloads, waits until the apiserver's RBAC
@@ -195,7 +172,7 @@ func waitGranted(ctx context.Context, cs kubernetes.Interface, objs []*unstructu
 func (a *applier) apply(ctx context.Context, objs []*unstructured.Unstructured) error {
 	force := true
 	for _, o := range objs {
-		r, err := a.resource(o)
+		r, err := a.Resource(o)
 		if err != nil {
 			return err
 		}
@@ -215,7 +192,7 @@ func (a *applier) apply(ctx context.Context, objs []*unstructured.Unstructured) 
 func (a *applier) deleteAll(ctx context.Context, objs []*unstructured.Unstructured) error {
 	bg := metav1.DeletePropagationForeground
 	for i := len(objs) - 1; i >= 0; i-- {
-		r, err := a.resource(objs[i])
+		r, err := a.Resource(objs[i])
 		if err != nil {
 			return err
 		}
@@ -224,7 +201,7 @@ func (a *applier) deleteAll(ctx context.Context, objs []*unstructured.Unstructur
 		}
 	}
 	for _, o := range objs {
-		r, err := a.resource(o)
+		r, err := a.Resource(o)
 		if err != nil {
 			return err
 		}
