@@ -2,57 +2,27 @@ package resizer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
-)
 
-// patchData is the strategic merge patch from old to cur, and whether it changes anything.
-// With checkVersion the patch carries old's resourceVersion, so that a change computed from
-// a stale cache fails with a conflict instead of overwriting a newer object (upstream's
-// addResourceVersionCheck).
-func patchData(old, cur any, schema any, version string, checkVersion bool) ([]byte, bool, error) {
-	o, err := json.Marshal(old)
-	if err != nil {
-		return nil, false, err
-	}
-	n, err := json.Marshal(cur)
-	if err != nil {
-		return nil, false, err
-	}
-	data, err := strategicpatch.CreateTwoWayMergePatch(o, n, schema)
-	if err != nil {
-		return nil, false, err
-	}
-	if string(data) == "{}" {
-		return nil, false, nil
-	}
-	if !checkVersion {
-		return data, true, nil
-	}
-	var m map[string]any
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, false, err
-	}
-	md, _ := m["metadata"].(map[string]any)
-	if md == nil {
-		md = map[string]any{}
-		m["metadata"] = md
-	}
-	md["resourceVersion"] = version
-	data, err = json.Marshal(m)
-	return data, true, err
-}
+	"github.com/kubevol/kubevol/internal/sidecar"
+)
 
 // patchClaimStatus writes the difference between old and cur through the claim's status
 // subresource with PATCH, the verb external-resizer's RBAC grants (persistentvolumeclaims/
 // status: patch). Annotations ride along, as upstream's do.
 func (c *Controller) patchClaimStatus(ctx context.Context, old, cur *corev1.PersistentVolumeClaim, checkVersion bool) (*corev1.PersistentVolumeClaim, error) {
-	data, changed, err := patchData(old, cur, corev1.PersistentVolumeClaim{}, old.ResourceVersion, checkVersion)
+	// With checkVersion the patch carries old's resourceVersion, so that a change computed
+	// from a stale cache fails with a conflict instead of overwriting a newer claim
+	// (upstream's addResourceVersionCheck).
+	patch := sidecar.TwoWayPatch
+	if checkVersion {
+		patch = sidecar.VersionedPatch
+	}
+	data, changed, err := patch(old, cur)
 	if err != nil || !changed {
 		return old, err
 	}
@@ -96,7 +66,7 @@ func pvKey(name string) string { return name }
 
 // patchPV writes the difference between old and cur with PATCH (persistentvolumes: patch).
 func (c *Controller) patchPV(ctx context.Context, old, cur *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
-	data, changed, err := patchData(old, cur, corev1.PersistentVolume{}, old.ResourceVersion, false)
+	data, changed, err := sidecar.TwoWayPatch(old, cur)
 	if err != nil || !changed {
 		return old, err
 	}
