@@ -205,8 +205,23 @@ func (j *Journal) Add(ctx context.Context, claim *corev1.PersistentVolumeClaim, 
 // liveClaim reports whether the API server holds claim, not being deleted: only then is a
 // refused write a missing right. Any doubt (an error, another UID) counts as not live.
 func (j *Journal) liveClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) bool {
-	cur, err := j.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
-	return err == nil && cur.UID == claim.UID && cur.DeletionTimestamp == nil
+	cur, err := j.stored(ctx, claim.Namespace, claim.Name, claim.UID)
+	return err == nil && cur != nil && cur.DeletionTimestamp == nil
+}
+
+// stored reads the claim from the API server: nil when it is gone or has another UID.
+func (j *Journal) stored(ctx context.Context, ns, name string, uid types.UID) (*corev1.PersistentVolumeClaim, error) {
+	cur, err := j.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading claim %s/%s: %w", ns, name, err)
+	}
+	if cur.UID != uid {
+		return nil, nil
+	}
+	return cur, nil
 }
 
 // Stored reports whether r is still written on its claim in the API server. A record read
@@ -214,15 +229,9 @@ func (j *Journal) liveClaim(ctx context.Context, claim *corev1.PersistentVolumeC
 // claim version from before the removal): acting on it after the volume was deleted would
 // create the volume again for nobody.
 func (j *Journal) Stored(ctx context.Context, r Record) (bool, error) {
-	cur, err := j.client.CoreV1().PersistentVolumeClaims(r.Namespace).Get(ctx, r.Claim, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the provisioning record of claim %s/%s: %w", r.Namespace, r.Claim, err)
-	}
-	if cur.UID != r.ClaimUID {
-		return false, nil
+	cur, err := j.stored(ctx, r.Namespace, r.Claim, r.ClaimUID)
+	if err != nil || cur == nil {
+		return false, err
 	}
 	stored, ok := j.Parse(cur)
 	return ok && stored.PVName == r.PVName, nil
