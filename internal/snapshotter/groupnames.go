@@ -8,6 +8,7 @@ import (
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevol/kubevol/internal/provisioner/secrets"
 )
@@ -108,4 +109,15 @@ func GroupDeletionSecret(content *groupv1.VolumeGroupSnapshotContent) *corev1.Se
 		return nil
 	}
 	return &corev1.SecretReference{Name: name, Namespace: ns}
+}
+
+// MemberOf reports whether owner references refs make an object a member of the group with
+// uid: the group controller owns each member VolumeSnapshot it creates.
+func MemberOf(refs []metav1.OwnerReference, group types.UID) bool {
+	for _, o := range refs {
+		if o.UID == group && o.Kind == "VolumeGroupSnapshot" {
+			return true
+		}
+	}
+	return false
 }

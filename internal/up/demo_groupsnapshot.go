@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -158,7 +157,7 @@ func groupMembers(ctx context.Context, snap snapclient.Interface, g *groupv1.Vol
 			return false, nil
 		}
 		for _, vs := range list.Items {
-			if ownedBy(vs.OwnerReferences, g.UID) && vs.Spec.Source.PersistentVolumeClaimName != nil {
+			if snapshotter.MemberOf(vs.OwnerReferences, g.UID) && vs.Spec.Source.PersistentVolumeClaimName != nil {
 				members[*vs.Spec.Source.PersistentVolumeClaimName] = vs.Name
 			}
 		}
@@ -168,13 +167,4 @@ func groupMembers(ctx context.Context, snap snapclient.Interface, g *groupv1.Vol
 		return nil, fmt.Errorf("demo: the member snapshots of group %s did not appear: %w (found %v)", g.Name, err, members)
 	}
 	return members, nil
-}
-
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
-	for _, r := range refs {
-		if r.UID == uid {
-			return true
-		}
-	}
-	return false
 }

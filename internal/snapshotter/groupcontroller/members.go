@@ -181,11 +181,8 @@ func (c *Controller) members(vgs *groupv1.VolumeGroupSnapshot) ([]*snapv1.Volume
 	}
 	var out []*snapv1.VolumeSnapshot
 	for _, vs := range all {
-		for _, o := range vs.OwnerReferences {
-			if o.UID == vgs.UID && o.Kind == "VolumeGroupSnapshot" {
-				out = append(out, vs)
-				break
-			}
+		if snapshotter.MemberOf(vs.OwnerReferences, vgs.UID) {
+			out = append(out, vs)
 		}
 	}
 	return out, nil
