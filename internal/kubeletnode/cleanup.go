@@ -1,13 +1,11 @@
 package kubeletnode
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -137,31 +135,6 @@ func (n *Node) Leftovers() ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func ipCommand(args ...string) error {
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// ensureHostLink creates the port-less bridge that holds the node's address.
-func (n *Node) ensureHostLink() error {
-	if !linkExists(n.HostLink()) {
-		if err := ipCommand("link", "add", n.HostLink(), "type", "bridge"); err != nil {
-			return err
-		}
-	}
-	if err := ipCommand("addr", "replace", n.NodeIP()+"/32", "dev", n.HostLink()); err != nil {
-		return err
-	}
-	return ipCommand("link", "set", n.HostLink(), "up")
-}
-
-func linkExists(name string) bool {
-	_, err := os.Stat(filepath.Join("/sys/class/net", name))
-	return err == nil
 }
 
 // killCgroupProcesses kills every process in the node's cgroups: containers whose shim is

@@ -49,10 +49,11 @@ func (n *Node) containerdConfig() string {
 	}, "\n")
 }
 
-// cniConfig is a bridge network that never leaves the machine: the bridge has no address
-// (isGateway false), nothing is masqueraded, and host-local hands out no route, so a pod
-// reaches only the other pods on this bridge.
+// cniConfig is a bridge network that never leaves the machine: the bridge's address is the
+// host's, set by ensureNetwork (isGateway false), nothing is masqueraded, and host-local
+// hands out no route, so a pod reaches only the other pods and the host on this bridge.
 func (n *Node) cniConfig() string {
+	gw, _, _ := n.podGateway() // validated by New
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "kubevol",
@@ -64,7 +65,7 @@ func (n *Node) cniConfig() string {
 				"ipMasq":    false,
 				"ipam": map[string]any{
 					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": n.o.Subnet}}},
+					"ranges":  [][]map[string]string{{{"subnet": n.o.Subnet, "gateway": gw.String()}}},
 					"dataDir": n.path("cni", "ipam"),
 				},
 			},

@@ -38,8 +38,8 @@ type Options struct {
 	BootstrapKubeconfig string
 	// Port and HealthzPort are the kubelet's loopback ports.
 	Port, HealthzPort int
-	// Subnet is the pods' network; empty means 10.250.0.0/24. Pods of another node on the
-	// same machine may use the same subnet: each node has its own bridge with no address.
+	// Subnet is the pods' network (IPv4); empty means 10.250.0.0/24. Its first address is
+	// the host's on the pods' bridge, so two nodes on one machine need different subnets.
 	Subnet string
 }
 
@@ -65,7 +65,11 @@ func New(o Options) (*Node, error) {
 		o.Subnet = "10.250.0.0/24"
 	}
 	sum := sha256.Sum256([]byte(dir))
-	return &Node{o: o, id: hex.EncodeToString(sum[:])[:8], idBytes: sum}, nil
+	n := &Node{o: o, id: hex.EncodeToString(sum[:])[:8], idBytes: sum}
+	if _, _, err := n.podGateway(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 func (n *Node) path(elem ...string) string {
@@ -152,7 +156,7 @@ func (n *Node) Prepare() error {
 			return err
 		}
 	}
-	if err := n.ensureHostLink(); err != nil {
+	if err := n.ensureNetwork(); err != nil {
 		return err
 	}
 	if err := n.noteHostDirs(); err != nil {

@@ -2,7 +2,12 @@ package kubeletnode
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,7 +109,7 @@ func TestContainerdPodAndCleanup(t *testing.T) {
 	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg, Config: &cri.ContainerConfig{
 		Metadata: &cri.ContainerMetadata{Name: "c"},
 		Image:    &cri.ImageSpec{Image: BusyboxImage},
-		Command:  []string{"sh", "-c", "ip route; echo hello > /tmp/x; cat /tmp/x; sleep 600"},
+		Command:  []string{"sh", "-c", "ip route; mkdir /tmp/www; echo hello > /tmp/www/x; httpd -p 8080 -h /tmp/www; cat /tmp/www/x; sleep 600"},
 		LogPath:  "c.log",
 	}})
 	if err != nil {
@@ -126,6 +131,17 @@ func TestContainerdPodAndCleanup(t *testing.T) {
 	}
 	if strings.Contains(out, "default") {
 		t.Errorf("the pod has a default route: %q", out)
+	}
+	// The host reaches the pod through the pods' bridge, as the kubelet's probes must: a
+	// route through any other device would take the request off the machine, so the test
+	// sends nothing before the route is right.
+	route, err := exec.Command("ip", "route", "get", ip).CombinedOutput()
+	if err != nil || !strings.Contains(string(route), "dev "+n.Bridge()+" ") {
+		t.Fatalf("host route to the pod %s: %q (%v), want one through %s", ip, route, err, n.Bridge())
+	}
+	body, err := httpGet(ctx, "http://"+net.JoinHostPort(ip, "8080")+"/x")
+	if err != nil || strings.TrimSpace(body) != "hello" {
+		t.Errorf("GET of the pod's httpd from the host: %q, %v", body, err)
 	}
 	if len(n.mustLeftovers(t)) == 0 {
 		t.Fatal("Leftovers sees nothing of a running pod")
@@ -150,4 +166,26 @@ func (n *Node) mustLeftovers(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return left
+}
+
+// httpGet fetches url, retrying for a few seconds while the server starts.
+func httpGet(ctx context.Context, url string) (string, error) {
+	var err error
+	for range 50 {
+		var req *http.Request
+		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err != nil {
+			return "", err
+		}
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			data, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return string(data), fmt.Errorf("status %s", resp.Status)
+			}
+			return string(data), rerr
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", err
 }
