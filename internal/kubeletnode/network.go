@@ -3,6 +3,7 @@ package kubeletnode
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -31,7 +32,43 @@ func (n *Node) ensureNetwork() error {
 	if err := ensureBridge(n.HostLink(), n.NodeIP()+"/32"); err != nil {
 		return err
 	}
+	if err := subnetFree(netip.PrefixFrom(gw, prefix).Masked(), n.Bridge()); err != nil {
+		return err
+	}
 	return ensureBridge(n.Bridge(), fmt.Sprintf("%s/%d", gw, prefix))
+}
+
+// subnetFree refuses a pod subnet that an interface other than the node's own bridge has an
+// address in: the host's route to the pods would then be ambiguous.
+func subnetFree(subnet netip.Prefix, own string) error {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, i := range ifaces {
+		if i.Name == own {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			p, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := ipn.Mask.Size()
+			if subnet.Overlaps(netip.PrefixFrom(p.Unmap(), ones)) {
+				return fmt.Errorf("kubeletnode: pod subnet %s overlaps %s on %s: choose another subnet", subnet, a, i.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // podGateway is the host's address on the pods' bridge: the subnet's first address, which

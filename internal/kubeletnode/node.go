@@ -38,8 +38,9 @@ type Options struct {
 	BootstrapKubeconfig string
 	// Port and HealthzPort are the kubelet's loopback ports.
 	Port, HealthzPort int
-	// Subnet is the pods' network (IPv4); empty means 10.250.0.0/24. Its first address is
-	// the host's on the pods' bridge, so two nodes on one machine need different subnets.
+	// Subnet is the pods' network (IPv4); empty means a /24 in 10.250.0.0/16 derived from
+	// Dir. Its first address is the host's on the pods' bridge, so two nodes on one machine
+	// need different subnets: Prepare refuses one that another interface already holds.
 	Subnet string
 }
 
@@ -61,10 +62,10 @@ func New(o Options) (*Node, error) {
 		return nil, err
 	}
 	o.Dir = dir
-	if o.Subnet == "" {
-		o.Subnet = "10.250.0.0/24"
-	}
 	sum := sha256.Sum256([]byte(dir))
+	if o.Subnet == "" {
+		o.Subnet = fmt.Sprintf("10.250.%d.0/24", sum[2])
+	}
 	n := &Node{o: o, id: hex.EncodeToString(sum[:])[:8], idBytes: sum}
 	if _, _, err := n.podGateway(); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,8 +104,8 @@ func TestContainerdPodAndCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := st.GetStatus().GetNetwork().GetIp()
-	if !strings.HasPrefix(ip, "10.250.0.") {
-		t.Errorf("pod IP %q, want one in 10.250.0.0/24", ip)
+	if a, err := netip.ParseAddr(ip); err != nil || !netip.MustParsePrefix(n.o.Subnet).Contains(a) {
+		t.Errorf("pod IP %q, want one in %s", ip, n.o.Subnet)
 	}
 	ctr, err := rs.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg, Config: &cri.ContainerConfig{
 		Metadata: &cri.ContainerMetadata{Name: "c"},
