@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,7 +24,8 @@ import (
 // TestUpRuntimeContainerd is the smoke test of `kubevol up --runtime containerd`: the
 // upstream kubelet on containerd is the node; a pod in a container writes to a provisioned
 // claim and reads it back, a second pod reads the data after the first is deleted (its log
-// fetched through the apiserver from the kubelet), and after SIGINT nothing of the run is
+// fetched through the apiserver from the kubelet), a pod with an httpGet readiness probe
+// becomes Ready (the kubelet reaches pod IPs on this machine), and after SIGINT nothing of the run is
 // left: no process, container shim, mount, loop device, network namespace, veth, bridge or
 // cgroup.
 func TestUpRuntimeContainerd(t *testing.T) {
@@ -67,6 +69,7 @@ func TestUpRuntimeContainerd(t *testing.T) {
 	if strings.Contains(string(logs), "default") {
 		t.Errorf("the pod has a route out of the machine: %q", logs)
 	}
+	probedReady(t, ctx, cs)
 	if left, _ := node.Leftovers(); len(left) == 0 {
 		t.Error("Leftovers sees nothing of a running node")
 	}
@@ -103,6 +106,46 @@ func runToEnd(t *testing.T, ctx context.Context, cs kubernetes.Interface, name, 
 	})
 	if err != nil || phase != corev1.PodSucceeded {
 		t.Fatalf("pod %s: phase %s, %v", name, phase, err)
+	}
+}
+
+// probedReady runs a pod that serves HTTP on its pod IP with an httpGet readiness probe,
+// and waits until the kubelet finds it Ready: the kubelet reaches pod IPs through the
+// node's bridge (a probe that followed the default route would leave the machine and fail).
+func probedReady(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "probed", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "c", Image: kubeletnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 8080 -h /www"},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the probed pod never became Ready (status %+v): %v", last.Status, err)
 	}
 }
 
