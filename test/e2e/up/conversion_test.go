@@ -68,7 +68,7 @@ func read(ctx context.Context, t *testing.T, dyn dynamic.Interface, v, name stri
 // the name of a content to read again after a restart.
 func checkGroupConversion(ctx context.Context, t *testing.T, cfg *rest.Config) string {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(quiet(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +109,7 @@ func checkGroupConversion(ctx context.Context, t *testing.T, cfg *rest.Config) s
 	if err == nil {
 		t.Fatal("a v1beta1 content with an unreadable annotation was stored")
 	}
+	t.Logf("refused: %v", err)
 	for _, want := range []string{"conversion webhook", "VolumeGroupSnapshotContent conv-broken", conversion.InfoListAnnotation, "is not a JSON list"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not say %q", err, want)
@@ -124,7 +125,7 @@ func checkGroupConversion(ctx context.Context, t *testing.T, cfg *rest.Config) s
 // the CRD names the new webhook's port and certificate.
 func checkStillConverted(ctx context.Context, t *testing.T, cfg *rest.Config, name string) {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(quiet(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +136,14 @@ func checkStillConverted(ctx context.Context, t *testing.T, cfg *rest.Config, na
 	if err := groupContents(dyn, "v1").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
+}
+
+// quiet is cfg without the API server's deprecation warnings of v1beta1, which the test uses
+// on purpose.
+func quiet(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.WarningHandler = rest.NoWarnings{}
+	return c
 }
 
 // jsonEqual compares a and b as JSON.
