@@ -13,6 +13,7 @@ package conversion
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -95,10 +96,7 @@ func contentDown(obj *unstructured.Unstructured) error {
 		if !ok {
 			return fmt.Errorf("status.%s[%d] is not an object", infoList, i)
 		}
-		pair := map[string]any{}
-		for k, v := range entry {
-			pair[k] = v
-		}
+		pair := maps.Clone(entry)
 		for _, k := range infoOnly {
 			if _, ok := pair[k]; ok {
 				delete(pair, k)
@@ -145,10 +143,7 @@ func contentUp(obj *unstructured.Unstructured) error {
 		if !ok {
 			return fmt.Errorf("status.%s[%d] is not an object", pairList, i)
 		}
-		entry := map[string]any{}
-		for k, v := range pair {
-			entry[k] = v
-		}
+		entry := maps.Clone(pair)
 		if s := matching(saved, pair); s != nil {
 			for _, k := range infoOnly {
 				if v, ok := s[k]; ok {

@@ -152,19 +152,8 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 		}
 	}
 	if strings.Contains(body, `operation_status="cancel"`) {
-		t.Errorf("/metrics records a cancelled operation of a group that was ready:\n%s", grepLines(body, "operation_status=\"cancel\""))
+		t.Errorf("/metrics records a cancelled operation of a group that was ready:\n%s", framework.GrepLines(body, "operation_status=\"cancel\""))
 	}
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // groupClass creates the driver's default VolumeGroupSnapshotClass (deleted at the end).
