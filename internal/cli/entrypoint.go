@@ -13,18 +13,19 @@ import (
 // entrypoints are the names the one kubevol binary answers to when it is started under
 // them (the base name of argv[0], a copy of or link to the binary), with the command that
 // then runs on the flags alone. Upstream's images start each sidecar as /<name> followed
-// by the manifest's args, never a subcommand: the first five names are upstream's image
+// by the manifest's args, never a subcommand: the first six names are upstream's image
 // names; the last three are kubevol's own images (the driver, the node agent and the
 // CSR approver).
 var entrypoints = map[string]func() *cobra.Command{
-	"csi-provisioner":      newProvisionerCommand,
-	"csi-attacher":         newAttacherCommand,
-	"csi-resizer":          newResizerCommand,
-	"csi-snapshotter":      newCSISnapshotterCommand,
-	"snapshot-controller":  newSnapshotControllerCommand,
-	"kubevol-driver":       newDriverCommand,
-	"kubevol-node":         newNodeCommand,
-	"kubevol-csr-approver": newCSRApproverCommand,
+	"csi-provisioner":             newProvisionerCommand,
+	"csi-attacher":                newAttacherCommand,
+	"csi-resizer":                 newResizerCommand,
+	"csi-snapshotter":             newCSISnapshotterCommand,
+	"snapshot-controller":         newSnapshotControllerCommand,
+	"snapshot-conversion-webhook": newConversionWebhookCommand,
+	"kubevol-driver":              newDriverCommand,
+	"kubevol-node":                newNodeCommand,
+	"kubevol-csr-approver":        newCSRApproverCommand,
 }
 
 // Entrypoints lists the names of argv[0] that run one role (see Main), sorted.

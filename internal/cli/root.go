@@ -55,6 +55,7 @@ func NewRootCommand() *cobra.Command {
 		newSnapshotterCommand(),
 		newCSISnapshotterCommand(),
 		newSnapshotControllerCommand(),
+		newConversionWebhookCommand(),
 		newNodeCommand(),
 		newCSRApproverCommand(),
 		newDriverCommand(),

@@ -24,6 +24,7 @@ import (
 	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
 	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
+	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
 )
 
 // snapshotterFeatureGates are the gates of the upstream snapshot-controller and
@@ -214,8 +215,9 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
 			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
+			Metrics: opmetrics.New(reg),
 		}
-		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common, Registry: reg})
+		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common})
 		if err != nil {
 			return err
 		}

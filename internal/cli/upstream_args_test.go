@@ -33,6 +33,9 @@ var upstreamArgs = []struct {
 	{"external-snapshotter setup: csi-snapshotter", "/csi-snapshotter", []string{"--v=5", "--csi-address=$(ADDRESS)", "--leader-election=false"}, map[string]string{"ADDRESS": "/csi/csi.sock"}, nil},
 	// external-snapshotter v8.7.0, deploy/kubernetes/snapshot-controller/setup-snapshot-controller.yaml
 	{"external-snapshotter snapshot-controller", "/snapshot-controller", []string{"--v=5", "--leader-election=true"}, nil, nil},
+	// external-snapshotter v8.7.0, deploy/kubernetes/webhook-example/webhook.yaml
+	{"external-snapshotter conversion webhook", "/snapshot-conversion-webhook", []string{"--tls-cert-file=/etc/snapshot-conversion-webhook/certs/tls.crt",
+		"--tls-private-key-file=/etc/snapshot-conversion-webhook/certs/tls.key"}, nil, nil},
 
 	// csi-driver-host-path deploy/kubernetes-1.34 (the reference's list)
 	{"hostpath provisioner", "/csi-provisioner", []string{"-v=5", "--csi-address=/csi/csi.sock", "--feature-gates=Topology=true"}, nil, nil},
@@ -157,6 +160,8 @@ func TestUnknownUpstreamFlagsExit2(t *testing.T) {
 		{[]string{"csi-snapshotter", "--retry-crd-interval-max=1m"}, "unknown flag: --retry-crd-interval-max"},
 		{[]string{"csi-snapshotter", "--snapshot-controller=false"}, "unknown flag: --snapshot-controller"},
 		{[]string{"csi-resizer", "--logging-format=yaml"}, `--logging-format "yaml"`},
+		{[]string{"snapshot-conversion-webhook", "--tls-private-key-file=/k"}, "--tls-cert-file must be specified"},
+		{[]string{"snapshot-conversion-webhook", "--tls-cert-file=/c", "--tls-private-key-file=/k", "--port=0"}, "--port 0"},
 		{[]string{"csi-resizer", "--log-json-info-buffer-size=lots"}, "--log-json-info-buffer-size"},
 	} {
 		code, stderr, _ := validateArgs(t, tc.argv)

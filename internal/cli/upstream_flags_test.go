@@ -29,6 +29,7 @@ var upstreamFlags = map[string]string{
 		leader-election-retry-period kube-api-qps kube-api-burst http-endpoint metrics-path retry-interval-start
 		retry-interval-max enable-distributed-snapshotting prevent-volume-mode-conversion retry-crd-interval-max
 		feature-gates`,
+	"snapshot-conversion-webhook": loggingFlags + `automaxprocs tls-cert-file tls-private-key-file port`,
 }
 
 const (

@@ -41,6 +41,7 @@ var Roles = []Role{
 	{Name: "csi-resizer"},
 	{Name: "csi-snapshotter"},
 	{Name: "snapshot-controller"},
+	{Name: "snapshot-conversion-webhook"},
 	{Name: "kubevol-csr-approver"},
 	{Name: "kubevol-driver", Tools: true},
 	{Name: "kubevol-node", Tools: true},

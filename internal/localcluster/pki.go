@@ -135,10 +135,17 @@ var ServingHosts = []string{
 }
 
 func (p *PKI) ensureServing() error {
-	return p.ensureLeaf("serving", func(t *x509.Certificate) {
-		t.Subject = pkix.Name{CommonName: "kubevol-local-server"}
+	return p.EnsureServer("serving", "kubevol-local-server", ServingHosts...)
+}
+
+// EnsureServer issues a server certificate named name (CertFile, KeyFile) for hosts (names
+// and addresses) unless a valid one exists: for a server the API server calls, such as a
+// webhook, which then trusts CAFile.
+func (p *PKI) EnsureServer(name, commonName string, hosts ...string) error {
+	return p.ensureLeaf(name, func(t *x509.Certificate) {
+		t.Subject = pkix.Name{CommonName: commonName}
 		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		for _, h := range ServingHosts {
+		for _, h := range hosts {
 			if ip := net.ParseIP(h); ip != nil {
 				t.IPAddresses = append(t.IPAddresses, ip)
 			} else {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
 )
 
 // ControllerConfig is the configuration both halves of the snapshot-controller share
@@ -25,6 +26,8 @@ type ControllerConfig struct {
 	PreventVolumeModeConversion bool
 	// QueueMetrics exports the workqueue_* metrics; nil for none.
 	QueueMetrics *controller.QueueMetrics
+	// Metrics are the operation metrics both halves record into; nil for unregistered ones.
+	Metrics *opmetrics.Metrics
 }
 
 // SidecarConfig configures either half of the csi-snapshotter.
@@ -45,6 +48,9 @@ type SidecarConfig struct {
 // Complete fills in upstream's defaults, the sidecars'.
 func (c *ControllerConfig) Complete() {
 	sidecar.WorkerDefaults(&c.Workers, &c.RetryIntervalStart, &c.RetryIntervalMax)
+	if c.Metrics == nil {
+		c.Metrics = opmetrics.New(nil)
+	}
 }
 
 // NewQueue returns a queue of object keys that back off between RetryIntervalStart and

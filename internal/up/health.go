@@ -10,12 +10,15 @@ import (
 
 var healthClient = &http.Client{Timeout: 2 * time.Second}
 
-func probe(ctx context.Context, url string) error {
+func probe(ctx context.Context, url string) error { return probeWith(ctx, healthClient, url) }
+
+// probeWith GETs url with client and wants 200.
+func probeWith(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := healthClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

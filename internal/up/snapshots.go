@@ -23,13 +23,14 @@ const DefaultSnapshotClass = "kubevol-local"
 const DefaultGroupSnapshotClass = "kubevol-local"
 
 // installSnapshotObjects installs the snapshot.storage.k8s.io and groupsnapshot.storage.k8s.io
-// CRDs and the driver's default VolumeSnapshotClass and VolumeGroupSnapshotClass.
-func installSnapshotObjects(ctx context.Context, cfg *rest.Config) error {
+// CRDs, the group contents converted by wh, and the driver's default VolumeSnapshotClass and
+// VolumeGroupSnapshotClass.
+func installSnapshotObjects(ctx context.Context, cfg *rest.Config, wh *crds.Webhook) error {
 	ext, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	if err := crds.Install(ctx, ext); err != nil {
+	if err := crds.InstallWith(ctx, ext, wh); err != nil {
 		return err
 	}
 	cfg = rest.CopyConfig(cfg)

@@ -218,7 +218,11 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	if err := installObjects(ctx, cs, s.opts.AttachRequired); err != nil {
 		return fmt.Errorf("install kubevol objects: %w", err)
 	}
-	if err := installSnapshotObjects(ctx, s.Cluster.RESTConfig()); err != nil {
+	wh, err := s.startConversionWebhook(ctx)
+	if err != nil {
+		return err
+	}
+	if err := installSnapshotObjects(ctx, s.Cluster.RESTConfig(), wh); err != nil {
 		return fmt.Errorf("install snapshot CRDs and class: %w", err)
 	}
 	for _, d := range []string{s.path("csi"), s.path("driver"), s.path("node")} {

@@ -62,15 +62,42 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return out, nil
 }
 
+// ConvertedCRD is the CRD whose versions differ in schema: its objects are converted by
+// the snapshot-conversion-webhook (upstream patches this one CRD only).
+const ConvertedCRD = "volumegroupsnapshotcontents.groupsnapshot.storage.k8s.io"
+
+// Webhook is where the API server has the snapshot-conversion-webhook convert ConvertedCRD's
+// objects: the HTTPS URL of its /convert and the PEM bundle of the CAs that verify it.
+type Webhook struct {
+	URL      string
+	CABundle []byte
+}
+
 // Install creates the CRDs, or updates them to this version, and waits until the API
-// server serves them (Established).
+// server serves them (Established). The CRDs convert between versions by apiVersion alone,
+// as upstream ships them.
 func Install(ctx context.Context, client apiextensionsclient.Interface) error {
+	return InstallWith(ctx, client, nil)
+}
+
+// InstallWith is Install with ConvertedCRD's spec.conversion set to wh (None when nil).
+func InstallWith(ctx context.Context, client apiextensionsclient.Interface, wh *Webhook) error {
 	all, err := CRDs()
 	if err != nil {
 		return err
 	}
 	api := client.ApiextensionsV1().CustomResourceDefinitions()
 	for _, crd := range all {
+		if crd.Name == ConvertedCRD && wh != nil {
+			url := wh.URL
+			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
+				Strategy: apiextensionsv1.WebhookConverter,
+				Webhook: &apiextensionsv1.WebhookConversion{
+					ClientConfig:             &apiextensionsv1.WebhookClientConfig{URL: &url, CABundle: wh.CABundle},
+					ConversionReviewVersions: []string{"v1"},
+				},
+			}
+		}
 		cur, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

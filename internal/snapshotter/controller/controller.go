@@ -15,7 +15,6 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,8 +31,6 @@ const Component = "snapshot-controller"
 // Config configures a Controller.
 type Config struct {
 	snapshotter.ControllerConfig
-	// Registry receives the metrics; nil for none.
-	Registry prometheus.Registerer
 }
 
 // Controller is the snapshot-controller.
@@ -48,7 +45,6 @@ type Controller struct {
 	queue      *kvcontroller.Queue[string]
 	stopEvents func()
 	recorder   record.EventRecorder
-	metrics    *metrics
 }
 
 // New builds the controller and its informers.
@@ -70,13 +66,12 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		queue:      cfg.NewQueue("snapshot-controller-snapshot"),
 		stopEvents: stopEvents,
 		recorder:   recorder,
-		metrics:    newMetrics(cfg.Registry),
 	}
 	// Every informer is obtained from its factory (Informer()) before the sources start.
 	_, _, _ = class.Informer(), pvc.Informer(), pv.Informer()
 	c.runner.AddSource(snapshotter.Informers(snapF), kvcontroller.Informers(coreF))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncSnapshot)
-	c.runner.Every(30*time.Second, c.metrics.updateInFlight(c.snapshots))
+	c.runner.Every(30*time.Second, c.updateInFlight)
 	if _, err := vs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },

@@ -8,6 +8,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
 	"github.com/kubevol/kubevol/internal/snapshotter/snaptest"
 )
 
@@ -30,15 +32,17 @@ type fixture struct {
 	core *fake.Clientset
 	snap *snapfake.Clientset
 	c    *Controller
+	reg  *prometheus.Registry // the operation metrics
 }
 
 func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx}
+	f := &fixture{t: t, ctx: ctx, reg: prometheus.NewRegistry()}
 	f.core, f.snap = snaptest.Clients(core, snaps...)
-	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true}})
+	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true,
+		Metrics: opmetrics.New(f.reg)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +142,7 @@ func TestDynamicSnapshot(t *testing.T) {
 	case !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource):
 		t.Errorf("finalizers %v", vs.Finalizers)
 	}
+	snaptest.CheckOperations(t, f.reg, map[string]int{"CreateSnapshot success dynamic " + driver: 1, "CreateSnapshotAndReady success dynamic " + driver: 1})
 	f.syncUntil("s", "released the claim", func() bool {
 		pvc, _ := f.core.CoreV1().PersistentVolumeClaims(ns).Get(f.ctx, "src", metav1.GetOptions{})
 		return !snapshotter.HasFinalizer(pvc, snapshotter.FinalizerPVCAsSource)
@@ -214,6 +219,14 @@ func TestDeleteSnapshot(t *testing.T) {
 			if policy == snapv1.VolumeSnapshotContentRetain && f.vsc(cname) == nil {
 				t.Error("a Retain content was deleted")
 			}
+			// Recorded once the last finalizer goes, whichever the policy; the snapshot was
+			// never taken. A gone content leaves the driver unknown (no class named).
+			owner := driver
+			if policy == snapv1.VolumeSnapshotContentDelete {
+				owner = "unknown"
+			}
+			snaptest.CheckOperations(t, f.reg, map[string]int{"DeleteSnapshot success dynamic " + owner: 1,
+				"CreateSnapshot cancel dynamic " + owner: 1, "CreateSnapshotAndReady cancel dynamic " + owner: 1})
 		})
 	}
 }

@@ -80,8 +80,10 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 		}
 		return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
-	if contentGone {
-		c.metrics.observe(vs, "", opDelete, "success", vs.DeletionTimestamp.Time)
+	if !keepBound { // the controller's last finalizer is gone
+		st := vs.Status
+		c.cfg.Metrics.Deleted(c.deletedSubject(vs, content), vs.CreationTimestamp.Time, vs.DeletionTimestamp.Time,
+			st != nil && st.CreationTime != nil, st != nil && snapshotter.IsTrue(st.ReadyToUse))
 	}
 	klog.FromContext(ctx).V(2).Info("Released snapshot", "keptBoundFinalizer", keepBound)
 	return nil

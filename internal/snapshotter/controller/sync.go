@@ -341,11 +341,11 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "Snapshot %s/%s was successfully created by the CSI driver.", vs.Namespace, vs.Name)
-		c.metrics.observe(out, driver, opCreate, "success", vs.CreationTimestamp.Time)
+		c.cfg.Metrics.Created(subject(out, driver), vs.CreationTimestamp.Time)
 	}
 	if !snapshotter.IsTrue(old.ReadyToUse) && snapshotter.IsTrue(st.ReadyToUse) {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonReady, "Snapshot %s/%s is ready to use.", vs.Namespace, vs.Name)
-		c.metrics.observe(out, driver, opCreateAndReady, "success", vs.CreationTimestamp.Time)
+		c.cfg.Metrics.Ready(subject(out, driver), vs.CreationTimestamp.Time)
 		klog.FromContext(ctx).V(2).Info("Snapshot ready", "content", content.Name)
 	}
 	return out, nil

@@ -12,6 +12,7 @@ package groupcontroller
 
 import (
 	"context"
+	"time"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -76,6 +77,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	_, _, _, _ = class.Informer(), vsc.Informer(), pvc.Informer(), pv.Informer()
 	c.runner.AddSource(snapshotter.Informers(snapF), kvcontroller.Informers(coreF))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncGroup)
+	c.runner.Every(30*time.Second, c.updateInFlight)
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		key func(any) string

@@ -10,6 +10,7 @@ import (
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
 	"github.com/kubevol/kubevol/internal/snapshotter/snaptest"
 )
 
@@ -38,6 +40,7 @@ type fixture struct {
 	core *fake.Clientset
 	snap *snapfake.Clientset
 	c    *Controller
+	reg  *prometheus.Registry // the operation metrics
 }
 
 // start builds the controller over fake clientsets holding objs. The informers do not run:
@@ -47,9 +50,9 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx}
+	f := &fixture{t: t, ctx: ctx, reg: prometheus.NewRegistry()}
 	f.core, f.snap = snaptest.Clients(core, snaps...)
-	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap}})
+	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, Metrics: opmetrics.New(f.reg)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +155,10 @@ func TestDynamicGroup(t *testing.T) {
 	f.eventually("turned the group ready", func() bool {
 		g := f.group("g")
 		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse) && g.Status.CreationTime != nil
+	})
+	snaptest.CheckOperations(t, f.reg, map[string]int{
+		"CreateGroupSnapshot success dynamic " + driver:         1,
+		"CreateGroupSnapshotAndReady success dynamic " + driver: 1,
 	})
 	for _, m := range []struct{ claim, volume, snap string }{{"a", "vol-a", "snap-a"}, {"b", "vol-b", "snap-b"}} {
 		vs, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Get(f.ctx, snapshotter.MemberSnapshotName("uid-g", m.volume), metav1.GetOptions{})
@@ -259,6 +266,17 @@ func TestDeleteGroup(t *testing.T) {
 			if policy == snapv1.VolumeSnapshotContentRetain && f.groupContent(cname) == nil {
 				t.Error("a Retain content was deleted")
 			}
+			// Deleted before the group snapshot was taken: both creates are cancelled. The
+			// driver is the content's, or the class's once the content is gone (none here).
+			owner := driver
+			if policy == snapv1.VolumeSnapshotContentDelete {
+				owner = "unknown"
+			}
+			snaptest.CheckOperations(t, f.reg, map[string]int{
+				"DeleteGroupSnapshot success dynamic " + owner:        1,
+				"CreateGroupSnapshot cancel dynamic " + owner:         1,
+				"CreateGroupSnapshotAndReady cancel dynamic " + owner: 1,
+			})
 		})
 	}
 }

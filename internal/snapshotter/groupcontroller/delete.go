@@ -76,9 +76,15 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 		return nil
 	}
 	vgs.Finalizers = snapshotter.Without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
-	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
 		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
+	st := vgs.Status
+	c.cfg.Metrics.Deleted(c.subject(vgs, content), vgs.CreationTimestamp.Time, vgs.DeletionTimestamp.Time,
+		st != nil && st.CreationTime != nil, st != nil && snapshotter.IsTrue(st.ReadyToUse))
 	klog.FromContext(ctx).V(2).Info("Released group snapshot")
 	return nil
 }

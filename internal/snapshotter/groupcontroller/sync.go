@@ -331,9 +331,11 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)
+		c.cfg.Metrics.Created(c.subject(out, content), out.CreationTimestamp.Time)
 	}
 	if !snapshotter.IsTrue(old.ReadyToUse) && ready {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonReady, "GroupSnapshot %s/%s is ready to use.", vgs.Namespace, vgs.Name)
+		c.cfg.Metrics.Ready(c.subject(out, content), out.CreationTimestamp.Time)
 		klog.FromContext(ctx).V(2).Info("Group snapshot ready", "content", content.Name)
 	}
 	return nil

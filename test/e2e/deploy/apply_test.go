@@ -66,7 +66,7 @@ func (a *applier) create(o *unstructured.Unstructured, dryRun bool) error {
 func TestBasesAcceptedByAPIServer(t *testing.T) {
 	a := newApplier(t)
 	ns := framework.Namespace(t)
-	for _, base := range []string{".", "sidecars", "node", "approver", "snapshotter"} {
+	for _, base := range []string{".", "sidecars", "node", "approver", "snapshotter", "conversion-webhook"} {
 		dir := overlay(t, map[string]string{"kustomization.yaml": "namespace: " + ns + "\nresources: [DEPLOY/" + strings.TrimPrefix(base, ".") + "]\n"})
 		for _, o := range render(t, dir) {
 			err := a.create(o, true)

@@ -98,7 +98,7 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 // priority class; every sidecar runs as upstream's restricted securityContext.
 func TestBasesRender(t *testing.T) {
 	d := deployDir(t)
-	for _, base := range []string{".", "sidecars", "node", "base", "driver", "provisioner", "attacher", "resizer", "approver", "snapshotter"} {
+	for _, base := range []string{".", "sidecars", "node", "base", "driver", "provisioner", "attacher", "resizer", "approver", "snapshotter", "conversion-webhook"} {
 		objs := render(t, filepath.Join(d, base))
 		if len(objs) == 0 {
 			t.Errorf("%s renders nothing", base)
@@ -115,7 +115,7 @@ func TestBasesRender(t *testing.T) {
 				if args, _ := c["args"].([]any); len(args) > 0 && !strings.HasPrefix(args[0].(string), "-") {
 					t.Errorf("%s: container %s passes a subcommand %q: the image's entrypoint is the role", base, name, args[0])
 				}
-				if strings.HasPrefix(name, "csi-") || name == "snapshot-controller" || name == "csr-approver" {
+				if strings.HasPrefix(name, "csi-") || name == "snapshot-controller" || name == "csr-approver" || name == "snapshot-conversion-webhook" {
 					sc, _ := c["securityContext"].(map[string]any)
 					seccomp, _, _ := unstructured.NestedString(sc, "seccompProfile", "type")
 					drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")

@@ -114,7 +114,7 @@ func TestStorm(t *testing.T) {
 	if strings.Contains(string(out), e.dir) {
 		t.Errorf("loop devices left:\n%s", out)
 	}
-	t.Logf("leaks: %d mounts, loop devices: %q", len(m), strings.TrimSpace(grepLines(string(out), e.dir)))
+	t.Logf("leaks: %d mounts, loop devices: %q", len(m), strings.TrimSpace(framework.GrepLines(string(out), e.dir)))
 	e.logFaults()
 }
 
@@ -135,16 +135,6 @@ func (e *env) logFaults() {
 	if err == nil {
 		e.t.Logf("replies lost: %d", strings.Count(string(log), "Injected fault: reply lost"))
 	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // createWave creates n pods named prefix-N, each with two new claims, concurrently.

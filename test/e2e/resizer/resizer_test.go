@@ -56,7 +56,7 @@ func TestExpandDirVolume(t *testing.T) {
 	// The CSI call is measured under upstream's metric and labels.
 	body := e.get("/metrics")
 	if !strings.Contains(body, `csi_sidecar_operations_seconds_count{driver_name="`+e.driver+`",grpc_status_code="OK",method_name="/csi.v1.Controller/ControllerExpandVolume"}`) {
-		t.Errorf("/metrics lacks the ControllerExpandVolume series:\n%s", grep(body, "csi_sidecar_operations_seconds_count"))
+		t.Errorf("/metrics lacks the ControllerExpandVolume series:\n%s", framework.GrepLines(body, "csi_sidecar_operations_seconds_count"))
 	}
 	if body := e.get("/healthz"); body != "ok" {
 		t.Errorf("/healthz = %q", body)
@@ -111,16 +111,6 @@ func (e *env) get(path string) string {
 		e.t.Fatal(err)
 	}
 	return string(b)
-}
-
-func grep(s, substr string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // A driver that refuses to expand a volume in use answers FAILED_PRECONDITION; as upstream's

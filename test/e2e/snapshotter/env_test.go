@@ -2,6 +2,8 @@ package snapshotter
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -140,6 +142,21 @@ func (e *env) startSnapshotter(args ...string) *framework.Process {
 	}
 	return framework.StartKubevol(e.t, append([]string{"snapshotter", "--csi-address", e.socket, "--kubeconfig", e.snapshotterKC,
 		"--retry-interval-start", "100ms", "--retry-interval-max", "2s", "-v", "3"}, args...)...)
+}
+
+// scrape returns the /metrics page served at addr.
+func scrape(t testing.TB, addr string) string {
+	t.Helper()
+	rsp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	body, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 func snapClient(t testing.TB) snapclient.Interface {

@@ -24,7 +24,8 @@ import (
 // restores its claim's data as it was; deleting the group deletes the members, the contents
 // and the backend group snapshot.
 func TestGroupSnapshotAndRestore(t *testing.T) {
-	e := newEnv(t, envOptions{agent: true})
+	metrics := framework.FreeAddr(t)
+	e := newEnv(t, envOptions{agent: true, snapshotterArgs: []string{"--http-endpoint", metrics}})
 	class := e.groupClass(snapv1.VolumeSnapshotContentDelete)
 	t.Cleanup(e.deleteAllGroups) // before the snapshots' cleanup: members go with their group
 	want := map[string]string{}
@@ -140,6 +141,18 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 	}
 	if n := len(e.backendSnapshots()); n != 0 {
 		t.Errorf("%d backend snapshots left after the group's deletion", n)
+	}
+	// The group's three operations, under upstream's names and labels, once each.
+	body := scrape(t, metrics)
+	for _, op := range []string{"CreateGroupSnapshot", "CreateGroupSnapshotAndReady", "DeleteGroupSnapshot"} {
+		series := `snapshot_controller_operation_total_seconds_count{driver_name="` + e.driver + `",operation_name="` + op +
+			`",operation_status="success",snapshot_type="dynamic"} 1`
+		if !strings.Contains(body, series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	if strings.Contains(body, `operation_status="cancel"`) {
+		t.Errorf("/metrics records a cancelled operation of a group that was ready:\n%s", framework.GrepLines(body, "operation_status=\"cancel\""))
 	}
 }
 

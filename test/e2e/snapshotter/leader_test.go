@@ -3,8 +3,6 @@ package snapshotter
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -231,17 +229,8 @@ func (e *env) waitReadyCount(n int) int {
 // csi_sidecar_operations_seconds.
 func (r replica) snapshotCalls(t *testing.T) int {
 	t.Helper()
-	rsp, err := http.Get("http://" + r.http + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	body, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(scrape(t, r.http), "\n") {
 		if !strings.HasPrefix(line, "csi_sidecar_operations_seconds_count{") ||
 			!strings.Contains(line, "/CreateSnapshot\"") && !strings.Contains(line, "/DeleteSnapshot\"") {
 			continue

@@ -66,6 +66,8 @@ func TestUpThenInterrupt(t *testing.T) {
 			t.Errorf("kubevol up did not install its objects: %v", err)
 		}
 	}
+	// The group contents are served in every version through up's conversion webhook.
+	converted := checkGroupConversion(ctx, t, cfg)
 	// The node agent runs as its node, with the certificate it obtained through a CSR.
 	assertNodeCredential(ctx, t, filepath.Join(dir, "node.kubeconfig"), "up-e2e")
 	pids := descendants(cmd.Process.Pid)
@@ -73,8 +75,8 @@ func TestUpThenInterrupt(t *testing.T) {
 	for _, role := range []string{"provisioner", "attacher", "resizer", "snapshotter"} {
 		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
 	}
-	if len(pids) < 8 {
-		t.Errorf("kubevol up runs %d processes, want at least 8 (4 control plane + 4 kubevol): %v", len(pids), pids)
+	if len(pids) < 9 {
+		t.Errorf("kubevol up runs %d processes, want at least 9 (4 control plane + 5 kubevol): %v", len(pids), pids)
 	}
 
 	r.interrupt(t)
@@ -87,6 +89,7 @@ func TestUpThenInterrupt(t *testing.T) {
 	for _, role := range []string{"provisioner", "snapshotter"} {
 		assertRunsAs(ctx, t, pids, role, "system:serviceaccount:kubevol-system:kubevol-up-"+role)
 	}
+	checkStillConverted(ctx, t, cfg, converted)
 	r.interrupt(t)
 }
 
