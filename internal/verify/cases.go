@@ -63,6 +63,7 @@ func allCases() []*testCase {
 		{name: "clone/larger", host: true, applies: cloneApplies, run: cloneLarger},
 		{name: "crash/node-agent", host: true, phase: phaseAlone, run: killNodeAgent},
 		{name: "limits/volumes", phase: phaseAlone, run: volumeLimits},
+		{name: "limits/refresh", phase: phaseAlone, applies: refreshApplies, run: allocatableRefresh},
 		{name: "crash/deleted-while-down", host: true, phase: phaseAlone, run: deletedWhileDown},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "access/rwop-node", run: readWriteOncePodOnNode},
