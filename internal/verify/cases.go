@@ -67,6 +67,7 @@ func allCases() []*testCase {
 		{name: "crash/deleted-while-down", host: true, phase: phaseAlone, run: deletedWhileDown},
 		{name: "crash/driver-restart", phase: phaseAlone, applies: restartApplies, run: restartDriver},
 		{name: "access/rwop-node", run: readWriteOncePodOnNode},
+		{name: "selinux/mount", host: true, applies: seLinuxApplies, run: seLinuxMount},
 		{name: "topology/pinned-away", run: pinnedAway},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
 		groupSnapshotCase(),
