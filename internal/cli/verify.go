@@ -37,7 +37,8 @@ the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inl
 ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
 restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
 reclaim Delete and Retain, shared claims, subPaths, fsGroupChangePolicy, large files, several volumes per
-pod, PV fields and mount options, CSIStorageCapacity, volume limits, snapshot semantics (overwrite,
+pod, PV fields and mount options, CSIStorageCapacity, volume limits and their refresh
+(--max-volumes-command), SELinux context mounts (on an SELinux host), snapshot semantics (overwrite,
 Retain, pre-provisioned), larger restores and clones, pods deleted while the node agent is down,
 volume modification by a VolumeAttributesClass (--modify-parameters) with an infeasible class and
 its rollback, and nothing left behind.
