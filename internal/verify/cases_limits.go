@@ -144,6 +144,7 @@ func allocatableRefresh(k *caseEnv) error {
 	// Another count than the current, and one that limits no other case (they run before).
 	next := before + 3
 	if err := k.setMaxVolumes(next); err != nil {
+		_ = k.setMaxVolumes(before) // whatever the command did, undone as far as it can be
 		return err
 	}
 	restore := func() error {
