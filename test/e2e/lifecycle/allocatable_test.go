@@ -19,13 +19,7 @@ import (
 // CSINode's allocatable count (the kubelet's mutable CSINode allocatable count).
 func TestAllocatableCountRefreshed(t *testing.T) {
 	t.Parallel()
-	countFile := writeCount(t, "5")
-	e := newEnv(t, envOptions{
-		csiDriver:  func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr(int64(10)) },
-		driverArgs: []string{"--max-volumes-per-node-file", countFile},
-	})
-	e.waitRegistered()
-	e.poll("allocatable count 5 at registration", e.allocatableCount(5))
+	e, countFile := countEnv(t, envOptions{}, 10)
 	if err := os.WriteFile(countFile, []byte("7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +34,7 @@ func TestAllocatableCountRefreshed(t *testing.T) {
 // VolumeAttachmentLimitExceeded, and a Warning event of that reason.
 func TestAttachResourceExhaustedRejectsPod(t *testing.T) {
 	t.Parallel()
-	countFile := writeCount(t, "5")
-	e := newEnv(t, envOptions{
-		attachRequired: true,
-		faults:         []string{"ControllerPublishVolume:error=RESOURCE_EXHAUSTED"},
-		csiDriver:      func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr(int64(3600)) },
-		driverArgs:     []string{"--max-volumes-per-node-file", countFile},
-	})
-	e.waitRegistered()
-	e.poll("allocatable count 5 at registration", e.allocatableCount(5))
+	e, countFile := countEnv(t, envOptions{attachRequired: true, faults: []string{"ControllerPublishVolume:error=RESOURCE_EXHAUSTED"}}, 3600)
 	// The driver now has room for fewer volumes; the node learns it only from the refusal.
 	if err := os.WriteFile(countFile, []byte("2\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -96,14 +82,21 @@ func TestAttachResourceExhaustedRejectsPod(t *testing.T) {
 	}
 }
 
-// writeCount writes a --max-volumes-per-node-file holding count.
-func writeCount(t *testing.T, count string) string {
+// countEnv is an env whose driver reads its max_volumes_per_node (5 at first) from the
+// file returned, and whose CSIDriver's nodeAllocatableUpdatePeriodSeconds is period; it
+// returns once the CSINode has the count.
+func countEnv(t *testing.T, o envOptions, period int64) (*env, string) {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "max-volumes")
-	if err := os.WriteFile(f, []byte(count+"\n"), 0o644); err != nil {
+	countFile := filepath.Join(t.TempDir(), "max-volumes")
+	if err := os.WriteFile(countFile, []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return f
+	o.csiDriver = func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr(period) }
+	o.driverArgs = append(o.driverArgs, "--max-volumes-per-node-file", countFile)
+	e := newEnv(t, o)
+	e.waitRegistered()
+	e.poll("allocatable count 5 at registration", e.allocatableCount(5))
+	return e, countFile
 }
 
 // allocatableCount holds when the env's driver has allocatable count want in the CSINode.
