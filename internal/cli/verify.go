@@ -37,7 +37,8 @@ the next pod, access modes (ReadWriteOncePod, readOnly, fsGroup), raw block, inl
 ephemeral volumes, attach and detach, offline and online expansion seen inside the mount, snapshot
 restore and clone, kill -9 of the node agent while mounted, a driver restart (--restart-driver),
 reclaim Delete and Retain, shared claims, subPaths, fsGroupChangePolicy, large files, several volumes per
-pod, PV fields and mount options, CSIStorageCapacity, volume limits, snapshot semantics (overwrite,
+pod, PV fields and mount options, CSIStorageCapacity, volume limits and their refresh
+(--max-volumes-command), SELinux context mounts (on an SELinux host), snapshot semantics (overwrite,
 Retain, pre-provisioned), larger restores and clones, pods deleted while the node agent is down,
 volume modification by a VolumeAttributesClass (--modify-parameters) with an infeasible class and
 its rollback, and nothing left behind.
@@ -64,6 +65,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.o.Kubeconfig, "kubeconfig", "", "kubeconfig of a cluster that is not a kubevol up of this machine (the host cases are then not applicable)")
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
 	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
+	f.StringVar(&o.o.MaxVolumesCommand, "max-volumes-command", "", "shell command that makes the driver's NodeGetInfo report the max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case (e.g. \"echo $KUBEVOL_VERIFY_MAX_VOLUMES > /etc/my-csi/max-volumes\")")
 	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
 	f.StringVar(&o.modifyParams, "modify-parameters", "", "key=value,... parameters of a VolumeAttributesClass the driver accepts, for the modification cases (default for *.kubevol.io drivers: readOnly=true)")
 	f.StringVar(&o.infeasibleMod, "infeasible-modify-parameters", "", "key=value,... parameters the driver refuses with INVALID_ARGUMENT, for the infeasible modification case (default: a key no driver knows)")

@@ -20,6 +20,8 @@ import (
 //	  attachRequired: false
 //	  fsGroupPolicy: ReadWriteOnceWithFSType
 //	  volumeLifecycleModes: [Persistent, Ephemeral]
+//	  seLinuxMount: true
+//	  nodeAllocatableUpdatePeriodSeconds: 10
 //	  storageClass:
 //	    volumeBindingMode: Immediate
 //	    parameters: {type: fast}
@@ -34,7 +36,12 @@ type DriverConfig struct {
 	RequiresRepublish    *bool                           `json:"requiresRepublish,omitempty"`
 	FSGroupPolicy        *storagev1.FSGroupPolicy        `json:"fsGroupPolicy,omitempty"`
 	VolumeLifecycleModes []storagev1.VolumeLifecycleMode `json:"volumeLifecycleModes,omitempty"`
-	StorageClass         *StorageClassConfig             `json:"storageClass,omitempty"`
+	SELinuxMount         *bool                           `json:"seLinuxMount,omitempty"`
+	// NodeAllocatableUpdatePeriodSeconds makes the driver's CSINode allocatable count
+	// mutable: the node reads NodeGetInfo again at that period (at least 10, as the API
+	// server requires).
+	NodeAllocatableUpdatePeriodSeconds *int64              `json:"nodeAllocatableUpdatePeriodSeconds,omitempty"`
+	StorageClass                       *StorageClassConfig `json:"storageClass,omitempty"`
 }
 
 // StorageClassConfig overrides the StorageClass up creates for a driver.
@@ -91,6 +98,9 @@ func (c DriverConfig) validate() error {
 		if m != storagev1.VolumeLifecyclePersistent && m != storagev1.VolumeLifecycleEphemeral {
 			return fmt.Errorf("volumeLifecycleModes: %q: want Persistent or Ephemeral", m)
 		}
+	}
+	if p := c.NodeAllocatableUpdatePeriodSeconds; p != nil && *p < 10 {
+		return fmt.Errorf("nodeAllocatableUpdatePeriodSeconds %d: want at least 10", *p)
 	}
 	if c.StorageClass != nil {
 		if m := c.StorageClass.VolumeBindingMode; m != nil && *m != storagev1.VolumeBindingImmediate && *m != storagev1.VolumeBindingWaitForFirstConsumer {

@@ -181,6 +181,8 @@ func (d *externalDriver) csiDriverSpec() storagev1.CSIDriverSpec {
 	if len(c.VolumeLifecycleModes) > 0 {
 		spec.VolumeLifecycleModes = c.VolumeLifecycleModes
 	}
+	spec.SELinuxMount = c.SELinuxMount
+	spec.NodeAllocatableUpdatePeriodSeconds = c.NodeAllocatableUpdatePeriodSeconds
 	return spec
 }
 
@@ -243,6 +245,10 @@ func (d *externalDriver) unappliedConfig(have storagev1.CSIDriverSpec) []string 
 	differs(c.StorageCapacity != nil, "storageCapacity", want.StorageCapacity, have.StorageCapacity)
 	differs(c.PodInfoOnMount != nil, "podInfoOnMount", want.PodInfoOnMount, have.PodInfoOnMount)
 	differs(c.RequiresRepublish != nil, "requiresRepublish", want.RequiresRepublish, have.RequiresRepublish)
+	differs(c.SELinuxMount != nil, "seLinuxMount", want.SELinuxMount, have.SELinuxMount)
+	if c.NodeAllocatableUpdatePeriodSeconds != nil && !ptr.Equal(c.NodeAllocatableUpdatePeriodSeconds, have.NodeAllocatableUpdatePeriodSeconds) {
+		out = append(out, "nodeAllocatableUpdatePeriodSeconds")
+	}
 	if c.FSGroupPolicy != nil && (have.FSGroupPolicy == nil || *have.FSGroupPolicy != *c.FSGroupPolicy) {
 		out = append(out, "fsGroupPolicy")
 	}

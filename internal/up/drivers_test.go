@@ -127,12 +127,13 @@ func TestProbeDriver(t *testing.T) {
 }
 
 func TestParseDriverConfig(t *testing.T) {
-	cfg, err := ParseDriverConfig([]byte("a.example.com:\n  attachRequired: true\n  volumeLifecycleModes: [Persistent, Ephemeral]\n  storageClass:\n    volumeBindingMode: Immediate\n    parameters: {type: fast}\n"))
+	cfg, err := ParseDriverConfig([]byte("a.example.com:\n  attachRequired: true\n  volumeLifecycleModes: [Persistent, Ephemeral]\n  seLinuxMount: true\n  nodeAllocatableUpdatePeriodSeconds: 10\n  storageClass:\n    volumeBindingMode: Immediate\n    parameters: {type: fast}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := cfg["a.example.com"]
-	if a.AttachRequired == nil || !*a.AttachRequired || len(a.VolumeLifecycleModes) != 2 || *a.StorageClass.VolumeBindingMode != storagev1.VolumeBindingImmediate || a.StorageClass.Parameters["type"] != "fast" {
+	if a.AttachRequired == nil || !*a.AttachRequired || len(a.VolumeLifecycleModes) != 2 || *a.StorageClass.VolumeBindingMode != storagev1.VolumeBindingImmediate || a.StorageClass.Parameters["type"] != "fast" ||
+		a.SELinuxMount == nil || !*a.SELinuxMount || a.NodeAllocatableUpdatePeriodSeconds == nil || *a.NodeAllocatableUpdatePeriodSeconds != 10 {
 		t.Errorf("parsed %+v", a)
 	}
 	if cfg, err := ParseDriverConfig(nil); err != nil || len(cfg) != 0 {
@@ -142,6 +143,7 @@ func TestParseDriverConfig(t *testing.T) {
 		"a.example.com:\n  attachRequire: true\n", // misspelt
 		"a.example.com:\n  fsGroupPolicy: Sometimes\n",
 		"a.example.com:\n  volumeLifecycleModes: [Forever]\n",
+		"a.example.com:\n  nodeAllocatableUpdatePeriodSeconds: 5\n", // the API server's minimum is 10
 		"a.example.com:\n  storageClass: {volumeBindingMode: Later}\n",
 		"Bad_Name:\n  attachRequired: true\n",
 		"- a list\n",

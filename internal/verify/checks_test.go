@@ -150,3 +150,37 @@ func TestCheckLimitComparesCSINodeWithTheDriver(t *testing.T) {
 		t.Error("a right count fails")
 	}
 }
+
+// The SELinux case reads the context from the mount table as the kernel writes it (quoted,
+// since the level has a comma); a driver that dropped the mount flag, or a mount of
+// another label, fails.
+func TestCheckSELinuxContext(t *testing.T) {
+	dir := "/var/lib/kubevol/pods/u/volumes/kubernetes.io~csi/pv/mount"
+	line := func(super string) []mount.MountInfo {
+		path := filepath.Join(t.TempDir(), "mountinfo")
+		l := "36 25 7:3 / " + dir + " rw,relatime shared:1 - ext4 /dev/loop3 " + super + "\n"
+		if err := os.WriteFile(path, []byte(l), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		infos, err := mount.ParseMountInfo(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return infos
+	}
+	if err := checkSELinuxContext(line(`rw,seclabel,context="`+seLinuxLabel+`"`), dir, seLinuxLabel); err != nil {
+		t.Errorf("a mount with the pod's context: %v", err)
+	}
+	for name, super := range map[string]string{
+		"no context":    "rw,seclabel",
+		"another label": `rw,seclabel,context="system_u:object_r:container_file_t:s0:c1,c2"`,
+		"a cut label":   `rw,context="system_u:object_r:container_file_t:s0:c123",c456`,
+	} {
+		if err := checkSELinuxContext(line(super), dir, seLinuxLabel); err == nil || !strings.Contains(err.Error(), "did not mount the volume with the context mount flag") {
+			t.Errorf("%s: %v, want the context missing", name, err)
+		}
+	}
+	if err := checkSELinuxContext(line("rw"), "/elsewhere", seLinuxLabel); err == nil || !strings.Contains(err.Error(), "nothing mounted") {
+		t.Errorf("no mount: %v", err)
+	}
+}

@@ -30,6 +30,9 @@ type Options struct {
 	Kubeconfig string
 	// RestartDriver is a shell command that restarts the driver, for the restart case.
 	RestartDriver string
+	// MaxVolumesCommand is a shell command that makes the driver's NodeGetInfo report the
+	// max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case.
+	MaxVolumesCommand string
 	// BlockParameters are added to the StorageClass parameters of the raw block and the
 	// filesystem expansion cases; nil means the default (DefaultBlockParameters).
 	BlockParameters map[string]string

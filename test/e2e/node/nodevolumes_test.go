@@ -19,6 +19,12 @@ import (
 // mode mode, and a claim bound to it (kube-controller-manager binds them).
 func (a *agent) localClaim(t *testing.T, path string, affinity *corev1.VolumeNodeAffinity, mode corev1.PersistentVolumeAccessMode) string {
 	t.Helper()
+	return a.localClaimOf(t, path, affinity, mode, corev1.PersistentVolumeFilesystem)
+}
+
+// localClaimOf is localClaim with the PV's and the claim's volumeMode.
+func (a *agent) localClaimOf(t *testing.T, path string, affinity *corev1.VolumeNodeAffinity, mode corev1.PersistentVolumeAccessMode, volumeMode corev1.PersistentVolumeMode) string {
+	t.Helper()
 	ctx := a.ctx(time.Minute)
 	name := "local-" + rand.String(6)
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
@@ -28,6 +34,7 @@ func (a *agent) localClaim(t *testing.T, path string, affinity *corev1.VolumeNod
 		StorageClassName:              "",
 		PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: path}},
 		NodeAffinity:                  affinity,
+		VolumeMode:                    &volumeMode,
 	}}
 	_, err := a.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	mustf(t, err, "create PV")
@@ -37,7 +44,7 @@ func (a *agent) localClaim(t *testing.T, path string, affinity *corev1.VolumeNod
 	_, err = a.client.CoreV1().PersistentVolumeClaims(a.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr(""),
+			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr(""), VolumeMode: &volumeMode,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		}}, metav1.CreateOptions{})
 	mustf(t, err, "create PVC")

@@ -40,6 +40,14 @@ type profile struct {
 	calls map[string]bool
 	// verifyArgs are added to the profile's verify command line.
 	verifyArgs []string
+	// maxVolumes, if set, is the count in the driver's --max-volumes-per-node-file, which
+	// verify's --max-volumes-command rewrites, and the CSIDriver's
+	// nodeAllocatableUpdatePeriodSeconds is 10 (the allocatable refresh case). With
+	// ignoreMaxVolumes the driver is not given the file: its count never changes.
+	maxVolumes       string
+	ignoreMaxVolumes bool
+	// config is more of the CSIDriver's --driver-config (YAML lines of its map).
+	config string
 }
 
 var profiles = []profile{
@@ -50,7 +58,9 @@ var profiles = []profile{
 		"modify/class": "passed", "modify/infeasible": "passed", "snapshot/group": "passed",
 		"access/shared": "passed", "subpath": "passed", "capacity/objects": "passed", "ephemeral/inline-separate": "passed",
 		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed", "limits/volumes": "skipped",
-	}, calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true,
+		// seLinuxMount: true, but this kernel has no SELinux.
+		"selinux/mount": "skipped", "limits/refresh": "skipped",
+	}, config: "  volumeLifecycleModes: [Persistent, Ephemeral]\n  seLinuxMount: true\n", calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true,
 		"CreateVolumeGroupSnapshot": true, "DeleteVolumeGroupSnapshot": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
@@ -62,9 +72,10 @@ var profiles = []profile{
 		"modify/class": "skipped", "crash/deleted-while-down": "passed", "capacity/objects": "skipped", "multi/volumes": "passed",
 		"snapshot/restore": "passed", "snapshot/group": "skipped",
 	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false, "CreateVolumeGroupSnapshot": false}},
-	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify", "--max-volumes-per-node", "6"}, outcomes: map[string]string{
+	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify"}, maxVolumes: "6", outcomes: map[string]string{
 		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
 		"modify/infeasible": "skipped", "limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",
+		"limits/refresh": "passed",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
 	// modification cases must fail (each within a short --timeout: it waits for a
@@ -74,9 +85,10 @@ var profiles = []profile{
 			"modify/class": "failed", "modify/infeasible": "failed",
 		}},
 	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
-	// content source, a raw block publish's access type, and whose controller expansion
-	// fails. Each case that checks one of these must fail, for that reason.
-	{name: "broken", args: []string{
+	// content source, a raw block publish's access type, a change of its volume limit, and
+	// whose controller expansion fails. Each case that checks one of these must fail, for
+	// that reason.
+	{name: "broken", maxVolumes: "4", ignoreMaxVolumes: true, config: "  volumeLifecycleModes: [Persistent, Ephemeral]\n", args: []string{
 		"--fault", "NodePublishVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodeStageVolume:clear=volume_capability.mount.mount_flags",
 		"--fault", "NodePublishVolume:clear=readonly",
@@ -90,6 +102,7 @@ var profiles = []profile{
 		"ephemeral/generic-block":   "volume_capability.access_type is required",
 		"ephemeral/inline-separate": "a readOnly volume",
 		"ephemeral/generic-expand":  "not expanded to",
+		"limits/refresh":            "the driver's NodeGetInfo reports max_volumes_per_node 0",
 	}},
 }
 
@@ -128,13 +141,23 @@ func TestVerifyProfiles(t *testing.T) {
 		}
 		args := append([]string{"driver", "--endpoint", "unix://" + filepath.Join(dir, "csi.sock"), "--node-id", node,
 			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
+		cfg := p.config
+		if p.maxVolumes != "" {
+			countFile := filepath.Join(dir, "max-volumes")
+			if err := os.WriteFile(countFile, []byte(p.maxVolumes+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if !p.ignoreMaxVolumes {
+				args = append(args, "--max-volumes-per-node-file", countFile)
+			}
+			cfg += "  nodeAllocatableUpdatePeriodSeconds: 10\n"
+		}
+		if cfg != "" {
+			config += driverName(p) + ":\n" + cfg
+		}
 		if p.name == "default" {
 			startLoop(t, bin, args, filepath.Join(dir, "pid"), filepath.Join(dir, "driver.log"))
-			config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
 		} else {
-			if p.name == "broken" {
-				config += driverName(p) + ":\n  volumeLifecycleModes: [Persistent, Ephemeral]\n"
-			}
 			start(t, bin, args, filepath.Join(dir, "driver.log"))
 		}
 		upArgs = append(upArgs, "--driver", "unix://"+filepath.Join(dir, "csi.sock"))
@@ -157,6 +180,9 @@ func TestVerifyProfiles(t *testing.T) {
 			args := []string{"--driver", driverName(p), "--dir", filepath.Join(tmp, "up")}
 			if p.name == "default" {
 				args = append(args, "--restart-driver", "kill $(cat "+filepath.Join(tmp, p.name, "pid")+")")
+			}
+			if p.maxVolumes != "" {
+				args = append(args, "--max-volumes-command", "echo $KUBEVOL_VERIFY_MAX_VOLUMES > "+filepath.Join(tmp, p.name, "max-volumes"))
 			}
 			args = append(args, p.verifyArgs...)
 			if p.only != nil {
