@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -60,6 +61,8 @@ type harness struct {
 	extra   []volume.Plugin
 	// inUseChanged, if set, is the manager's VolumesInUseChanged.
 	inUseChanged func()
+	// recorder, if set, is the manager's Recorder.
+	recorder record.EventRecorder
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -127,7 +130,7 @@ func (h *harness) start() {
 	m, err := New(Config{
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
-		VolumesInUseChanged: h.inUseChanged,
+		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder,
 	})
 	if err != nil {
 		h.t.Fatal(err)
