@@ -93,3 +93,36 @@ func condition(t, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: message,
 		LastTransitionTime: metav1.Now()}
 }
+
+// CheckPair reports whether a projected key (PKCS#8 PEM) is the one a request was filed
+// for (its stubPKCS10Request's public key) and the one the leaf of chain certifies.
+func CheckPair(keyPEM []byte, chain string, stubCSR []byte) error {
+	b, _ := pem.Decode(keyPEM)
+	if b == nil || b.Type != "PRIVATE KEY" {
+		return fmt.Errorf("key is not one PRIVATE KEY block: %q", keyPEM)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		return err
+	}
+	lb, _ := pem.Decode([]byte(chain))
+	if lb == nil {
+		return fmt.Errorf("no certificate in the chain")
+	}
+	leaf, err := x509.ParseCertificate(lb.Bytes)
+	if err != nil {
+		return err
+	}
+	csr, err := x509.ParseCertificateRequest(stubCSR)
+	if err != nil {
+		return err
+	}
+	pub := key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool })
+	switch {
+	case !pub.Equal(csr.PublicKey):
+		return fmt.Errorf("the key is not the request's")
+	case !pub.Equal(leaf.PublicKey):
+		return fmt.Errorf("the key is not the leaf certificate's")
+	}
+	return nil
+}

@@ -2,8 +2,6 @@ package volumemanager
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -84,13 +82,8 @@ func TestPodCertificateFlow(t *testing.T) {
 	if keyBlock == nil || keyBlock.Type != "PRIVATE KEY" || string(rest) != r.Status.CertificateChain {
 		t.Fatalf("bundle is not the key then the issued chain:\n%s", bundle)
 	}
-	key, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
-	mustCreate(err)
-	leafBlock, _ := pem.Decode(rest)
-	leaf, err := x509.ParseCertificate(leafBlock.Bytes)
-	mustCreate(err)
-	if !key.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
-		t.Error("the bundle's key does not match its leaf certificate")
+	if err := podcertsigner.CheckPair(bundle, r.Status.CertificateChain, r.Spec.StubPKCS10Request); err != nil {
+		t.Error(err)
 	}
 
 	denied := pod("denied", "uid-denied", certVolume("example.com/deny"))

@@ -2,9 +2,6 @@ package plugins_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -136,23 +133,8 @@ func checkCredentialFiles(t *testing.T, dir string, req *certificatesv1.PodCerti
 	if bundle != key+chain || chain != req.Status.CertificateChain {
 		t.Errorf("bundle is not key + chain, or chain is not the issued one:\n%s", bundle)
 	}
-	b, _ := pem.Decode([]byte(key))
-	if b == nil || b.Type != "PRIVATE KEY" {
-		t.Fatalf("key file %q", key)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, _ := x509.ParseCertificateRequest(req.Spec.StubPKCS10Request)
-	leafBlock, _ := pem.Decode([]byte(chain))
-	leaf, err := x509.ParseCertificate(leafBlock.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := k.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !pub.Equal(csr.PublicKey) || !pub.Equal(leaf.PublicKey) {
-		t.Error("the key is not the request's or the leaf's")
+	if err := podcertsigner.CheckPair([]byte(key), chain, req.Spec.StubPKCS10Request); err != nil {
+		t.Error(err)
 	}
 	data, err := os.Readlink(filepath.Join(dir, "..data"))
 	if err != nil {

@@ -2,9 +2,6 @@ package podcertificate_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"strings"
 	"sync"
@@ -137,17 +134,12 @@ func TestStoreIssues(t *testing.T) {
 	}
 }
 
-// checkPair: the key is the one the request was filed for, and the chain's leaf is for it.
+// checkPair: the key is the one the request was filed for, the chain is the issued one,
+// and its leaf is for the key.
 func checkPair(t *testing.T, creds *podcertificate.Credentials, r *certificatesv1.PodCertificateRequest) {
 	t.Helper()
-	b, _ := pem.Decode(creds.Key)
-	key, err := x509.ParsePKCS8PrivateKey(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, _ := x509.ParseCertificateRequest(r.Spec.StubPKCS10Request)
-	if !csr.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(key.(crypto.Signer).Public()) {
-		t.Error("key is not the request's")
+	if err := podcertsigner.CheckPair(creds.Key, r.Status.CertificateChain, r.Spec.StubPKCS10Request); err != nil {
+		t.Error(err)
 	}
 	if string(creds.Chain) != r.Status.CertificateChain {
 		t.Errorf("chain %q, want %q", creds.Chain, r.Status.CertificateChain)

@@ -2,9 +2,6 @@ package node_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/x509"
-	"encoding/pem"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -164,20 +161,8 @@ func checkIssuedFiles(t *testing.T, dir string, r *certificatesv1.PodCertificate
 	if chain != r.Status.CertificateChain || bundle != key+chain {
 		t.Fatalf("files are not the issued chain of %s and its key:\n%s", r.Name, bundle)
 	}
-	b, _ := pem.Decode([]byte(key))
-	if b == nil {
-		t.Fatalf("key file %q", key)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
-	mustf(t, err, "key")
-	lb, _ := pem.Decode([]byte(chain))
-	leaf, err := x509.ParseCertificate(lb.Bytes)
-	mustf(t, err, "leaf")
-	csr, err := x509.ParseCertificateRequest(r.Spec.StubPKCS10Request)
-	mustf(t, err, "stub request")
-	pub := k.(crypto.Signer).Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !pub.Equal(leaf.PublicKey) || !pub.Equal(csr.PublicKey) {
-		t.Errorf("the key in %s does not match the leaf of %s", dir, r.Name)
+	if err := podcertsigner.CheckPair([]byte(key), chain, r.Spec.StubPKCS10Request); err != nil {
+		t.Errorf("%s and %s: %v", dir, r.Name, err)
 	}
 	return key
 }
