@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -143,6 +144,8 @@ func (s *Store) Get(ctx context.Context, api API, pod *v1.Pod, volume string, in
 		return rec.creds, nil
 	case rec.refused == nil && rec.creds != nil && s.cfg.Clock.Now().Before(rec.creds.NotAfter):
 		// A renewal that fails is not the pod's problem while its certificate is valid.
+		klog.FromContext(ctx).V(2).Info("Pod certificate not renewed yet; the current one is kept", "pod", klog.KObj(pod),
+			"volume", volume, "notAfter", rec.creds.NotAfter, "reason", err.Error())
 		return rec.creds, nil
 	case rec.creds != nil && rec.refused == nil:
 		return nil, fmt.Errorf("the certificate expired at %s and its renewal failed: %w", rec.creds.NotAfter.UTC().Format(time.RFC3339), err)

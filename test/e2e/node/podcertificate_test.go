@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,6 +120,7 @@ func TestPodCertificate(t *testing.T) {
 	if string(sp.NodeName) != a.name || sp.NodeUID != node.UID || sp.PodName != p.Name || sp.ServiceAccountName != p.Spec.ServiceAccountName {
 		t.Errorf("request spec %+v", sp)
 	}
+	checkNodeAccess(t, a, reqs[0].Name)
 	dir := a.volumeDir(p, "kubernetes.io~projected", "certs")
 	key1 := checkIssuedFiles(t, dir, reqs[0])
 	first := reqs[0].Name
@@ -165,4 +167,38 @@ func checkIssuedFiles(t *testing.T, dir string, r *certificatesv1.PodCertificate
 		t.Errorf("%s and %s: %v", dir, r.Name, err)
 	}
 	return key
+}
+
+// checkNodeAccess asks the API server's authorizers (a SubjectAccessReview) what the node
+// may do with PodCertificateRequests: create (NodeRestriction then checks the fields), get
+// one that names it, list and watch only with spec.nodeName=<node>, never write a status.
+func checkNodeAccess(t *testing.T, a *agent, name string) {
+	t.Helper()
+	sel := &authorizationv1.FieldSelectorAttributes{RawSelector: "spec.nodeName=" + a.name}
+	other := &authorizationv1.FieldSelectorAttributes{RawSelector: "spec.nodeName=someone-else"}
+	for _, c := range []struct {
+		verb, name, sub string
+		fields          *authorizationv1.FieldSelectorAttributes
+		want            bool
+	}{
+		{verb: "create", want: true},
+		{verb: "get", name: name, want: true},
+		{verb: "watch", fields: sel, want: true},
+		{verb: "list", fields: sel, want: true},
+		{verb: "watch", want: false},
+		{verb: "watch", fields: other, want: false},
+		{verb: "update", name: name, sub: "status", want: false},
+		{verb: "delete", name: name, want: false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:node:" + a.name, Groups: []string{"system:nodes", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: a.ns, Verb: c.verb, Group: "certificates.k8s.io", Version: "v1",
+				Resource: "podcertificaterequests", Subresource: c.sub, Name: c.name, FieldSelector: c.fields},
+		}}
+		out, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(a.ctx(time.Minute), sar, metav1.CreateOptions{})
+		mustf(t, err, "SubjectAccessReview")
+		if out.Status.Allowed != c.want {
+			t.Errorf("node %s %s podcertificaterequests %q/%s fields %v: allowed %v (%s), want %v", a.name, c.verb, c.name, c.sub, c.fields, out.Status.Allowed, out.Status.Reason, c.want)
+		}
+	}
 }
