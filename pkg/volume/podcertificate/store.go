@@ -165,7 +165,10 @@ func (s *Store) renew(ctx context.Context, api API, rec *state, pod *v1.Pod, src
 	p := rec.pending
 	pcr, err := s.wait(ctx, api, pod.Namespace, p.name)
 	if err != nil {
-		if apierrors.IsNotFound(err) && s.cfg.Clock.Now().After(p.created.Add(abandonAfter)) {
+		// A deleted request is NotFound, or Forbidden to a node (the authorizer's graph
+		// forgets it too).
+		gone := apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
+		if gone && s.cfg.Clock.Now().After(p.created.Add(abandonAfter)) {
 			rec.pending = nil
 		}
 		return fmt.Errorf("PodCertificateRequest %s/%s for signer %q: %w", pod.Namespace, p.name, src.SignerName, err)

@@ -285,3 +285,31 @@ func TestStoreRefused(t *testing.T) {
 		})
 	}
 }
+
+// A request that disappears (deleted by someone) is waited for ten minutes, the kubelet's
+// threshold for informer lag, then replaced by a new one.
+func TestStoreReplacesADeletedRequest(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	api := newFakeAPI()
+	s := podcertificate.NewStore(podcertificate.Config{Clock: clk, Wait: 50 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := s.Get(ctx, api, testPod, "v", 0, source()); err == nil {
+		t.Fatal("no signer, yet issued")
+	}
+	api.mu.Lock()
+	delete(api.reqs, "req-1")
+	api.mu.Unlock()
+	clk.Step(9 * time.Minute)
+	if _, err := s.Get(ctx, api, testPod, "v", 0, source()); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("gone for 9 minutes: %v", err)
+	}
+	if n := len(api.requests()); n != 1 {
+		t.Fatalf("%d requests after 9 minutes, want 1", n)
+	}
+	clk.Step(2 * time.Minute)
+	_, _ = s.Get(ctx, api, testPod, "v", 0, source()) // gives the request up
+	_, err := s.Get(ctx, api, testPod, "v", 0, source())
+	if err == nil || !strings.Contains(err.Error(), "req-2") {
+		t.Errorf("after 11 minutes: %v, want a second request", err)
+	}
+}
