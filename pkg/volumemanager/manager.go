@@ -215,6 +215,9 @@ func New(cfg Config) (*Manager, error) {
 	if err := m.plugins.Register(cfg.Plugins...); err != nil {
 		return nil, err
 	}
+	if c := newPodCertificateStates(cfg.Plugins); c != nil && cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(c)
+	}
 	return m, nil
 }
 

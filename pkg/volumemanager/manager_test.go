@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,8 +62,9 @@ type harness struct {
 	extra   []volume.Plugin
 	// inUseChanged, if set, is the manager's VolumesInUseChanged.
 	inUseChanged func()
-	// recorder, if set, is the manager's Recorder.
-	recorder record.EventRecorder
+	// recorder and registerer, if set, are the manager's Recorder and Registerer.
+	recorder   record.EventRecorder
+	registerer prometheus.Registerer
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -130,7 +132,7 @@ func (h *harness) start() {
 	m, err := New(Config{
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
-		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder,
+		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder, Registerer: h.registerer,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volume/podcertificate"
 )
 
 // errNoClient is why API-backed sources fail in a manager built without Config.Client.
@@ -47,4 +51,46 @@ func (m *Manager) getPodCertificateRequest(ctx context.Context, namespace, name 
 		return nil, errNoClient
 	}
 	return m.cfg.Client.CertificatesV1().PodCertificateRequests(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// podCertificateStater is a plugin that serves podCertificate sources (projected).
+type podCertificateStater interface {
+	PodCertificateStates() map[podcertificate.StateKey]int
+}
+
+// podCertificateStates is the kubelet's kubelet_podcertificate_states{signer_name,state},
+// computed at scrape time from the plugins that serve podCertificate sources.
+type podCertificateStates struct{ plugins []podCertificateStater }
+
+var podCertificateStatesDesc = prometheus.NewDesc("kubelet_podcertificate_states",
+	"Gauge vector reporting the number of pod certificate projected volume sources, faceted by signer_name and state.",
+	[]string{"signer_name", "state"}, nil)
+
+// newPodCertificateStates returns the collector of the plugins, nil if none serves the
+// sources.
+func newPodCertificateStates(plugins []volume.Plugin) prometheus.Collector {
+	c := &podCertificateStates{}
+	for _, p := range plugins {
+		if s, ok := p.(podCertificateStater); ok {
+			c.plugins = append(c.plugins, s)
+		}
+	}
+	if len(c.plugins) == 0 {
+		return nil
+	}
+	return c
+}
+
+func (c *podCertificateStates) Describe(ch chan<- *prometheus.Desc) { ch <- podCertificateStatesDesc }
+
+func (c *podCertificateStates) Collect(ch chan<- prometheus.Metric) {
+	total := map[podcertificate.StateKey]int{}
+	for _, p := range c.plugins {
+		for k, n := range p.PodCertificateStates() {
+			total[k] += n
+		}
+	}
+	for k, n := range total {
+		ch <- prometheus.MustNewConstMetric(podCertificateStatesDesc, prometheus.GaugeValue, float64(n), k.Signer, k.State)
+	}
 }

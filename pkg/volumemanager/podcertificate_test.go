@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +30,8 @@ import (
 func TestPodCertificateFlow(t *testing.T) {
 	h := newHarness(t)
 	rec := record.NewFakeRecorder(100)
-	h.recorder = rec
+	reg := prometheus.NewRegistry()
+	h.recorder, h.registerer = rec, reg
 	signer, err := podcertsigner.New()
 	if err != nil {
 		t.Fatal(err)
@@ -111,5 +114,14 @@ func TestPodCertificateFlow(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(h.root, "pods/uid-denied/volumes/kubernetes.io~projected/certs")); !os.IsNotExist(err) {
 		t.Errorf("the refused volume left a directory: %v", err)
+	}
+	want := `
+# HELP kubelet_podcertificate_states Gauge vector reporting the number of pod certificate projected volume sources, faceted by signer_name and state.
+# TYPE kubelet_podcertificate_states gauge
+kubelet_podcertificate_states{signer_name="example.com/deny",state="denied"} 1
+kubelet_podcertificate_states{signer_name="example.com/s",state="fresh"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubelet_podcertificate_states"); err != nil {
+		t.Error(err)
 	}
 }

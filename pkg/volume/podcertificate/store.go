@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,10 +74,13 @@ type Credentials struct {
 // request waiting for its signer (the first one, or a renewal), or a final refusal.
 type state struct {
 	mu        sync.Mutex
+	signer    string
 	creds     *Credentials
 	refreshAt time.Time
 	pending   *pendingRequest
 	refused   error
+	// refusal is the condition type of refused: Denied or Failed.
+	refusal string
 }
 
 type pendingRequest struct {
@@ -131,6 +135,7 @@ func (s *Store) Get(ctx context.Context, api API, pod *v1.Pod, volume string, in
 	rec := s.state(Source{Pod: pod.UID, Volume: volume, Index: index})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	rec.signer = src.SignerName
 	if rec.refused != nil {
 		return nil, rec.refused
 	}
@@ -177,7 +182,7 @@ func (s *Store) renew(ctx context.Context, api API, rec *state, pod *v1.Pod, src
 		rec.pending = nil
 		verb := map[string]string{certificatesv1.PodCertificateRequestConditionTypeDenied: "was denied", certificatesv1.PodCertificateRequestConditionTypeFailed: "failed"}[c.Type]
 		msg := fmt.Sprintf("PodCertificateRequest %s/%s %s by signer %q: reason=%q message=%q", pod.Namespace, p.name, verb, src.SignerName, c.Reason, c.Message)
-		rec.refused = errors.New(msg)
+		rec.refused, rec.refusal = errors.New(msg), c.Type
 		api.Recorder().Event(pod, v1.EventTypeWarning, c.Type, msg)
 		return rec.refused
 	}
@@ -316,6 +321,51 @@ func (s *Store) RefreshAfter(pod types.UID, volume string) time.Duration {
 		r.mu.Unlock()
 	}
 	return next
+}
+
+// StateKey is a signer and a state of its sources, as the kubelet's
+// kubelet_podcertificate_states reports them.
+type StateKey struct {
+	Signer string
+	// State is not_yet_issued, fresh, overdue_for_refresh (ten minutes past the renewal
+	// time), expired, denied or failed.
+	State string
+}
+
+// overdueAfter is how long after its renewal time a certificate is overdue.
+const overdueAfter = 10 * time.Minute
+
+// States counts the sources by signer and state.
+func (s *Store) States() map[StateKey]int {
+	s.mu.Lock()
+	recs := make([]*state, 0, len(s.records))
+	for _, r := range s.records {
+		recs = append(recs, r)
+	}
+	s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	out := map[StateKey]int{}
+	for _, r := range recs {
+		r.mu.Lock()
+		k := StateKey{Signer: r.signer}
+		switch {
+		case r.refused != nil:
+			k.State = strings.ToLower(r.refusal)
+		case r.creds == nil:
+			k.State = "not_yet_issued"
+		case now.After(r.creds.NotAfter):
+			k.State = "expired"
+		case now.After(r.refreshAt.Add(overdueAfter)):
+			k.State = "overdue_for_refresh"
+		default:
+			k.State = "fresh"
+		}
+		r.mu.Unlock()
+		if k.Signer != "" {
+			out[k]++
+		}
+	}
+	return out
 }
 
 // Forget drops what is held for a pod's volume, when it is torn down.

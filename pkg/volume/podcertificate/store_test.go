@@ -201,11 +201,15 @@ func TestStoreRenews(t *testing.T) {
 		t.Error("the key was not renewed")
 	}
 
-	// The next renewal is never answered: past notAfter the volume fails.
+	checkState(t, s, "fresh")
+	// The next renewal is never answered: ten minutes late it is overdue, past notAfter
+	// the volume fails.
 	clk.Step(s.RefreshAfter(testPod.UID, "v"))
 	if _, err := s.Get(ctx, api, testPod, "v", 0, source()); err != nil {
 		t.Fatal(err)
 	}
+	clk.Step(11 * time.Minute)
+	checkState(t, s, "overdue_for_refresh")
 	clk.Step(2 * time.Hour)
 	_, err = s.Get(ctx, api, testPod, "v", 0, source())
 	if err == nil || !strings.Contains(err.Error(), "expired") || !strings.Contains(err.Error(), api.requests()[2].Name) {
@@ -213,6 +217,16 @@ func TestStoreRenews(t *testing.T) {
 	}
 	if n := len(api.requests()); n != 3 {
 		t.Errorf("%d requests, want 3", n)
+	}
+	checkState(t, s, "expired")
+}
+
+// checkState: the store's one source is in state.
+func checkState(t *testing.T, s *podcertificate.Store, state string) {
+	t.Helper()
+	want := map[podcertificate.StateKey]int{{Signer: "example.com/s", State: state}: 1}
+	if got := s.States(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("States = %v, want %v", got, want)
 	}
 }
 
@@ -238,6 +252,7 @@ func TestStoreWaitsForTheSameRequest(t *testing.T) {
 	if d := s.RefreshAfter(testPod.UID, "v"); d != 0 {
 		t.Errorf("RefreshAfter without a certificate = %v", d)
 	}
+	checkState(t, s, "not_yet_issued")
 	api.set("req-1", func(r *certificatesv1.PodCertificateRequest) {
 		if err := signer.Issue(r, time.Now(), time.Hour, time.Now().Add(30*time.Minute)); err != nil {
 			t.Error(err)
@@ -274,6 +289,7 @@ func TestStoreRefused(t *testing.T) {
 			if n := len(api.requests()); n != 1 {
 				t.Errorf("%d requests, want 1", n)
 			}
+			checkState(t, s, strings.ToLower(cond))
 			if got := <-api.recorder.Events; !strings.HasPrefix(got, "Warning "+cond+" PodCertificateRequest ns/req-1") {
 				t.Errorf("event %q", got)
 			}

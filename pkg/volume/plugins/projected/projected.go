@@ -77,6 +77,10 @@ func (p *plugin) NewUnmounter(name string, podUID types.UID) (volume.Unmounter, 
 	return p.Plugin.NewUnmounter(name, podUID)
 }
 
+// PodCertificateStates counts the podCertificate sources by signer and state, for the
+// kubelet's kubelet_podcertificate_states.
+func (p *plugin) PodCertificateStates() map[podcertificate.StateKey]int { return p.certs.States() }
+
 // sources are the plugin's credentials that outlive one SetUp.
 type sources struct {
 	tokens *tokenCache
