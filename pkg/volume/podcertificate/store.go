@@ -73,6 +73,10 @@ type Credentials struct {
 // state is the state of one source: issued credentials (with when to renew them), a
 // request waiting for its signer (the first one, or a renewal), or a final refusal.
 type state struct {
+	// op serializes the Gets of the source (one request at a time); mu guards the fields,
+	// which Get changes only while it holds op, and is never held while waiting, so that
+	// RefreshAfter and States never wait for a signer.
+	op        sync.Mutex
 	mu        sync.Mutex
 	signer    string
 	creds     *Credentials
@@ -133,14 +137,14 @@ func NewStore(cfg Config) *Store {
 //     for the same request.
 func (s *Store) Get(ctx context.Context, api API, pod *v1.Pod, volume string, index int, src *v1.PodCertificateProjection) (*Credentials, error) {
 	rec := s.state(Source{Pod: pod.UID, Volume: volume, Index: index})
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	rec.signer = src.SignerName
+	rec.op.Lock()
+	defer rec.op.Unlock()
+	rec.set(func() { rec.signer = src.SignerName })
+	// Only this goroutine changes the fields while it holds op: they are read without mu.
 	if rec.refused != nil {
 		return nil, rec.refused
 	}
-	now := s.cfg.Clock.Now()
-	if rec.creds != nil && now.Before(rec.refreshAt) {
+	if rec.creds != nil && s.cfg.Clock.Now().Before(rec.refreshAt) {
 		return rec.creds, nil
 	}
 	err := s.renew(ctx, api, rec, pod, src)
@@ -158,31 +162,37 @@ func (s *Store) Get(ctx context.Context, api API, pod *v1.Pod, volume string, in
 	return nil, err
 }
 
-// renew files a request if none is pending and waits for its answer.
+// set changes the fields of r under its lock.
+func (r *state) set(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
+}
+
+// renew files a request if none is pending and waits for its answer; the caller holds op.
 func (s *Store) renew(ctx context.Context, api API, rec *state, pod *v1.Pod, src *v1.PodCertificateProjection) error {
-	if rec.pending == nil {
-		p, err := s.file(ctx, api, pod, src)
-		if err != nil {
+	p := rec.pending
+	if p == nil {
+		var err error
+		if p, err = s.file(ctx, api, pod, src); err != nil {
 			return err
 		}
-		rec.pending = p
+		rec.set(func() { rec.pending = p })
 	}
-	p := rec.pending
 	pcr, err := s.wait(ctx, api, pod.Namespace, p.name)
 	if err != nil {
 		// A deleted request is NotFound, or Forbidden to a node (the authorizer's graph
 		// forgets it too).
 		gone := apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 		if gone && s.cfg.Clock.Now().After(p.created.Add(abandonAfter)) {
-			rec.pending = nil
+			rec.set(func() { rec.pending = nil })
 		}
 		return fmt.Errorf("PodCertificateRequest %s/%s for signer %q: %w", pod.Namespace, p.name, src.SignerName, err)
 	}
 	if c := refusal(pcr); c != nil {
-		rec.pending = nil
 		verb := map[string]string{certificatesv1.PodCertificateRequestConditionTypeDenied: "was denied", certificatesv1.PodCertificateRequestConditionTypeFailed: "failed"}[c.Type]
 		msg := fmt.Sprintf("PodCertificateRequest %s/%s %s by signer %q: reason=%q message=%q", pod.Namespace, p.name, verb, src.SignerName, c.Reason, c.Message)
-		rec.refused, rec.refusal = errors.New(msg), c.Type
+		rec.set(func() { rec.pending, rec.refused, rec.refusal = nil, errors.New(msg), c.Type })
 		api.Recorder().Event(pod, v1.EventTypeWarning, c.Type, msg)
 		return rec.refused
 	}
@@ -190,15 +200,15 @@ func (s *Store) renew(ctx context.Context, api API, rec *state, pod *v1.Pod, src
 	if err != nil {
 		// The API server validates issued chains; one that still does not fit is the
 		// signer's bug, and a new request may fare better.
-		rec.pending = nil
+		rec.set(func() { rec.pending = nil })
 		return fmt.Errorf("PodCertificateRequest %s/%s: %w", pod.Namespace, p.name, err)
 	}
-	rec.pending = nil
-	rec.creds = &Credentials{Key: p.key.PEM, Chain: chain, NotAfter: leaf.NotAfter}
+	creds := &Credentials{Key: p.key.PEM, Chain: chain, NotAfter: leaf.NotAfter}
 	if pcr.Status.NotAfter != nil {
-		rec.creds.NotAfter = pcr.Status.NotAfter.Time
+		creds.NotAfter = pcr.Status.NotAfter.Time
 	}
-	rec.refreshAt = refreshAt(pcr, leaf).Add(s.cfg.Jitter())
+	due := refreshAt(pcr, leaf).Add(s.cfg.Jitter())
+	rec.set(func() { rec.pending, rec.creds, rec.refreshAt = nil, creds, due })
 	return nil
 }
 
