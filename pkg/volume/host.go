@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,13 @@ type Host interface {
 	// GetClusterTrustBundle returns the PEM of the named bundle, or of every bundle of the
 	// signer that matches the selector; a NotFound error if the API is not served.
 	GetClusterTrustBundle(ctx context.Context, source v1.ClusterTrustBundleProjection) (string, error)
+	// CreatePodCertificateRequest creates a request of a projected podCertificate source
+	// (certificates.k8s.io/v1) in the pod's namespace, after filling in what
+	// NodeRestriction checks against the node and the pod's service account: spec.nodeName,
+	// spec.nodeUID and spec.serviceAccountUID.
+	CreatePodCertificateRequest(ctx context.Context, pod *v1.Pod, req *certificatesv1.PodCertificateRequest) (*certificatesv1.PodCertificateRequest, error)
+	// GetPodCertificateRequest reads a request by name.
+	GetPodCertificateRequest(ctx context.Context, namespace, name string) (*certificatesv1.PodCertificateRequest, error)
 	NodeAllocatable() v1.ResourceList
 	// NewWrapperMounter returns the Mounter of spec under another plugin's name: secret,
 	// configMap, downwardAPI and projected volumes are emptyDirs underneath.
@@ -49,13 +57,17 @@ type HostConfig struct {
 	KubeClient kubernetes.Interface
 	Recorder   record.EventRecorder
 
-	ConfigMapGetter     func(namespace, name string) (*v1.ConfigMap, error)
-	SecretGetter        func(namespace, name string) (*v1.Secret, error)
-	SecretFetcher       func(ctx context.Context, namespace, name string) (*v1.Secret, error)
-	AttachmentGetter    func(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
-	TokenGetter         func(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
-	TrustBundleGetter   func(ctx context.Context, source v1.ClusterTrustBundleProjection) (string, error)
-	NodeAllocatableFunc func() v1.ResourceList
+	ConfigMapGetter   func(namespace, name string) (*v1.ConfigMap, error)
+	SecretGetter      func(namespace, name string) (*v1.Secret, error)
+	SecretFetcher     func(ctx context.Context, namespace, name string) (*v1.Secret, error)
+	AttachmentGetter  func(ctx context.Context, name string) (*storagev1.VolumeAttachment, error)
+	TokenGetter       func(ctx context.Context, namespace, serviceAccount string, req *authenticationv1.TokenRequest) (*authenticationv1.TokenRequest, error)
+	TrustBundleGetter func(ctx context.Context, source v1.ClusterTrustBundleProjection) (string, error)
+	// PodCertificateCreator and PodCertificateGetter are CreatePodCertificateRequest and
+	// GetPodCertificateRequest.
+	PodCertificateCreator func(ctx context.Context, pod *v1.Pod, req *certificatesv1.PodCertificateRequest) (*certificatesv1.PodCertificateRequest, error)
+	PodCertificateGetter  func(ctx context.Context, namespace, name string) (*certificatesv1.PodCertificateRequest, error)
+	NodeAllocatableFunc   func() v1.ResourceList
 }
 
 type host struct {
@@ -115,6 +127,20 @@ func (h *host) GetClusterTrustBundle(ctx context.Context, source v1.ClusterTrust
 		return "", fmt.Errorf("no cluster trust bundle getter configured")
 	}
 	return h.cfg.TrustBundleGetter(ctx, source)
+}
+
+func (h *host) CreatePodCertificateRequest(ctx context.Context, pod *v1.Pod, req *certificatesv1.PodCertificateRequest) (*certificatesv1.PodCertificateRequest, error) {
+	if h.cfg.PodCertificateCreator == nil {
+		return nil, fmt.Errorf("no PodCertificateRequest creator configured")
+	}
+	return h.cfg.PodCertificateCreator(ctx, pod, req)
+}
+
+func (h *host) GetPodCertificateRequest(ctx context.Context, namespace, name string) (*certificatesv1.PodCertificateRequest, error) {
+	if h.cfg.PodCertificateGetter == nil {
+		return nil, fmt.Errorf("no PodCertificateRequest getter configured")
+	}
+	return h.cfg.PodCertificateGetter(ctx, namespace, name)
 }
 
 func (h *host) NodeAllocatable() v1.ResourceList {

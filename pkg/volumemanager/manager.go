@@ -52,7 +52,7 @@ const VolumeAttachmentLimitExceededReason = "VolumeAttachmentLimitExceeded"
 // both Objects and Pods are set.
 type Config struct {
 	// Client builds the default sources, requests service-account tokens, reads
-	// ClusterTrustBundles and writes claims' resize status. A node's own credential
+	// ClusterTrustBundles, files PodCertificateRequests and writes claims' resize status. A node's own credential
 	// (system:node:<name>) is enough; a broader one works as well.
 	Client   kubernetes.Interface
 	NodeName string
@@ -207,11 +207,16 @@ func New(cfg Config) (*Manager, error) {
 			out, err := cfg.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
 			return out, accessError(err)
 		},
-		TrustBundleGetter:   m.clusterTrustBundle,
-		NodeAllocatableFunc: cfg.NodeAllocatable,
+		TrustBundleGetter:     m.clusterTrustBundle,
+		PodCertificateCreator: m.createPodCertificateRequest,
+		PodCertificateGetter:  m.getPodCertificateRequest,
+		NodeAllocatableFunc:   cfg.NodeAllocatable,
 	})
 	if err := m.plugins.Register(cfg.Plugins...); err != nil {
 		return nil, err
+	}
+	if c := newPodCertificateStates(cfg.Plugins); c != nil && cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(c)
 	}
 	return m, nil
 }

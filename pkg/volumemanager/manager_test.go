@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -60,6 +62,9 @@ type harness struct {
 	extra   []volume.Plugin
 	// inUseChanged, if set, is the manager's VolumesInUseChanged.
 	inUseChanged func()
+	// recorder and registerer, if set, are the manager's Recorder and Registerer.
+	recorder   record.EventRecorder
+	registerer prometheus.Registerer
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -127,7 +132,7 @@ func (h *harness) start() {
 	m, err := New(Config{
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
-		VolumesInUseChanged: h.inUseChanged,
+		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder, Registerer: h.registerer,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package projected is the projected volume plugin: configMap, secret, downwardAPI,
-// serviceAccountToken and clusterTrustBundle sources merged into one tmpfs. Tokens come
-// from the TokenRequest API, bound to the pod, and are rotated at 80% of their lifetime,
-// as the kubelet's token manager does.
+// serviceAccountToken, clusterTrustBundle and podCertificate sources merged into one tmpfs.
+// Tokens come from the TokenRequest API, bound to the pod, and are rotated at 80% of their
+// lifetime, as the kubelet's token manager does; pod certificates come from
+// PodCertificateRequests and are renewed from their beginRefreshAt (package podcertificate).
 package projected
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume/plugins/configmap"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/internal/wrapped"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/secret"
+	"github.com/kubevol/kubevol/pkg/volume/podcertificate"
 )
 
 // PluginName is the upstream plugin name.
@@ -30,8 +32,19 @@ const PluginName = "kubernetes.io/projected"
 const refreshFraction = 0.8
 
 // New returns the plugin.
-func New() volume.Plugin {
+func New() volume.Plugin { return NewWithConfig(Config{}) }
+
+// Config configures the plugin; New uses the zero value.
+type Config struct {
+	// PodCertificates configures how podCertificate sources are served (a fake clock in
+	// tests); the zero value is the kubelet's behaviour.
+	PodCertificates podcertificate.Config
+}
+
+// NewWithConfig returns the plugin configured by cfg.
+func NewWithConfig(cfg Config) volume.Plugin {
 	tokens := &tokenCache{byKey: map[tokenKey]*authenticationv1.TokenRequest{}}
+	certs := podcertificate.NewStore(cfg.PodCertificates)
 	p := wrapped.NewPlugin(wrapped.PluginSpec{
 		Name:     PluginName,
 		Medium:   v1.StorageMediumMemory,
@@ -40,27 +53,48 @@ func New() volume.Plugin {
 		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
 			src := spec.Volume.Projected
 			build := func(ctx context.Context, args volume.MounterArgs) (payload.Files, error) {
-				return collect(ctx, h, tokens, pod, src, args)
+				return collect(ctx, h, sources{tokens, certs}, pod, spec.Name(), src, args)
 			}
-			refresh := func() time.Duration { return tokens.refreshAfter(pod.UID, src) }
+			refresh := func() time.Duration {
+				return minPositive(tokens.refreshAfter(pod.UID, src), certs.RefreshAfter(pod.UID, spec.Name()))
+			}
 			return build, refresh, nil
 		},
 	})
-	return &plugin{Plugin: p, tokens: tokens}
+	return &plugin{Plugin: p, tokens: tokens, certs: certs}
 }
 
-// plugin forgets a pod's tokens when the pod's volume is torn down.
+// plugin forgets a pod's tokens and certificates when the pod's volume is torn down.
 type plugin struct {
 	volume.Plugin
 	tokens *tokenCache
+	certs  *podcertificate.Store
 }
 
 func (p *plugin) NewUnmounter(name string, podUID types.UID) (volume.Unmounter, error) {
 	p.tokens.forget(podUID)
+	p.certs.Forget(podUID, name)
 	return p.Plugin.NewUnmounter(name, podUID)
 }
 
-func collect(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.Pod, src *v1.ProjectedVolumeSource, args volume.MounterArgs) (payload.Files, error) {
+// PodCertificateStates counts the podCertificate sources by signer and state, for the
+// kubelet's kubelet_podcertificate_states.
+func (p *plugin) PodCertificateStates() map[podcertificate.StateKey]int { return p.certs.States() }
+
+// sources are the plugin's credentials that outlive one SetUp.
+type sources struct {
+	tokens *tokenCache
+	certs  *podcertificate.Store
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+func collect(ctx context.Context, h volume.Host, held sources, pod *v1.Pod, volName string, src *v1.ProjectedVolumeSource, args volume.MounterArgs) (payload.Files, error) {
 	out := payload.Files{}
 	merge := func(f payload.Files) {
 		for k, v := range f {
@@ -91,7 +125,7 @@ func collect(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.Pod
 			}
 			merge(f)
 		case s.ServiceAccountToken != nil:
-			f, err := tokenFile(ctx, h, tokens, pod, s.ServiceAccountToken, src.DefaultMode, args)
+			f, err := tokenFile(ctx, h, held.tokens, pod, s.ServiceAccountToken, src.DefaultMode, args)
 			if err != nil {
 				return nil, err
 			}
@@ -108,6 +142,12 @@ func collect(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.Pod
 				return nil, fmt.Errorf("clusterTrustBundle: %w", err)
 			}
 			merge(payload.Files{s.ClusterTrustBundle.Path: {Data: []byte(pem), Mode: mode(src.DefaultMode)}})
+		case s.PodCertificate != nil:
+			f, err := certificateFiles(ctx, h, held.certs, pod, volName, i, s.PodCertificate, src.DefaultMode, args)
+			if err != nil {
+				return nil, err
+			}
+			merge(f)
 		default:
 			return nil, fmt.Errorf("projected source %d: unsupported source type", i)
 		}
@@ -138,6 +178,37 @@ func tokenFile(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.P
 		f.FsUser = args.FsUser
 	}
 	return payload.Files{src.Path: f}, nil
+}
+
+// certificateFiles are a podCertificate source's files, as the kubelet writes them: the
+// credential bundle (the key's PEM, then the chain), the key, the chain, each where the
+// source says; mode 0600 when the pod runs as a fixed user or has an fsGroup, the volume's
+// default mode otherwise. The key is never logged.
+func certificateFiles(ctx context.Context, h volume.Host, certs *podcertificate.Store, pod *v1.Pod, volName string, index int, src *v1.PodCertificateProjection, defaultMode *int32, args volume.MounterArgs) (payload.Files, error) {
+	paths := []string{src.CredentialBundlePath, src.KeyPath, src.CertificateChainPath}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if err := atomicwriter.ValidatePath(p); err != nil {
+			return nil, fmt.Errorf("podCertificate: %w", err)
+		}
+	}
+	creds, err := certs.Get(ctx, h, pod, volName, index, src)
+	if err != nil {
+		return nil, fmt.Errorf("podCertificate: %w", err)
+	}
+	m := mode(defaultMode)
+	if args.FsUser != nil || args.FsGroup != nil {
+		m = 0o600
+	}
+	out := payload.Files{}
+	for i, data := range [][]byte{append(append([]byte{}, creds.Key...), creds.Chain...), creds.Key, creds.Chain} {
+		if paths[i] != "" {
+			out[paths[i]] = atomicwriter.FileProjection{Data: data, Mode: m, FsUser: args.FsUser}
+		}
+	}
+	return out, nil
 }
 
 type tokenKey struct {
