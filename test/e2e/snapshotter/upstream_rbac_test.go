@@ -2,17 +2,14 @@ package snapshotter
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -99,31 +96,11 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	framework.CheckNoForbidden(t, framework.NodeAuthorizerLag, e.procs...)
 }
 
-// expand asks for size and waits until the claim has it, with no resize condition or
-// status left; the PV has it too.
+// expand asks for size and waits until the claim has it; the PV has it too.
 func (e *env) expand(claim, size string) {
 	e.t.Helper()
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(e.ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	want := resource.MustParse(size)
-	last, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, claim, 2*time.Minute, func(pvc *corev1.PersistentVolumeClaim) bool {
-		got := pvc.Status.Capacity[corev1.ResourceStorage]
-		for _, c := range pvc.Status.Conditions {
-			switch c.Type {
-			case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
-				corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
-				return false
-			}
-		}
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0
-	})
-	if err != nil {
-		raw, _ := json.Marshal(last)
-		e.t.Fatalf("claim %s not expanded to %s: %v; last: %s", claim, size, err, raw)
-	}
-	if got := e.pvOf(last).Spec.Capacity[corev1.ResourceStorage]; got.Cmp(want) < 0 {
+	last := framework.ExpandClaim(e.ctx, e.t, e.cs, e.ns, claim, size)
+	if got, want := e.pvOf(last).Spec.Capacity[corev1.ResourceStorage], resource.MustParse(size); got.Cmp(want) < 0 {
 		e.t.Errorf("PV capacity %s after the expansion, want %s", got.String(), size)
 	}
 }

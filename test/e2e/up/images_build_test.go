@@ -27,6 +27,8 @@ var (
 	archiveBinary string
 	archiveImages []image.Named
 	archiveErr    error
+	debsOnce      sync.Once
+	debsErr       error
 )
 
 // shippedImages builds, once for the package, the images of deploy/'s local stack for this
@@ -51,7 +53,8 @@ func shippedImages(t *testing.T) (archive, bin string) {
 // buildImages builds into dir the images of deploy/'s local stack (every role but the
 // optional node agent) for this machine's platform through exactly `make images`' path:
 // the static binary by images.GoBuild (hack/images' flags), the Debian packages by
-// hack/debs.sh (cached in ~/.cache/kubevol/debs, so only the first run downloads them),
+// hack/debs.sh (once per package, cached in ~/.cache/kubevol/debs, so only the first run
+// downloads them),
 // the images by images.Builder. It returns the images and the binary.
 func buildImages(t *testing.T, dir string) ([]image.Named, string, error) {
 	root, err := localcluster.FindModuleRoot()
@@ -70,8 +73,14 @@ func buildImages(t *testing.T, dir string) ([]image.Named, string, error) {
 		return nil, "", err
 	}
 	debs := filepath.Join(home, ".cache", "kubevol", "debs", p.Architecture)
-	if out, err := exec.Command(filepath.Join(root, "hack", "debs.sh"), p.Architecture, debs).CombinedOutput(); err != nil {
-		return nil, "", fmt.Errorf("hack/debs.sh: %v\n%s", err, out)
+	// Once per package: its apt-cache calls take seconds even when nothing changed.
+	debsOnce.Do(func() {
+		if out, err := exec.Command(filepath.Join(root, "hack", "debs.sh"), p.Architecture, debs).CombinedOutput(); err != nil {
+			debsErr = fmt.Errorf("hack/debs.sh: %v\n%s", err, out)
+		}
+	})
+	if debsErr != nil {
+		return nil, "", debsErr
 	}
 	fetched := time.Now()
 	b := &images.Builder{Prefix: images.DefaultPrefix, Tag: imagesTag, Version: imagesTag, Platforms: []image.Platform{p},
