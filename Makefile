@@ -16,41 +16,36 @@ PREFIX ?= ghcr.io/kubevol
 PLATFORMS ?= linux/amd64 linux/arm64
 OUTPUT ?= _output
 
-# Static and reproducible: no cgo, no paths of this machine (-trimpath), no build ID, no VCS
-# stamp (the version is stamped with -X), no DWARF or symbol table, as upstream ships its
-# sidecars. The same source gives the same binary, so the same image digests.
-GO_BUILD_ENV := CGO_ENABLED=0
-GO_BUILD_FLAGS := -trimpath -buildvcs=false -ldflags "-s -w -buildid= -X github.com/kubevol/kubevol/internal/version.Version=$(VERSION)"
+# Every binary is built by hack/images with internal/images.GoBuildFlags, the one definition
+# of the flags (static, -trimpath, no build ID or VCS stamp, the version stamped with -X), as
+# the images tests build theirs: the same source gives the same binary, so the same digests.
+IMAGES_TOOL = $(GO) run ./hack/images -version=$(VERSION)
 
 # The deployable binary, for this machine's platform.
 build:
-	$(GO_BUILD_ENV) $(GO) build $(GO_BUILD_FLAGS) -o bin/kubevol ./cmd/kubevol
+	$(IMAGES_TOOL) -binary=bin/kubevol
 
 # One binary per image platform: $(OUTPUT)/bin/linux_<arch>/kubevol.
 binaries:
-	@set -e; for p in $(PLATFORMS); do \
-	  os=$${p%%/*}; arch=$${p#*/}; \
-	  echo "go build $$os/$$arch"; \
-	  $(GO_BUILD_ENV) GOOS=$$os GOARCH=$$arch $(GO) build $(GO_BUILD_FLAGS) -o $(OUTPUT)/bin/$${os}_$$arch/kubevol ./cmd/kubevol; \
-	done
+	$(IMAGES_TOOL) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) -bin-dir=$(OUTPUT)/bin -binaries
 
 # The Debian packages of the tools in the driver and node-agent images, per architecture.
 debs:
 	@set -e; for p in $(PLATFORMS); do ./hack/debs.sh $${p#*/} $(OUTPUT)/debs/$${p#*/}; done
 
-IMAGES_FLAGS = -version=$(VERSION) -tag=$(TAG) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) \
+IMAGES_FLAGS = -tag=$(TAG) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) \
 	-bin-dir=$(OUTPUT)/bin -debs-dir=$(OUTPUT)/debs
 
 # Every image for every platform, as OCI archives: $(OUTPUT)/images/<name>.oci.tar, and
 # their digests in $(OUTPUT)/images/digests.txt. Import with
 # `ctr images import --all-platforms $(OUTPUT)/images/csi-provisioner.oci.tar`.
 images: binaries debs
-	$(GO) run ./hack/images $(IMAGES_FLAGS) -prefix=$(PREFIX) -out=$(OUTPUT)/images
+	$(IMAGES_TOOL) $(IMAGES_FLAGS) -prefix=$(PREFIX) -out=$(OUTPUT)/images
 
 # Pushes every image to $(REGISTRY)/<name>:$(TAG) with the credentials of ~/.docker/config.json.
 push: binaries debs
 	@test -n "$(REGISTRY)" || { echo "make push REGISTRY=<registry>/<prefix>"; exit 2; }
-	$(GO) run ./hack/images $(IMAGES_FLAGS) -prefix=$(REGISTRY) -push
+	$(IMAGES_TOOL) $(IMAGES_FLAGS) -prefix=$(REGISTRY) -push
 
 up:
 	$(GO) run ./cmd/kubevol up
@@ -81,6 +76,14 @@ cluster-binary:
 
 # test-embed.sh builds examples/embed outside the checkout as another module would, with only
 # a replace line to this checkout, and runs its test on a `kubevol up` cluster.
+#
+# Everything under make test compiles as the shipped binaries do (static, -trimpath;
+# internal/images.GoBuildFlags): the test binaries, the kubevol binary the e2e tests run and
+# the images tests' build then share one build cache. Without it, a cold run compiles the 1036
+# packages of cmd/kubevol twice (cgo and paths change every package above net), beside the
+# 1451 of the tests.
+test: export CGO_ENABLED := 0
+test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 test: deps lint cluster-binary
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	GO=$(GO) ./hack/test-embed.sh

@@ -1,6 +1,9 @@
 // Command images builds kubevol's container images (internal/images) from binaries and
 // Debian packages already on disk, writes each as an OCI archive and, with -push, pushes
-// them. `make images` and `make push` run it; see docs/images.md.
+// them. With -binaries (or -binary) it builds the binaries instead, with
+// images.GoBuildFlags, the one definition of how a shipped binary is built. `make build`,
+// `make binaries`, `make images` and `make push` run it from the module root; see
+// docs/images.md.
 package main
 
 import (
@@ -9,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/kubevol/kubevol/internal/image"
@@ -32,6 +36,8 @@ func run() error {
 	out := flag.String("out", "_output/images", "directory of the OCI archives, <name>.oci.tar, and digests.txt")
 	only := flag.String("only", "", "comma-separated image names (default: all)")
 	push := flag.Bool("push", false, "push each image to its reference instead of writing archives")
+	binaries := flag.Bool("binaries", false, "build the binary of each platform into -bin-dir instead of the images")
+	binary := flag.String("binary", "", "build the binary of this machine's platform into this path instead of the images")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "images: unexpected arguments:", flag.Args())
@@ -53,8 +59,20 @@ func run() error {
 		}
 		b.Platforms = append(b.Platforms, p)
 	}
+	binaryOf := func(p image.Platform) string { return filepath.Join(*binDir, p.OS+"_"+p.Architecture, "kubevol") }
+	switch {
+	case *binary != "":
+		return goBuild(image.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}, *version, *binary)
+	case *binaries:
+		for _, p := range b.Platforms {
+			if err := goBuild(p, *version, binaryOf(p)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	b.Inputs = images.Inputs{
-		Binary:   func(p image.Platform) string { return filepath.Join(*binDir, p.OS+"_"+p.Architecture, "kubevol") },
+		Binary:   binaryOf,
 		Tools:    func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "root") },
 		Packages: func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "packages") },
 	}
@@ -98,4 +116,10 @@ func run() error {
 		return nil
 	}
 	return os.WriteFile(filepath.Join(*out, "digests.txt"), []byte(digests.String()), 0o644)
+}
+
+// goBuild builds the binary of p from the module in the working directory.
+func goBuild(p image.Platform, version, out string) error {
+	fmt.Printf("go build %s %s\n", p, out)
+	return images.GoBuild(context.Background(), ".", p, version, out)
 }

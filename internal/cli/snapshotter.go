@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -44,6 +45,7 @@ type snapshotterOptions struct {
 	groupUUIDLength     int
 	extraCreateMetadata bool
 	nodeDeployment      bool
+	nodeName            string // $NODE_NAME with --node-deployment
 	distributed         bool
 	preventModeChange   bool
 	retryCRDMax         time.Duration
@@ -113,9 +115,8 @@ flags, Lease (` + snapshotter.ControllerLease + `), annotations and finalizers. 
 	all.StringVar(&o.groupPrefix, "groupsnapshot-name-prefix", "groupsnapshot", "Prefix of the CreateVolumeGroupSnapshot name: <prefix>-<VolumeGroupSnapshot UID>.")
 	all.IntVar(&o.groupUUIDLength, "groupsnapshot-name-uuid-length", -1, "Length of the UID part of the CreateVolumeGroupSnapshot name, dashes removed (-1: the whole UID with dashes).")
 	all.BoolVar(&o.extraCreateMetadata, "extra-create-metadata", false, "Add csi.storage.k8s.io/volumesnapshot/name, /volumesnapshot/namespace and /volumesnapshotcontent/name to the CreateSnapshot parameters.")
-	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Upstream: one csi-snapshotter per node for node-local volumes. kubevol's is central: replicas share the Lease (leader election is turned on).")
-	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Upstream: label contents with their volume's node for per-node csi-snapshotters. Accepted with no effect.")
-	noEffect(all, "kubevol's csi-snapshotter is central, so contents carry no node label", "enable-distributed-snapshotting")
+	all.BoolVar(&o.nodeDeployment, "node-deployment", false, "Run one csi-snapshotter per node, beside the driver's node plugin, for node-local volumes: it handles only the contents labelled "+snapshotter.LabelManagedBy+"=$NODE_NAME. Needs $NODE_NAME; not with --leader-election.")
+	all.BoolVar(&o.distributed, "enable-distributed-snapshotting", false, "Label each dynamic content "+snapshotter.LabelManagedBy+"=<node> with the node its source volume's node affinity selects, for csi-snapshotters with --node-deployment (the controller then watches Nodes).")
 	all.BoolVar(&o.preventModeChange, "prevent-volume-mode-conversion", true, "Record the source volume mode on new contents, so that a restore cannot change it.")
 	all.DurationVar(&o.retryCRDMax, "retry-crd-interval-max", 30*time.Second, "How long the snapshot-controller waits for the snapshot.storage.k8s.io/v1 CRDs before it exits.")
 	all.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
@@ -154,11 +155,15 @@ func (o *snapshotterOptions) validate() error {
 	case o.retryCRDMax <= 0:
 		return usageErrorf("--retry-crd-interval-max must be positive, got %s", o.retryCRDMax)
 	}
-	if o.nodeDeployment && o.sidecarRole && !o.sidecar.LeaderElection.Enabled {
-		// As the provisioner's --node-deployment: one central sidecar under the Lease, not
-		// one per node that would each call CreateSnapshot for every content.
-		klog.Warning("Flag --node-deployment is accepted for compatibility with upstream: kubevol's csi-snapshotter is central, so --leader-election is turned on and one replica snapshots every volume of the driver")
-		o.sidecar.LeaderElection.Enabled = true
+	if o.nodeDeployment && o.sidecarRole {
+		// Upstream's per-node sidecar: its node from the environment, and no Lease (each
+		// node's sidecar has its own contents).
+		if o.nodeName = os.Getenv("NODE_NAME"); o.nodeName == "" {
+			return usageErrorf("--node-deployment needs the NODE_NAME environment variable: the node whose contents this csi-snapshotter handles")
+		}
+		if o.sidecar.LeaderElection.Enabled {
+			return usageErrorf("--node-deployment and --leader-election exclude each other: each node's csi-snapshotter handles that node's contents alone")
+		}
 	}
 	return nil
 }
@@ -179,14 +184,14 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		ctrl, err := csisnapshotter.New(ctx, csisnapshotter.Config{
 			ControllerConfig: sc.ControllerConfig(),
 			Snap:             snapClient(cfg), NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
-			ExtraCreateMetadata: o.extraCreateMetadata,
+			ExtraCreateMetadata: o.extraCreateMetadata, NodeName: o.nodeName,
 		})
 		if err != nil {
 			return err
 		}
 		run, err := o.withGroupSidecar(ctx, ctrl.Run, groupsidecar.Config{
 			ControllerConfig: sc.ControllerConfig(), Snap: snapClient(cfg), NamePrefix: o.groupPrefix, UUIDLength: o.groupUUIDLength,
-			ExtraCreateMetadata: o.extraCreateMetadata,
+			ExtraCreateMetadata: o.extraCreateMetadata, NodeName: o.nodeName,
 		})
 		if err != nil {
 			return err
@@ -216,6 +221,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
 			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
 			Metrics: opmetrics.New(reg),
+			Distributed: o.distributed,
 		}
 		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common})
 		if err != nil {

@@ -21,9 +21,16 @@ func TestSnapshotterFlagValidation(t *testing.T) {
 		{[]string{"--worker-threads=0"}, "--worker-threads must be between 1 and 10000"},
 		{[]string{"--feature-gates=Bogus=true"}, "unrecognized feature gate: Bogus"},
 		{[]string{"--http-endpoint=:8080", "--metrics-address=:8081"}, "only one of --metrics-address and --http-endpoint can be set"},
+		{[]string{"--node-deployment"}, "--node-deployment needs the NODE_NAME environment variable"},
+		{[]string{"--node-deployment", "--leader-election"}, "--node-deployment and --leader-election exclude each other"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("KUBECONFIG", "")
+			if strings.Contains(tc.want, "exclude") {
+				t.Setenv("NODE_NAME", "node-1")
+			} else {
+				t.Setenv("NODE_NAME", "")
+			}
 			var stdout, stderr bytes.Buffer
 			code := Execute(append([]string{"snapshotter"}, tc.args...), &stdout, &stderr)
 			if code != exitUsage {

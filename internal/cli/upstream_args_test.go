@@ -97,9 +97,10 @@ var upstreamArgs = []struct {
 		nil, []string{"--enable-pprof", "--cloning-protection-threads", "--capacity-threads", "--snapshot-orphan-sweep-interval"}},
 	// (--max-grpc-log-length is the attacher's only: the provisioner refuses it, below.)
 	{"snapshot-controller compatibility flags", "/snapshot-controller", []string{"--enable-distributed-snapshotting", "--automaxprocs", "--retry-crd-interval-max=1m", "--prevent-volume-mode-conversion=false", "--feature-gates=ReleaseLeaderElectionOnExit=true"},
-		nil, []string{"--enable-distributed-snapshotting", "--automaxprocs"}},
+		nil, []string{"--automaxprocs"}},
+	// --enable-distributed-snapshotting and --node-deployment are honoured: no warning.
 	{"csi-snapshotter json logs", "/csi-snapshotter", []string{"--logging-format=json", "--log-json-split-stream", "--log-json-info-buffer-size=1Mi", "--groupsnapshot-name-prefix=g", "--node-deployment"},
-		map[string]string{"NODE_NAME": "node-1"}, []string{"--log-json-info-buffer-size", "--node-deployment"}},
+		map[string]string{"NODE_NAME": "node-1"}, []string{"--log-json-info-buffer-size"}},
 }
 
 func TestUpstreamArgumentLists(t *testing.T) {

@@ -4,6 +4,9 @@ import (
 	"time"
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/controller"
@@ -24,6 +27,9 @@ type ControllerConfig struct {
 	Resync time.Duration
 	// PreventVolumeModeConversion records the source volume mode on new contents.
 	PreventVolumeModeConversion bool
+	// Distributed (upstream --enable-distributed-snapshotting) labels each dynamic content
+	// LabelManagedBy=<node>, the node of its source volume, for per-node csi-snapshotters.
+	Distributed bool
 	// QueueMetrics exports the workqueue_* metrics; nil for none.
 	QueueMetrics *controller.QueueMetrics
 	// Metrics are the operation metrics both halves record into; nil for unregistered ones.
@@ -43,6 +49,24 @@ type SidecarConfig struct {
 	// ExtraCreateMetadata adds the names of the (group) snapshot and its content to the
 	// parameters.
 	ExtraCreateMetadata bool
+	// NodeName (upstream --node-deployment, from $NODE_NAME) makes the sidecar one of a
+	// node's: it sees only the contents labelled LabelManagedBy=NodeName.
+	NodeName string
+}
+
+// Informers returns the informer factory of the sidecar's contents, the one of its classes
+// and the controller.Sources that run them. With NodeName, the contents' factory lists only
+// that node's contents, as upstream's per-node sidecar does (for group contents too); the
+// classes are never filtered.
+func (c *SidecarConfig) Informers() (contents, classes snapinformers.SharedInformerFactory, sources []controller.Source) {
+	classes = snapinformers.NewSharedInformerFactory(c.Snap, c.Resync)
+	if c.NodeName == "" {
+		return classes, classes, []controller.Source{Informers(classes)}
+	}
+	selector := labels.Set{LabelManagedBy: c.NodeName}.AsSelector().String()
+	contents = snapinformers.NewSharedInformerFactoryWithOptions(c.Snap, c.Resync,
+		snapinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	return contents, classes, []controller.Source{Informers(contents), Informers(classes)}
 }
 
 // Complete fills in upstream's defaults, the sidecars'.

@@ -58,6 +58,10 @@ const (
 	AnnDefaultClass = "snapshot.storage.kubernetes.io/is-default-class"
 	// AnnGroupSnapshotHandle marks a member of a group snapshot: no CreateSnapshot for it.
 	AnnGroupSnapshotHandle = "groupsnapshot.storage.k8s.io/volumeGroupSnapshotHandle"
+	// LabelManagedBy names the node whose csi-snapshotter handles a dynamic content: the
+	// snapshot-controller with --enable-distributed-snapshotting sets it, a csi-snapshotter
+	// with --node-deployment lists only its node's contents.
+	LabelManagedBy = "snapshot.storage.kubernetes.io/managed-by"
 
 	// ContentPrefix names dynamic contents: snapcontent-<VolumeSnapshot UID>.
 	ContentPrefix = "snapcontent-"

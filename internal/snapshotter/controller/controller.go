@@ -35,13 +35,16 @@ type Config struct {
 
 // Controller is the snapshot-controller.
 type Controller struct {
-	cfg        Config
-	runner     *kvcontroller.Runner
-	snapshots  snaplisters.VolumeSnapshotLister
-	contents   snaplisters.VolumeSnapshotContentLister
-	classes    snaplisters.VolumeSnapshotClassLister
-	claims     corelisters.PersistentVolumeClaimLister
-	volumes    corelisters.PersistentVolumeLister
+	cfg       Config
+	runner    *kvcontroller.Runner
+	snapshots snaplisters.VolumeSnapshotLister
+	contents  snaplisters.VolumeSnapshotContentLister
+	classes   snaplisters.VolumeSnapshotClassLister
+	claims    corelisters.PersistentVolumeClaimLister
+	volumes   corelisters.PersistentVolumeLister
+	// nodes is set with Distributed only (upstream watches Nodes then, and its RBAC grants
+	// them only then).
+	nodes      corelisters.NodeLister
 	queue      *kvcontroller.Queue[string]
 	stopEvents func()
 	recorder   record.EventRecorder
@@ -69,6 +72,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	// Every informer is obtained from its factory (Informer()) before the sources start.
 	_, _, _ = class.Informer(), pvc.Informer(), pv.Informer()
+	if cfg.Distributed {
+		nodes := coreF.Core().V1().Nodes()
+		c.nodes = nodes.Lister()
+		_ = nodes.Informer()
+	}
 	c.runner.AddSource(snapshotter.Informers(snapF), kvcontroller.Informers(coreF))
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncSnapshot)
 	c.runner.Every(30*time.Second, c.updateInFlight)

@@ -167,6 +167,11 @@ func (c *Controller) createContent(ctx context.Context, vs *snapv1.VolumeSnapsho
 	if secret != nil {
 		content.Annotations = map[string]string{snapshotter.AnnDeletionSecretName: secret.Name, snapshotter.AnnDeletionSecretNamespace: secret.Namespace}
 	}
+	if node, err := c.managedBy(ctx, pv); err != nil {
+		return nil, err
+	} else if node != "" {
+		content.Labels = map[string]string{snapshotter.LabelManagedBy: node}
+	}
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Create(ctx, content, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		out, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})

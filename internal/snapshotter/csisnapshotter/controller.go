@@ -16,7 +16,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -60,9 +59,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if !caps.Controller[csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT] {
 		return nil, errNoSnapshots(cfg.DriverName)
 	}
-	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
-	vsc := factory.Snapshot().V1().VolumeSnapshotContents()
-	class := factory.Snapshot().V1().VolumeSnapshotClasses()
+	contents, classes, sources := cfg.Informers()
+	vsc := contents.Snapshot().V1().VolumeSnapshotContents()
+	class := classes.Snapshot().V1().VolumeSnapshotClasses()
 	rec, stop := cfg.NewEvents(ctx, "csi-snapshotter")
 	c := &Controller{
 		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter"), contents: vsc.Lister(), classes: class.Lister(),
@@ -72,7 +71,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		lists:      caps.Controller[csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS],
 	}
 	_ = class.Informer() // obtained before the source starts
-	c.runner.AddSource(snapshotter.Informers(factory))
+	c.runner.AddSource(sources...)
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
 	if _, err := vsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err

@@ -18,7 +18,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
-	snapinformers "github.com/kubernetes-csi/external-snapshotter/client/v8/informers/externalversions"
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -73,9 +72,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.NamePrefix == "" {
 		cfg.NamePrefix = "groupsnapshot"
 	}
-	factory := snapinformers.NewSharedInformerFactory(cfg.Snap, cfg.Resync)
-	vgsc := factory.Groupsnapshot().V1().VolumeGroupSnapshotContents()
-	class := factory.Groupsnapshot().V1().VolumeGroupSnapshotClasses()
+	contents, classes, sources := cfg.Informers()
+	vgsc := contents.Groupsnapshot().V1().VolumeGroupSnapshotContents()
+	class := classes.Groupsnapshot().V1().VolumeGroupSnapshotClasses()
 	rec, stop := cfg.NewEvents(ctx, "csi-snapshotter")
 	c := &Controller{
 		cfg: cfg, runner: kvcontroller.NewRunner("csi-snapshotter-group"), contents: vgsc.Lister(), classes: class.Lister(),
@@ -84,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:   rec,
 	}
 	_ = class.Informer()
-	c.runner.AddSource(snapshotter.Informers(factory))
+	c.runner.AddSource(sources...)
 	kvcontroller.Handle(c.runner, c.queue, cfg.Workers, c.syncContent)
 	if _, err := vgsc.Informer().AddEventHandler(contentFilter.Handler(c.queue)); err != nil {
 		return nil, err

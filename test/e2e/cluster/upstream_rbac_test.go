@@ -1,10 +1,6 @@
 package cluster
 
 import (
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +9,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -37,79 +32,6 @@ func expand(rules []rbacv1.PolicyRule) map[rule]bool {
 	return out
 }
 
-// upstreamModule downloads an upstream module's source with the Go module proxy and
-// returns its directory.
-func upstreamModule(t *testing.T, mod string) string {
-	t.Helper()
-	out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
-	if err != nil {
-		t.Fatalf("go mod download %s: %v", mod, err)
-	}
-	var info struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-		t.Fatalf("go mod download %s: %s %v", mod, info.Error, err)
-	}
-	return info.Dir
-}
-
-// upstreamRoles reads the ClusterRole and Role rules of an upstream rbac file.
-func upstreamRoles(t *testing.T, path string) framework.Rules {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out framework.Rules
-	for _, doc := range framework.YAMLDocuments(t, data) {
-		var role struct {
-			Kind  string              `json:"kind"`
-			Rules []rbacv1.PolicyRule `json:"rules"`
-		}
-		if err := utilyaml.Unmarshal(doc, &role); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		switch role.Kind {
-		case "ClusterRole":
-			out.Cluster = append(out.Cluster, role.Rules...)
-		case "Role":
-			out.Namespaced = append(out.Namespaced, role.Rules...)
-		}
-	}
-	return out
-}
-
-func pr(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: verbs}
-}
-
-// upstreamRules is every sidecar's upstream RBAC: the provisioner's and the snapshotter's
-// from the module source, the attacher's and the resizer's (not served by the proxy) from
-// their upstream tables.
-func upstreamRules(t *testing.T) map[framework.Component]framework.Rules {
-	prov := upstreamModule(t, "github.com/kubernetes-csi/external-provisioner/v6@v6.4.0")
-	snap := upstreamModule(t, "github.com/kubernetes-csi/external-snapshotter/v8@v8.7.0")
-	leases := []rbacv1.PolicyRule{pr("coordination.k8s.io", []string{"leases"}, "get", "watch", "list", "delete", "update", "create")}
-	return map[framework.Component]framework.Rules{
-		framework.Provisioner:        upstreamRoles(t, filepath.Join(prov, "deploy", "kubernetes", "rbac.yaml")),
-		framework.CSISnapshotter:     upstreamRoles(t, filepath.Join(snap, "deploy", "kubernetes", "csi-snapshotter", "rbac-csi-snapshotter.yaml")),
-		framework.SnapshotController: upstreamRoles(t, filepath.Join(snap, "deploy", "kubernetes", "snapshot-controller", "rbac-snapshot-controller.yaml")),
-		framework.Attacher: {Namespaced: leases, Cluster: []rbacv1.PolicyRule{
-			pr("", []string{"persistentvolumes"}, "get", "list", "watch", "patch"),
-			pr("storage.k8s.io", []string{"csinodes"}, "get", "list", "watch"),
-			pr("storage.k8s.io", []string{"volumeattachments"}, "get", "list", "watch", "patch"),
-			pr("storage.k8s.io", []string{"volumeattachments/status"}, "patch"),
-		}},
-		framework.Resizer: {Namespaced: leases, Cluster: []rbacv1.PolicyRule{
-			pr("", []string{"persistentvolumes"}, "get", "list", "watch", "patch"),
-			pr("", []string{"persistentvolumeclaims"}, "get", "list", "watch"),
-			pr("", []string{"pods"}, "get", "list", "watch"),
-			pr("", []string{"persistentvolumeclaims/status"}, "patch"),
-			pr("", []string{"events"}, "list", "watch", "create", "update", "patch"),
-			pr("storage.k8s.io", []string{"volumeattributesclasses"}, "get", "list", "watch"),
-		}},
-	}
-}
-
 // documentedExtras are the rights deploy/ ships beyond upstream's, each documented: the
 // attacher's optional events role (README, deploy/attacher/rbac.yaml).
 var documentedExtras = map[framework.Component]map[rule]bool{
@@ -122,7 +44,7 @@ var documentedExtras = map[framework.Component]map[rule]bool{
 func TestShippedRBACIsUpstreams(t *testing.T) {
 	ctx := framework.Context(t, 3*time.Minute)
 	ns := framework.Namespace(t)
-	ups := upstreamRules(t)
+	ups := framework.UpstreamRules(t)
 	// The csr-approver has no upstream counterpart: its shipped rights are compared with
 	// the review only.
 	ups[framework.CSRApprover] = framework.ShippedRules(t, framework.CSRApprover)

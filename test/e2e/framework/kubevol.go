@@ -38,7 +38,9 @@ func KubevolBinary(t testing.TB) string {
 	return binPath
 }
 
-// BuildKubevol builds cmd/kubevol of this source tree into path.
+// BuildKubevol builds cmd/kubevol of this source tree into path, with the environment's
+// settings: under `make test` (CGO_ENABLED=0, GOFLAGS=-trimpath) static and path-free as the
+// shipped binary, from the build cache the test binaries filled.
 func BuildKubevol(path string) error {
 	root, err := localcluster.FindModuleRoot()
 	if err != nil {

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -82,6 +84,34 @@ func WaitForClaim(ctx context.Context, cs kubernetes.Interface, ns, name string,
 		return cond(pvc), nil
 	})
 	return last, err
+}
+
+// ExpandClaim asks for size on the claim and waits (up to two minutes) until the expansion
+// is over: status.capacity at least size, no resize condition and no resize status. It
+// returns the claim as it last read it, and fails the test with that claim otherwise.
+func ExpandClaim(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, claim, size string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := resource.MustParse(size)
+	last, err := WaitForClaim(ctx, cs, ns, claim, 2*time.Minute, func(pvc *corev1.PersistentVolumeClaim) bool {
+		for _, c := range pvc.Status.Conditions {
+			switch c.Type {
+			case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
+				corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
+				return false
+			}
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0
+	})
+	if err != nil {
+		raw, _ := json.Marshal(last)
+		t.Fatalf("waiting for claim %s to be expanded to %s: %v; last claim: %s", claim, size, err, raw)
+	}
+	return last
 }
 
 // EventLines returns the events of the object named name in ns, each formatted by line.

@@ -2,19 +2,17 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // Online expansion of a mounted xfs volume: the claim grows, the resizer calls
@@ -74,40 +72,14 @@ func TestOnlineExpansionBlock(t *testing.T) {
 	e.deleteClaim(pvc.Name, pv.Name)
 }
 
-// expandClaim asks for size and waits for the expansion to finish: status.capacity at the
-// new size, no resize condition and no resize status left.
+// expandClaim asks for size and waits for the expansion to finish (framework.ExpandClaim);
+// status.allocatedResources and the PV have the new size.
 func (e *env) expandClaim(claim, size string) {
 	e.t.Helper()
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(e.ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	last := framework.ExpandClaim(e.ctx, e.t, e.cs, e.ns, claim, size)
 	want := resource.MustParse(size)
-	var last *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pvc, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pvc
-		got := pvc.Status.Capacity[corev1.ResourceStorage]
-		for _, c := range pvc.Status.Conditions {
-			switch c.Type {
-			case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
-				corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
-				return false, nil
-			}
-		}
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0, nil
-	})
-	if err != nil {
-		raw, _ := json.Marshal(last)
-		e.t.Fatalf("waiting for claim %s to be expanded to %s: %v; last claim: %s", claim, size, err, raw)
-	}
-	if last != nil {
-		if got := last.Status.AllocatedResources[corev1.ResourceStorage]; got.Cmp(want) != 0 {
-			e.t.Errorf("status.allocatedResources = %s, want %s", got.String(), size)
-		}
+	if got := last.Status.AllocatedResources[corev1.ResourceStorage]; got.Cmp(want) != 0 {
+		e.t.Errorf("status.allocatedResources = %s, want %s", got.String(), size)
 	}
 	pv := e.boundPV(claim)
 	if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Cmp(want) < 0 {

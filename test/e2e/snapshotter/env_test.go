@@ -51,8 +51,13 @@ type env struct {
 	class         string // default VolumeSnapshotClass of the driver
 	socket        string
 	conn          *csiclient.Conn
-	// snapshotter is the `kubevol snapshotter` process (nil with envOptions.noSnapshotter).
+	// snapshotter is the `kubevol snapshotter` process (nil with envOptions.noSnapshotter
+	// or upstreamRBAC).
 	snapshotter *framework.Process
+	// procs are the env's kubevol processes, for their logs.
+	procs []*framework.Process
+	// upstream holds upstream's rules of each sidecar with envOptions.upstreamRBAC.
+	upstream map[framework.Component]framework.Rules
 }
 
 type envOptions struct {
@@ -65,6 +70,16 @@ type envOptions struct {
 	noSnapshotter bool
 	// driverArgs are extra flags of the controller driver (without agent).
 	driverArgs []string
+	// attach (with agent) makes the CSIDriver require attachment and runs `kubevol
+	// attacher`.
+	attach bool
+	// resizer runs `kubevol resizer`; the StorageClass allows expansion.
+	resizer bool
+	// upstreamRBAC binds each sidecar's ServiceAccount to upstream's rule files alone
+	// (framework.UpstreamRules) instead of deploy/'s, and runs the snapshotter's two roles
+	// as upstream ships them: csi-snapshotter and snapshot-controller, each a process with
+	// its own ServiceAccount.
+	upstreamRBAC bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -73,6 +88,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
 		driver: "snap-" + id + ".kubevol.io", node: "snap-node-" + id}
 	e.snap = snapClient(t)
+	if o.upstreamRBAC {
+		e.upstream = framework.UpstreamRules(t)
+	}
 	installCRDs.Do(func() {
 		ext, err := apiextensionsClient()
 		if err == nil {
@@ -88,17 +106,20 @@ func newEnv(t *testing.T, o envOptions) *env {
 	bind := storagev1.VolumeBindingImmediate
 	if o.agent {
 		bind = storagev1.VolumeBindingWaitForFirstConsumer
-		attach := false
 		_, err := e.cs.StorageV1().CSIDrivers().Create(e.ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: e.driver},
-			Spec: storagev1.CSIDriverSpec{AttachRequired: &attach}}, metav1.CreateOptions{})
+			Spec: storagev1.CSIDriverSpec{AttachRequired: &o.attach}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
 			_ = e.cs.StorageV1().CSIDrivers().Delete(context.Background(), e.driver, metav1.DeleteOptions{})
 		})
-		framework.StartKubevol(t, "driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
-			"--drivername", e.driver, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry"))
+		args := []string{"driver", "--endpoint", e.socket, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
+			"--drivername", e.driver, "--plugin-registration-dir", filepath.Join(e.root, "plugins_registry")}
+		if o.attach {
+			args = append(args, "--attach-required")
+		}
+		e.start(args...)
 		conn, err := csiclient.Dial(csiclient.Config{Address: e.socket, Timeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -110,8 +131,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 		// The agent runs as its node (a CSR, as kubevol up's), on a Node that takes the
 		// test's pods: no companion taint.
-		framework.StartKubevol(t, append([]string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", framework.FreeAddr(t),
-			"--register-with-taints="}, framework.NodeCredentialArgs(t)...)...)
+		agent := append([]string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", framework.FreeAddr(t),
+			"--register-with-taints="}, framework.NodeCredentialArgs(t)...)
+		if o.resizer {
+			// A node may not watch claims: it reads them again every --sync-frequency.
+			agent = append(agent, "--sync-frequency", "2s")
+		}
+		e.start(agent...)
 		t.Cleanup(func() {
 			_ = e.cs.CoreV1().Nodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
 			_ = e.cs.StorageV1().CSINodes().Delete(context.Background(), e.node, metav1.DeleteOptions{})
@@ -121,17 +147,45 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.conn = framework.StartControllerDriver(e.ctx, t, e.dir, e.driver, e.node, o.driverArgs...).Conn
 	}
 	e.sc = framework.CreateStorageClass(e.ctx, t, e.cs, &storagev1.StorageClass{Provisioner: e.driver, VolumeBindingMode: &bind,
-		Parameters: map[string]string{"type": "dir"}}).Name
+		Parameters: map[string]string{"type": "dir"}, AllowVolumeExpansion: &o.resizer}).Name
 	e.class = e.snapshotClass(e.driver, snapv1.VolumeSnapshotContentDelete, nil, true)
-	framework.StartKubevol(t, "provisioner", "--csi-address", e.socket, "--kubeconfig", framework.RunAs(e.ctx, t, e.ns, "provisioner", framework.Provisioner), "--intent-namespace", e.ns,
-		"--retry-interval-start", "200ms", "--retry-interval-max", "2s")
-	if !o.noSnapshotter {
+	fast := []string{"--csi-address", e.socket, "--retry-interval-start", "200ms", "--retry-interval-max", "2s"}
+	e.start(append([]string{"provisioner", "--kubeconfig", e.kubeconfig("provisioner", framework.Provisioner)}, fast...)...)
+	if o.attach {
+		e.start(append([]string{"attacher", "--kubeconfig", e.kubeconfig("attacher", framework.Attacher)}, fast...)...)
+	}
+	if o.resizer {
+		e.start(append([]string{"resizer", "--kubeconfig", e.kubeconfig("resizer", framework.Resizer)}, fast...)...)
+	}
+	switch {
+	case o.upstreamRBAC:
+		// As upstream ships them: the sidecar beside the driver, the controller alone.
+		e.start(append([]string{"csi-snapshotter", "--kubeconfig", e.kubeconfig("csi-snapshotter", framework.CSISnapshotter)}, fast...)...)
+		e.start("snapshot-controller", "--kubeconfig", e.kubeconfig("snapshot-controller", framework.SnapshotController),
+			"--retry-interval-start", "200ms", "--retry-interval-max", "2s")
+	case !o.noSnapshotter:
 		e.snapshotter = e.startSnapshotter(o.snapshotterArgs...)
 	}
 	// Registered after the processes, so it runs before they stop: every snapshot of the
 	// test is deleted while its snapshotter still runs.
 	t.Cleanup(e.deleteAllSnapshots)
 	return e
+}
+
+// start runs a kubevol process of the env.
+func (e *env) start(args ...string) *framework.Process {
+	p := framework.StartKubevol(e.t, args...)
+	e.procs = append(e.procs, p)
+	return p
+}
+
+// kubeconfig is the kubeconfig of a ServiceAccount named name bound to the RBAC of c:
+// deploy/'s, or upstream's with envOptions.upstreamRBAC.
+func (e *env) kubeconfig(name string, c framework.Component) string {
+	if e.upstream != nil {
+		return framework.RunWithRules(e.ctx, e.t, e.ns, name, e.upstream[c])
+	}
+	return framework.RunAs(e.ctx, e.t, e.ns, name, c)
 }
 
 // startSnapshotter runs `kubevol snapshotter` for this driver with fast retries.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // TestUpRunsShippedImages runs kubevol's shipped images as pods, as an operator deploys
@@ -253,9 +254,6 @@ func checkProvisionedAndAttached(t *testing.T, ctx context.Context, cs kubernete
 	return pv.Name
 }
 
-// forbidden is what a refused request leaves in a log: the apiserver's message or its code.
-var forbidden = regexp.MustCompile(`(?i)forbidden|[^.\d]403[^\d]`)
-
 // checkNoForbidden reads every container's log through the apiserver (from the kubelet)
 // and fails on a refused request: each component's ServiceAccount has the rights it needs.
 func checkNoForbidden(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
@@ -271,7 +269,7 @@ func checkNoForbidden(t *testing.T, ctx context.Context, cs kubernetes.Interface
 			if err != nil {
 				t.Fatalf("log of %s/%s: %v", p.Name, c.Name, err)
 			}
-			if m := forbidden.Find(log); m != nil {
+			if m := framework.Forbidden.Find(log); m != nil {
 				t.Errorf("%s/%s logged a refused request (%q):\n%s", p.Name, c.Name, m, log)
 			}
 			n++
