@@ -220,7 +220,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
 			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
-			Metrics: opmetrics.New(reg),
+			Metrics:     opmetrics.New(reg),
 			Distributed: o.distributed,
 		}
 		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common})
