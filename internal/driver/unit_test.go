@@ -66,17 +66,25 @@ func TestUnsupportedReason(t *testing.T) {
 		}
 		return c
 	}
-	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)); r != "" {
+	if r := unsupportedReason("dir", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)); r != "" {
 		t.Errorf("dir mount refused: %s", r)
 	}
-	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true)); r == "" {
+	if r := unsupportedReason("dir", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true)); r == "" {
 		t.Error("dir raw block accepted")
 	}
-	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, true)); r != "" {
+	if r := unsupportedReason("block", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, true)); r != "" {
 		t.Errorf("block raw refused: %s", r)
 	}
-	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
+	if r := unsupportedReason("block", false, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
 		t.Error("multi-node mode accepted for a local volume")
+	}
+	for typ, block := range map[string]bool{"dir": false, "block": true} {
+		if r := unsupportedReason(typ, true, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, block)); r != "" {
+			t.Errorf("multi-node %s on a network volume refused: %s", typ, r)
+		}
+	}
+	if r := unsupportedReason("block", true, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
+		t.Error("a filesystem on a network block volume accepted for several nodes")
 	}
 }
 
