@@ -139,7 +139,7 @@ func TestPaginate(t *testing.T) {
 
 func TestParseFaults(t *testing.T) {
 	rules, err := ParseFaults("CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5; NodeStageVolume:delay=2s;*:hang;DeleteVolume:error=14,count=3;" +
-		"CreateVolume:lose,rate=0.2;NodeStageVolume:lose,error=UNAVAILABLE,rate=0.1;DeleteVolume:hang,rate=0.05,delay=1s")
+		"CreateVolume:lose,rate=0.2;NodeStageVolume:lose,error=UNAVAILABLE,rate=0.1;DeleteVolume:hang,rate=0.05,delay=1s;NodePublishVolume:shadow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +151,7 @@ func TestParseFaults(t *testing.T) {
 		{Method: "CreateVolume", Rate: 0.2, Lose: true},
 		{Method: "NodeStageVolume", Code: codes.Unavailable, Rate: 0.1, Lose: true},
 		{Method: "DeleteVolume", Rate: 0.05, Delay: time.Second, Hang: true},
+		{Method: "NodePublishVolume", Rate: 1, Shadow: true},
 	}
 	if !slices.Equal(rules, want) {
 		t.Errorf("got %+v\nwant %+v", rules, want)
@@ -162,7 +163,7 @@ func TestParseFaults(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"CreateVolume", "CreateVolume:rate=0.5", "X:error=NOPE", "X:rate=2,error=INTERNAL", "X:delay=-1s", "X:color=red",
-		"X:lose=maybe", "X:lose,hang", "X:lose=false"} {
+		"X:lose=maybe", "X:lose,hang", "X:lose=false", "CreateVolume:shadow"} {
 		if _, err := ParseFaults(bad); err == nil {
 			t.Errorf("ParseFaults(%q) accepted", bad)
 		}

@@ -40,6 +40,8 @@ type profile struct {
 	calls map[string]bool
 	// verifyArgs are added to the profile's verify command line.
 	verifyArgs []string
+	// timeout is the --timeout of a misbehaving profile's cases; "" means 40s.
+	timeout string
 }
 
 var profiles = []profile{
@@ -90,6 +92,18 @@ var profiles = []profile{
 		"ephemeral/generic-block":   "volume_capability.access_type is required",
 		"ephemeral/inline-separate": "a readOnly volume",
 		"ephemeral/generic-expand":  "not expanded to",
+	}},
+	// A driver that publishes something other than the volume (a fresh tmpfs over each
+	// target): what one pod writes is not there for the next. The cases that read data
+	// back through a later pod must fail, each at its own check.
+	{name: "shadow", args: []string{"--fault", "NodePublishVolume:shadow"}, only: map[string]string{
+		"subpath":       "directory subPath: read",
+		"multi/volumes": "read back through the mount of claim",
+	}},
+	// A driver whose first two NodeUnstageVolume calls take 30 s: the volumes of the pods
+	// deleted while the node agent was down are still staged when the case's 20 s are up.
+	{name: "slowunstage", args: []string{"--fault", "NodeUnstageVolume:delay=30s,count=2"}, timeout: "20s", only: map[string]string{
+		"crash/deleted-while-down": "staging path",
 	}},
 }
 
@@ -165,7 +179,11 @@ func TestVerifyProfiles(t *testing.T) {
 				for name := range p.only {
 					names = append(names, name)
 				}
-				args = append(args, "--only", strings.Join(names, ","), "--timeout", "40s")
+				timeout := p.timeout
+				if timeout == "" {
+					timeout = "40s"
+				}
+				args = append(args, "--only", strings.Join(names, ","), "--timeout", timeout)
 				junit := filepath.Join(tmp, p.name+".xml")
 				got := runVerify(t, bin, junit, true, args...)
 				why := failureMessages(t, junit)
