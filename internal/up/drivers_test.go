@@ -62,7 +62,11 @@ func (f *fakeDriver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 
 func serveFake(t *testing.T, f *fakeDriver) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "csi.sock")
+	return serveFakeAt(t, filepath.Join(t.TempDir(), "csi.sock"), f)
+}
+
+func serveFakeAt(t *testing.T, sock string, f *fakeDriver) string {
+	t.Helper()
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
