@@ -1,7 +1,6 @@
 package verify
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,12 +136,4 @@ func (k *caseEnv) claimOn(claim string, access corev1.PersistentVolumeAccessMode
 		}
 	}
 	return p, pv, nil
-}
-
-// notMounted fails when a path is still a mount point.
-func notMounted(what, path string) error {
-	if isMountPoint(path) {
-		return fmt.Errorf("%s %s is still mounted", what, path)
-	}
-	return nil
 }

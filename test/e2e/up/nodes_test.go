@@ -124,7 +124,9 @@ func TestUpNodes(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if got := csiMounts(dir); !slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, filepath.Join(roots[2], "pods", string(extPod.UID))+"/") }) {
+	if got := csiMounts(dir); !slices.ContainsFunc(got, func(m string) bool {
+		return strings.HasPrefix(m, filepath.Join(roots[2], "pods", string(extPod.UID))+"/")
+	}) {
 		t.Errorf("CSI mounts %v: none of pod %s under node %s's root", got, extPod.Name, nodes[2])
 	}
 
