@@ -81,17 +81,8 @@ func (k *caseEnv) provisionedOrRefused(claim string) error {
 		if err == nil && pvc.Status.Phase == corev1.ClaimBound {
 			return true, nil
 		}
-		evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=ProvisioningFailed"})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, "InvalidArgument") {
-				refused = ev.Message
-				return true, nil
-			}
-		}
-		return false, nil
+		refused = k.provisioningRefusal(ctx, claim)
+		return refused != "", nil
 	})
 	if err != nil {
 		return fmt.Errorf("claim %s not bound: %w", claim, err)
@@ -100,4 +91,19 @@ func (k *caseEnv) provisionedOrRefused(claim string) error {
 		return skip("the driver refuses a ReadWriteMany claim: %s", refused)
 	}
 	return nil
+}
+
+// provisioningRefusal is the message of a ProvisioningFailed event of the claim with
+// INVALID_ARGUMENT, CSI's answer to what a driver does not offer, or "".
+func (k *caseEnv) provisioningRefusal(ctx context.Context, claim string) string {
+	evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=ProvisioningFailed"})
+	if err != nil {
+		return ""
+	}
+	for _, ev := range evs.Items {
+		if strings.Contains(ev.Message, "InvalidArgument") {
+			return ev.Message
+		}
+	}
+	return ""
 }
