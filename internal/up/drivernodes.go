@@ -38,7 +38,7 @@ func probeDriverNodes(ctx context.Context, endpoint string, nodes []NodeInfo) (*
 	}
 	ids := map[string]string{}
 	for i, n := range nodes {
-		inst, err := probeDriver(ctx, strings.ReplaceAll(endpoint, NodePlaceholder, n.Name))
+		inst, err := probeInstance(ctx, strings.ReplaceAll(endpoint, NodePlaceholder, n.Name), i == 0)
 		if err != nil {
 			return fail(err)
 		}

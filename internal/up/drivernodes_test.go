@@ -25,7 +25,7 @@ func TestProbeDriverNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, n := range nodes {
-			serveFakeAt(t, filepath.Join(dir, n.Name+".sock"), &fakeDriver{name: names[i], nodeID: ids[i]})
+			serveFakeAt(t, filepath.Join(dir, n.Name+".sock"), &fakeDriver{name: names[i], nodeID: ids[i], nodeOnly: i > 0})
 		}
 		return "unix://" + filepath.Join(dir, NodePlaceholder+".sock")
 	}

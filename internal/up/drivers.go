@@ -84,6 +84,13 @@ type externalDriver struct {
 // start: Probe until ready, GetPluginInfo, the plugin, controller and node capabilities,
 // NodeGetInfo. Errors are *DriverError.
 func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) {
+	return probeInstance(ctx, endpoint, true)
+}
+
+// probeInstance is probeDriver; without controller it asks only what node-driver-registrar
+// asks a node instance (a DaemonSet pod need not serve the Controller service, though its
+// plugin capabilities describe the whole plugin, controller included).
+func probeInstance(ctx context.Context, endpoint string, controller bool) (*externalDriver, error) {
 	fail := func(format string, args ...any) (*externalDriver, error) {
 		return nil, &DriverError{Endpoint: endpoint, Err: fmt.Errorf(format, args...)}
 	}
@@ -127,11 +134,13 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	if err := validateDriverName(d.name); err != nil {
 		return fail("GetPluginInfo returned the invalid driver name %q: %v", d.name, err)
 	}
-	caps, err := d.conn.Capabilities(ctx)
-	if err != nil {
-		return fail("%v", err)
+	if controller {
+		caps, err := d.conn.Capabilities(ctx)
+		if err != nil {
+			return fail("%v", err)
+		}
+		d.plugin, d.controller = caps.Plugin, caps.Controller
 	}
-	d.plugin, d.controller = caps.Plugin, caps.Controller
 	if d.node, err = d.conn.NodeCapabilities(ctx); err != nil {
 		return fail("%v", err)
 	}
