@@ -55,7 +55,9 @@ who it is (GetPluginInfo, capabilities, NodeGetInfo), registers it with the node
 node-driver-registrar would (unless it registers itself in <dir>/node/plugins_registry),
 creates its CSIDriver (attachRequired from PUBLISH_UNPUBLISH_VOLUME, storageCapacity from
 GET_CAPACITY; --driver-config overrides) and a StorageClass named after it, and runs its
-provisioner, attacher (when attach is required) and resizer (when it can expand).
+provisioner, attacher (when attach is required) and resizer (when it can expand). With
+--nodes N, an endpoint with {node} (unix:///run/my/{node}.sock) is one node instance of the
+driver per node, each registered with its own node; the first node's also serves the sidecars.
 
 A component that exits is restarted with backoff (1 s doubling to 5 min, back to 1 s after
 10 min of running); up stops only when etcd or the kube-apiserver cannot be brought back.

@@ -37,7 +37,7 @@ func (c *controller) expand(ctx context.Context, id string, rng *csi.CapacityRan
 	}
 	defer v.unlock()
 	if cp != nil {
-		if r := c.cfg.off.unsupported(v.Type, cp); r != "" {
+		if r := c.cfg.off.unsupported(v.Type, v.Network, cp); r != "" {
 			return 0, false, status.Error(codes.InvalidArgument, r)
 		}
 	}

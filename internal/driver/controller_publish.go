@@ -30,12 +30,26 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		return nil, err
 	}
 	defer v.unlock()
-	// A local volume is reachable from its own node only.
-	if owner := cmp.Or(v.Node, c.cfg.NodeID); nodeID != owner {
+	// A local volume is reachable from its own node only, a network one from every node
+	// the controller serves.
+	if owner := cmp.Or(v.Node, c.cfg.NodeID); !v.Network && nodeID != owner {
 		return nil, status.Errorf(codes.NotFound, "node %q not found: volume %s lives on node %q", nodeID, id, owner)
 	}
-	if r := c.cfg.off.unsupported(v.Type, req.GetVolumeCapability()); r != "" {
+	if v.Network && !c.cfg.servesSegment(nodeID) {
+		return nil, status.Errorf(codes.NotFound, "node %q not found: the driver serves %s", nodeID, c.cfg.servedNodes())
+	}
+	if r := c.cfg.off.unsupported(v.Type, v.Network, req.GetVolumeCapability()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)
+	}
+	// The attach of a network disk: one that is not multi-node stays on one node until it
+	// is unpublished there (CSI: FAILED_PRECONDITION, published at another node without a
+	// MULTI_NODE capability). A force-detach (out-of-service) unpublishes the lost node.
+	if !multiNode(req.GetVolumeCapability().GetAccessMode().GetMode()) {
+		for other := range v.Attachments {
+			if other != nodeID {
+				return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at node %q and its access mode is single-node", id, other)
+			}
+		}
 	}
 	want := state.Attachment{
 		ReadOnly:   req.GetReadonly(),

@@ -36,7 +36,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err := validateMutable(req.GetMutableParameters()); err != nil {
 		return nil, err
 	}
-	if r := c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()); r != "" {
+	if r := c.cfg.off.firstUnsupported(params.typ, params.network, req.GetVolumeCapabilities()); r != "" {
 		return nil, status.Error(codes.InvalidArgument, r)
 	}
 	if req.GetVolumeContentSource().GetSnapshot() != nil && c.cfg.off[WithoutSnapshots] {
@@ -107,6 +107,10 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 // creating state, and the path of its content source. The caller holds pool.mu and c.mu.
 func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volumeParams, source string) (*state.Volume, string, error) {
 	node, ok := c.cfg.pickNode(req.GetAccessibilityRequirements())
+	if params.network {
+		// Network storage is reachable from every segment: any requirement is met.
+		node, ok = "", true
+	}
 	if !ok {
 		return nil, "", status.Errorf(codes.ResourceExhausted, "volumes can only be provisioned on %s", c.cfg.servedNodes())
 	}
@@ -132,6 +136,7 @@ func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volum
 		MutableParameters: recordedMutable(req.GetMutableParameters()),
 		Source:            source,
 		Node:              node,
+		Network:           params.network,
 		CreatedAt:         time.Now().UTC(),
 		Creating:          true,
 	}, fromPath, nil
@@ -215,10 +220,14 @@ func incompatibleVolume(v *state.Volume, req *csi.CreateVolumeRequest, p volumeP
 
 func (c *controller) csiVolume(v *state.Volume) *csi.Volume {
 	out := &csi.Volume{
-		VolumeId:           v.ID,
-		CapacityBytes:      v.CapacityBytes,
-		VolumeContext:      map[string]string{ParamType: v.Type},
-		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}},
+		VolumeId:      v.ID,
+		CapacityBytes: v.CapacityBytes,
+		VolumeContext: map[string]string{ParamType: v.Type},
+	}
+	// A network volume has no topology: the CO may use it on any node (CSI: accessible
+	// topology unset means accessible from all nodes).
+	if !v.Network {
+		out.AccessibleTopology = []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}}
 	}
 	if v.FsType != "" {
 		out.VolumeContext[ParamFsTypeShort] = v.FsType
@@ -291,7 +300,7 @@ func (c *controller) ValidateVolumeCapabilities(_ context.Context, req *csi.Vali
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	if r := c.cfg.off.firstUnsupported(v.Type, req.GetVolumeCapabilities()); r != "" {
+	if r := c.cfg.off.firstUnsupported(v.Type, v.Network, req.GetVolumeCapabilities()); r != "" {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: r}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
@@ -350,7 +359,7 @@ func (c *controller) GetCapacity(_ context.Context, req *csi.GetCapacityRequest)
 	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 && !c.cfg.servesSegment(seg[TopologyKey]) {
 		return &csi.GetCapacityResponse{}, nil
 	}
-	if c.cfg.off.firstUnsupported(params.typ, req.GetVolumeCapabilities()) != "" {
+	if c.cfg.off.firstUnsupported(params.typ, params.network, req.GetVolumeCapabilities()) != "" {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	c.mu.Lock()

@@ -42,6 +42,10 @@ type FaultRule struct {
 	// volume_capability.mount.mount_flags) cleared before every matching call runs: a
 	// driver that ignores it, for tests of what checks it.
 	Clear string
+	// Shadow, for NodePublishVolume, mounts a fresh small tmpfs over the target path once
+	// the call succeeded: a driver that publishes something other than the volume, so that
+	// what a pod writes is not kept, for tests of what checks the data.
+	Shadow bool
 }
 
 // ParseFaults parses rules separated by ";". A rule is METHOD:key=value,... with keys
@@ -91,15 +95,20 @@ func ParseFaults(spec string) ([]FaultRule, error) {
 				r.Lose, err = parseFlag(k, v)
 			case "clear":
 				r.Clear, err = v, checkFieldPath(v)
+			case "shadow":
+				r.Shadow, err = parseFlag(k, v)
+				if err == nil && method != "NodePublishVolume" {
+					err = fmt.Errorf("shadow is for NodePublishVolume")
+				}
 			default:
-				err = fmt.Errorf("unknown key %q (want error, rate, count, delay, hang, lose or clear)", k)
+				err = fmt.Errorf("unknown key %q (want error, rate, count, delay, hang, lose, clear or shadow)", k)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("fault %q: %v", raw, err)
 			}
 		}
-		if r.Code == codes.OK && r.Delay == 0 && !r.Hang && !r.Lose && r.Clear == "" {
-			return nil, fmt.Errorf("fault %q: sets neither error, delay, hang, lose nor clear", raw)
+		if r.Code == codes.OK && r.Delay == 0 && !r.Hang && !r.Lose && r.Clear == "" && !r.Shadow {
+			return nil, fmt.Errorf("fault %q: sets neither error, delay, hang, lose, clear nor shadow", raw)
 		}
 		if r.Hang && r.Lose {
 			return nil, fmt.Errorf("fault %q: hang keeps the call from running, lose needs it to run", raw)
@@ -158,6 +167,9 @@ func (r FaultRule) String() string {
 	}
 	if r.Clear != "" {
 		parts = append(parts, "clear="+r.Clear)
+	}
+	if r.Shadow {
+		parts = append(parts, "shadow")
 	}
 	return r.Method + ":" + strings.Join(parts, ",")
 }

@@ -75,7 +75,11 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		if err := d.cfg.off.unimplemented(method); err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		resp, err := handler(ctx, req)
+		if err == nil {
+			err = d.faults.shadow(ctx, method, req)
+		}
+		return resp, err
 	})
 	d.metrics.inflight.Dec()
 

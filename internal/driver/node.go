@@ -184,7 +184,7 @@ func (n *node) lockCapable(id string, vc *csi.VolumeCapability) (ref *volumeRef,
 	if ref, release, err = n.lockVolume(id); err != nil {
 		return nil, nil, err
 	}
-	if r := n.cfg.off.unsupported(ref.typ, vc); r != "" {
+	if r := n.cfg.off.unsupported(ref.typ, ref.network, vc); r != "" {
 		release()
 		return nil, nil, status.Error(codes.FailedPrecondition, r)
 	}
@@ -199,6 +199,8 @@ type volumeRef struct {
 	capacity  int64
 	fsType    string
 	ephemeral bool
+	// network: the volume is reachable from every node (placement "network").
+	network bool
 }
 
 // resolve finds a volume. The disk decides whether it exists; the controller's record, when
@@ -222,11 +224,11 @@ func (n *node) resolve(id string) (*volumeRef, error) {
 	ref := &volumeRef{id: id, typ: typ, path: b.VolumePath(id)}
 	if v := n.catalog(id); v != nil {
 		// A controller of several nodes keeps all their volumes in one place; each is
-		// local to the node it was provisioned on.
-		if v.Node != "" && v.Node != n.cfg.NodeID {
+		// local to the node it was provisioned on, unless it is a network volume.
+		if !v.Network && v.Node != "" && v.Node != n.cfg.NodeID {
 			return nil, status.Errorf(codes.NotFound, "volume %s is on node %q, not on node %q", id, v.Node, n.cfg.NodeID)
 		}
-		ref.capacity, ref.fsType = v.CapacityBytes, v.FsType
+		ref.capacity, ref.fsType, ref.network = v.CapacityBytes, v.FsType, v.Network
 	}
 	if typ == state.TypeBlock {
 		if fi, err := os.Stat(ref.path); err == nil {

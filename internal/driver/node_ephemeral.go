@@ -33,7 +33,7 @@ func (n *node) publishEphemeral(ctx context.Context, req *csi.NodePublishVolumeR
 	if vc.GetBlock() != nil {
 		return nil, status.Error(codes.FailedPrecondition, "ephemeral volumes are filesystem volumes only")
 	}
-	if r := n.cfg.off.unsupported(params.typ, vc); r != "" {
+	if r := n.cfg.off.unsupported(params.typ, false, vc); r != "" {
 		return nil, status.Error(codes.FailedPrecondition, r)
 	}
 	size, err := ephemeralSize(attrs, params)

@@ -213,11 +213,12 @@ func (n *node) ownsImage(p string) bool {
 
 // otherNodesImage reports whether p is the image of a volume the controller placed on
 // another node (--topology-nodes): that node's instance, on this same machine, holds its
-// loop devices, and one it is still staging is not yet mounted.
+// loop devices, and one it is still staging is not yet mounted. A network volume may be
+// any node's: a loop device of its image this node's records do not hold is another's.
 func (n *node) otherNodesImage(p string) bool {
 	if !strings.HasPrefix(p, n.layout.Volumes+string(filepath.Separator)) {
 		return false
 	}
 	v := n.catalog(strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)))
-	return v != nil && v.Node != "" && v.Node != n.cfg.NodeID
+	return v != nil && (v.Network || v.Node != "" && v.Node != n.cfg.NodeID)
 }

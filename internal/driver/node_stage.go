@@ -76,7 +76,11 @@ func (n *node) stageLocked(ctx context.Context, ref *volumeRef, path string, vc 
 			return status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
 		}
 		_ = n.update(func(st *state.Node) { delete(st.Stages, id) })
-		return status.Errorf(codes.Internal, "stage volume %s: %v", id, err)
+		code := codes.Internal
+		if status.Code(err) == codes.FailedPrecondition {
+			code = codes.FailedPrecondition // in use on another node
+		}
+		return status.Errorf(code, "stage volume %s: %v", id, status.Convert(err).Message())
 	}
 	want.Phase = state.PhaseDone
 	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
@@ -96,11 +100,9 @@ func (n *node) doStage(ctx context.Context, ref *volumeRef, s *state.Stage) erro
 		return err
 	}
 	if ref.typ == state.TypeBlock {
-		dev, err := n.loops.Attach(ctx, ref.path)
-		if err != nil {
+		if err := n.attachImage(ctx, ref, s); err != nil {
 			return err
 		}
-		s.Device = dev
 	}
 	return n.mountStage(ref, s)
 }
@@ -133,12 +135,11 @@ func (n *node) mountStage(ref *volumeRef, s *state.Stage) error {
 // manual unmount the loop device or the mount may be gone.
 func (n *node) repairStage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
 	if ref.typ == state.TypeBlock {
-		dev, err := n.loops.Attach(ctx, ref.path)
-		if err != nil {
+		was := s.Device
+		if err := n.attachImage(ctx, ref, s); err != nil {
 			return err
 		}
-		if dev != s.Device {
-			s.Device = dev
+		if s.Device != was {
 			c := *s
 			if err := n.update(func(st *state.Node) { st.Stages[s.VolumeID] = &c }); err != nil {
 				return err
@@ -148,7 +149,24 @@ func (n *node) repairStage(ctx context.Context, ref *volumeRef, s *state.Stage) 
 	return n.mountStage(ref, s)
 }
 
-// teardownStage undoes a stage, complete or not: unmount, then detach the loop device.
+// attachImage gives a block volume's stage its loop device: the one of the image if there is
+// one, else a new one; a network volume's through its holders' record (node_network.go).
+func (n *node) attachImage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
+	attach := func() error {
+		dev, err := n.loops.Attach(ctx, ref.path)
+		if err == nil {
+			s.Device = dev
+		}
+		return err
+	}
+	if sharedImage(ref) {
+		return n.holdNetwork(ref, !s.Block, attach)
+	}
+	return attach()
+}
+
+// teardownStage undoes a stage, complete or not: unmount, then detach the loop device (a
+// network volume's only when no other node holds it).
 func (n *node) teardownStage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
 	if !s.Block {
 		if err := n.unmountAll(s.StagingPath); err != nil {
@@ -158,6 +176,14 @@ func (n *node) teardownStage(ctx context.Context, ref *volumeRef, s *state.Stage
 	if s.Type != state.TypeBlock {
 		return nil
 	}
+	if sharedImage(ref) {
+		return n.releaseNetwork(ref.id, func() error { return n.detachImage(ctx, ref, s) })
+	}
+	return n.detachImage(ctx, ref, s)
+}
+
+// detachImage detaches the loop device of a stage's image.
+func (n *node) detachImage(ctx context.Context, ref *volumeRef, s *state.Stage) error {
 	// The record may predate the attach (a crash right after losetup): find the device
 	// by its image.
 	dev := s.Device

@@ -102,7 +102,7 @@ func (n *node) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRe
 	}
 	defer release()
 	if vc := req.GetVolumeCapability(); vc != nil {
-		if r := n.cfg.off.unsupported(ref.typ, vc); r != "" {
+		if r := n.cfg.off.unsupported(ref.typ, ref.network, vc); r != "" {
 			return nil, status.Error(codes.InvalidArgument, r)
 		}
 	}

@@ -15,6 +15,10 @@ import (
 // StorageClass parameters and volume context keys the driver understands.
 const (
 	ParamType = "type"
+	// ParamPlacement chooses where a volume is reachable: PlacementNode (the default), on
+	// the one node it is provisioned on; PlacementNetwork, from every node of the machine,
+	// as network storage: no topology, multi-node access modes offered.
+	ParamPlacement = "placement"
 	// ParamFsType is the external-provisioner's reserved key; ParamFsTypeShort is the
 	// in-tree style key users also write.
 	ParamFsType      = "csi.storage.k8s.io/fstype"
@@ -40,10 +44,18 @@ const (
 
 var supportedFsTypes = []string{"ext4", "xfs"}
 
+// Placements, the values of ParamPlacement.
+const (
+	PlacementNode    = "node"
+	PlacementNetwork = "network"
+)
+
 // volumeParams is the decoded form of the CreateVolume parameters.
 type volumeParams struct {
 	typ    string
 	fsType string
+	// network: the volume is reachable from every node (placement "network").
+	network bool
 }
 
 func parseParams(p map[string]string) (volumeParams, error) {
@@ -53,6 +65,13 @@ func parseParams(p map[string]string) (volumeParams, error) {
 			return vp, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want %q or %q", ParamType, t, state.TypeDir, state.TypeBlock)
 		}
 		vp.typ = t
+	}
+	switch pl := p[ParamPlacement]; pl {
+	case "", PlacementNode:
+	case PlacementNetwork:
+		vp.network = true
+	default:
+		return vp, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want %q or %q", ParamPlacement, pl, PlacementNode, PlacementNetwork)
 	}
 	for _, k := range []string{ParamFsType, ParamFsTypeShort} {
 		if fs, ok := p[k]; ok && fs != "" {
@@ -150,13 +169,19 @@ func validateCapability(c *csi.VolumeCapability) error {
 	return nil
 }
 
-// unsupportedReason says why a volume of type typ cannot honour a capability, or "".
-func unsupportedReason(typ string, c *csi.VolumeCapability) string {
-	switch c.GetAccessMode().GetMode() {
-	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
-		csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
-		csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
-		return fmt.Sprintf("access mode %s: kubevol volumes are local to one node", c.GetAccessMode().GetMode())
+// unsupportedReason says why a volume of type typ, on the network or not, cannot honour a
+// capability, or "". A node-local volume has single-node modes only. A network volume has
+// every mode, except that a filesystem on a "block" image is mounted by one node at a
+// time: ext4 and xfs are not cluster filesystems (a network disk's raw block device, like
+// a "dir" volume, may be shared).
+func unsupportedReason(typ string, network bool, c *csi.VolumeCapability) string {
+	if multiNode(c.GetAccessMode().GetMode()) {
+		switch {
+		case !network:
+			return fmt.Sprintf("access mode %s: kubevol volumes are local to one node unless %s=%s", c.GetAccessMode().GetMode(), ParamPlacement, PlacementNetwork)
+		case typ == state.TypeBlock && c.GetBlock() == nil:
+			return fmt.Sprintf("access mode %s: a filesystem on a %q volume is mounted by one node at a time; share it as raw block or use type %q", c.GetAccessMode().GetMode(), state.TypeBlock, state.TypeDir)
+		}
 	}
 	if c.GetBlock() != nil && typ != state.TypeBlock {
 		return fmt.Sprintf("raw block access needs a volume of type %q, not %q", state.TypeBlock, typ)
@@ -167,18 +192,28 @@ func unsupportedReason(typ string, c *csi.VolumeCapability) string {
 	return ""
 }
 
+func multiNode(m csi.VolumeCapability_AccessMode_Mode) bool {
+	switch m {
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return true
+	}
+	return false
+}
+
 // unsupported is unsupportedReason plus the capabilities switched off.
-func (w without) unsupported(typ string, c *csi.VolumeCapability) string {
+func (w without) unsupported(typ string, network bool, c *csi.VolumeCapability) string {
 	if r := w.refusedAccess(c); r != "" {
 		return r
 	}
-	return unsupportedReason(typ, c)
+	return unsupportedReason(typ, network, c)
 }
 
 // firstUnsupported returns the reason the first unsupported capability fails, or "".
-func (w without) firstUnsupported(typ string, caps []*csi.VolumeCapability) string {
+func (w without) firstUnsupported(typ string, network bool, caps []*csi.VolumeCapability) string {
 	for _, c := range caps {
-		if r := w.unsupported(typ, c); r != "" {
+		if r := w.unsupported(typ, network, c); r != "" {
 			return r
 		}
 	}

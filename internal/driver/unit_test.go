@@ -66,17 +66,25 @@ func TestUnsupportedReason(t *testing.T) {
 		}
 		return c
 	}
-	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)); r != "" {
+	if r := unsupportedReason("dir", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)); r != "" {
 		t.Errorf("dir mount refused: %s", r)
 	}
-	if r := unsupportedReason("dir", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true)); r == "" {
+	if r := unsupportedReason("dir", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, true)); r == "" {
 		t.Error("dir raw block accepted")
 	}
-	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, true)); r != "" {
+	if r := unsupportedReason("block", false, mode(csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER, true)); r != "" {
 		t.Errorf("block raw refused: %s", r)
 	}
-	if r := unsupportedReason("block", mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
+	if r := unsupportedReason("block", false, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
 		t.Error("multi-node mode accepted for a local volume")
+	}
+	for typ, block := range map[string]bool{"dir": false, "block": true} {
+		if r := unsupportedReason(typ, true, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, block)); r != "" {
+			t.Errorf("multi-node %s on a network volume refused: %s", typ, r)
+		}
+	}
+	if r := unsupportedReason("block", true, mode(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, false)); r == "" {
+		t.Error("a filesystem on a network block volume accepted for several nodes")
 	}
 }
 
@@ -131,7 +139,7 @@ func TestPaginate(t *testing.T) {
 
 func TestParseFaults(t *testing.T) {
 	rules, err := ParseFaults("CreateVolume:error=RESOURCE_EXHAUSTED,rate=0.5; NodeStageVolume:delay=2s;*:hang;DeleteVolume:error=14,count=3;" +
-		"CreateVolume:lose,rate=0.2;NodeStageVolume:lose,error=UNAVAILABLE,rate=0.1;DeleteVolume:hang,rate=0.05,delay=1s")
+		"CreateVolume:lose,rate=0.2;NodeStageVolume:lose,error=UNAVAILABLE,rate=0.1;DeleteVolume:hang,rate=0.05,delay=1s;NodePublishVolume:shadow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +151,7 @@ func TestParseFaults(t *testing.T) {
 		{Method: "CreateVolume", Rate: 0.2, Lose: true},
 		{Method: "NodeStageVolume", Code: codes.Unavailable, Rate: 0.1, Lose: true},
 		{Method: "DeleteVolume", Rate: 0.05, Delay: time.Second, Hang: true},
+		{Method: "NodePublishVolume", Rate: 1, Shadow: true},
 	}
 	if !slices.Equal(rules, want) {
 		t.Errorf("got %+v\nwant %+v", rules, want)
@@ -154,7 +163,7 @@ func TestParseFaults(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"CreateVolume", "CreateVolume:rate=0.5", "X:error=NOPE", "X:rate=2,error=INTERNAL", "X:delay=-1s", "X:color=red",
-		"X:lose=maybe", "X:lose,hang", "X:lose=false"} {
+		"X:lose=maybe", "X:lose,hang", "X:lose=false", "CreateVolume:shadow"} {
 		if _, err := ParseFaults(bad); err == nil {
 			t.Errorf("ParseFaults(%q) accepted", bad)
 		}

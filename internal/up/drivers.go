@@ -28,7 +28,6 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/pkg/pluginregistration"
 )
 
 // DriverError is a --driver that up cannot use: unreachable, or answering nonsense. The
@@ -72,12 +71,26 @@ type externalDriver struct {
 	sidecars  []*component
 	regCancel context.CancelFunc
 	regDone   chan struct{}
+
+	// kubeNode is the Node this instance serves; registry its node agent's plugin
+	// registry, "" for the first node's (up's usual one).
+	kubeNode, registry string
+	// nodeInstances are the driver's instances on the other nodes (--driver with
+	// NodePlaceholder): registered each with its node, no sidecars or objects of their own.
+	nodeInstances []*externalDriver
 }
 
 // probeDriver asks a driver who it is, as node-driver-registrar and the sidecars do at
 // start: Probe until ready, GetPluginInfo, the plugin, controller and node capabilities,
 // NodeGetInfo. Errors are *DriverError.
 func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) {
+	return probeInstance(ctx, endpoint, true)
+}
+
+// probeInstance is probeDriver; without controller it asks only what node-driver-registrar
+// asks a node instance (a DaemonSet pod need not serve the Controller service, though its
+// plugin capabilities describe the whole plugin, controller included).
+func probeInstance(ctx context.Context, endpoint string, controller bool) (*externalDriver, error) {
 	fail := func(format string, args ...any) (*externalDriver, error) {
 		return nil, &DriverError{Endpoint: endpoint, Err: fmt.Errorf(format, args...)}
 	}
@@ -121,11 +134,13 @@ func probeDriver(ctx context.Context, endpoint string) (*externalDriver, error) 
 	if err := validateDriverName(d.name); err != nil {
 		return fail("GetPluginInfo returned the invalid driver name %q: %v", d.name, err)
 	}
-	caps, err := d.conn.Capabilities(ctx)
-	if err != nil {
-		return fail("%v", err)
+	if controller {
+		caps, err := d.conn.Capabilities(ctx)
+		if err != nil {
+			return fail("%v", err)
+		}
+		d.plugin, d.controller = caps.Plugin, caps.Controller
 	}
-	d.plugin, d.controller = caps.Plugin, caps.Controller
 	if d.node, err = d.conn.NodeCapabilities(ctx); err != nil {
 		return fail("%v", err)
 	}
@@ -297,22 +312,13 @@ func (s *Stack) fileLogger(name string) klog.Logger {
 func (s *Stack) startDrivers(ctx context.Context, cs kubernetes.Interface) error {
 	regDir := s.path("node", "plugins_registry")
 	for _, d := range s.drivers {
-		if sock := registeredBy(ctx, regDir, d.name); sock != "" {
-			d.selfRegistered = true
-			fmt.Fprintf(s.opts.Progress, "%s registers itself (%s)\n", d.name, sock)
-		} else {
-			rctx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), s.fileLogger("kubevol-"+d.name+"-registrar")))
-			d.regCancel, d.regDone = cancel, make(chan struct{})
-			reg := &pluginregistration.Registrar{Dir: regDir, Driver: d.name, Endpoint: d.socket}
-			go func() {
-				defer close(d.regDone)
-				if err := reg.Serve(rctx); err != nil {
-					s.report(fmt.Sprintf("%s: plugin registration stopped: %v", d.name, err))
-				}
-			}()
+		if err := s.register(ctx, cs, d, regDir); err != nil {
+			return err
 		}
-		if err := waitRegistered(ctx, cs, s.opts.NodeName, d.name); err != nil {
-			return fmt.Errorf("driver %s (%s) did not register with the node agent: %w; see %s", d.name, d.endpoint, err, s.Cluster.LogPath("kubevol-node"))
+		for _, inst := range d.nodeInstances {
+			if err := s.register(ctx, cs, inst, inst.registry); err != nil {
+				return err
+			}
 		}
 		if err := d.installDriverObjects(ctx, cs, d.canExpand()); err != nil {
 			return err
@@ -435,6 +441,9 @@ func (d *externalDriver) status(ctx context.Context) localcluster.ComponentStatu
 // stopRegistration removes up's registration socket, once the node agent is stopped, so
 // that the driver stays on the CSINode as it would while a kubelet is down.
 func (d *externalDriver) stopRegistration() {
+	for _, inst := range d.nodeInstances {
+		inst.stopRegistration()
+	}
 	if d.regCancel != nil {
 		d.regCancel()
 		<-d.regDone
@@ -462,6 +471,7 @@ func checkDrivers(ds []*externalDriver) error {
 
 func closeDrivers(ds []*externalDriver) {
 	for _, d := range ds {
+		closeDrivers(d.nodeInstances)
 		_ = d.conn.Close()
 	}
 }

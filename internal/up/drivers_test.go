@@ -25,6 +25,8 @@ type fakeDriver struct {
 	nodeID string
 	ctrl   []csi.ControllerServiceCapability_RPC_Type
 	node   []csi.NodeServiceCapability_RPC_Type
+	// nodeOnly serves no Controller service, as a driver's node instance may not.
+	nodeOnly bool
 }
 
 func (f *fakeDriver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -62,14 +64,20 @@ func (f *fakeDriver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 
 func serveFake(t *testing.T, f *fakeDriver) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "csi.sock")
+	return serveFakeAt(t, filepath.Join(t.TempDir(), "csi.sock"), f)
+}
+
+func serveFakeAt(t *testing.T, sock string, f *fakeDriver) string {
+	t.Helper()
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
 	csi.RegisterIdentityServer(srv, f)
-	csi.RegisterControllerServer(srv, f)
+	if !f.nodeOnly {
+		csi.RegisterControllerServer(srv, f)
+	}
 	csi.RegisterNodeServer(srv, f)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)

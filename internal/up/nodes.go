@@ -2,7 +2,6 @@ package up
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -54,9 +53,8 @@ type step struct {
 // other node's segment, and each other node has a node instance over the controller's
 // volumes. Each registers with its own node agent.
 func (s *Stack) driverSteps(nodes []NodeInfo, ports []int) []step {
-	registry := func(n NodeInfo) string { return filepath.Join(n.RootDir, "plugins_registry") }
 	// The node agent learns of the driver as the kubelet would, through its registry.
-	first := s.driverArgs("all", nodes[0], "--plugin-registration-dir", registry(nodes[0]))
+	first := s.driverArgs("all", nodes[0], "--plugin-registration-dir", registryOf(nodes[0]))
 	if len(nodes) > 1 {
 		var others []string
 		for _, n := range nodes[1:] {
@@ -67,7 +65,7 @@ func (s *Stack) driverSteps(nodes []NodeInfo, ports []int) []step {
 	steps := []step{{"driver", ports[0], first}}
 	for i, n := range nodes[1:] {
 		steps = append(steps, step{n.driver, ports[1+i],
-			s.driverArgs("node", n, "--plugin-registration-dir", registry(n), "--controller-state-dir", nodes[0].DriverStateDir)})
+			s.driverArgs("node", n, "--plugin-registration-dir", registryOf(n), "--controller-state-dir", nodes[0].DriverStateDir)})
 	}
 	return steps
 }

@@ -14,11 +14,16 @@ import (
 // DefaultStorageClass is the StorageClass `kubevol up` installs and marks default.
 const DefaultStorageClass = "kubevol-local"
 
+// NetworkStorageClass is the StorageClass of the built-in driver's network volumes
+// (placement=network): reachable from every node, as network storage is, so a pod can move
+// between nodes and ReadWriteMany claims are offered.
+const NetworkStorageClass = "kubevol-network"
+
 const fieldManager = "kubevol-up"
 
 // installObjects applies, server-side and idempotently, what the components expect to find:
 // their namespace, the CSIDriver that tells the attach/detach controller and the node how to
-// treat the driver, and a default StorageClass.
+// treat the driver, a default StorageClass of node-local volumes and one of network volumes.
 func installObjects(ctx context.Context, cs kubernetes.Interface, attachRequired bool) error {
 	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
 	if _, err := cs.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace(Namespace), opts); err != nil {
@@ -42,6 +47,16 @@ func installObjects(ctx context.Context, cs kubernetes.Interface, attachRequired
 		// Local volumes live on one node: provision where the pod is scheduled.
 		WithVolumeBindingMode(storagev1.VolumeBindingWaitForFirstConsumer).
 		WithAllowVolumeExpansion(true)
-	_, err := cs.StorageV1().StorageClasses().Apply(ctx, sc, opts)
+	if _, err := cs.StorageV1().StorageClasses().Apply(ctx, sc, opts); err != nil {
+		return err
+	}
+	network := storagev1ac.StorageClass(NetworkStorageClass).
+		WithProvisioner(DriverName).
+		WithParameters(map[string]string{"type": "dir", "placement": "network"}).
+		WithReclaimPolicy(corev1.PersistentVolumeReclaimDelete).
+		// Reachable from every node: nothing to wait for, the volume follows the pod.
+		WithVolumeBindingMode(storagev1.VolumeBindingImmediate).
+		WithAllowVolumeExpansion(true)
+	_, err := cs.StorageV1().StorageClasses().Apply(ctx, network, opts)
 	return err
 }

@@ -146,8 +146,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// External drivers are asked who they are before anything starts: a wrong --driver
 	// fails at once.
 	var drivers []*externalDriver
+	nodes := (&Stack{opts: o}).Nodes()
 	for _, ep := range o.Drivers {
-		d, err := probeDriver(ctx, ep)
+		d, err := probeDriverNodes(ctx, ep, nodes)
 		if err != nil {
 			closeDrivers(drivers)
 			return nil, err

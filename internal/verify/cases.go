@@ -69,6 +69,9 @@ func allCases() []*testCase {
 		{name: "access/rwop-node", run: readWriteOncePodOnNode},
 		{name: "selinux/mount", host: true, applies: seLinuxApplies, run: seLinuxMount},
 		{name: "topology/pinned-away", run: pinnedAway},
+		{name: "multinode/rwo-move", host: true, run: rwoMove},
+		{name: "multinode/rwx", host: true, run: rwxNodes},
+		{name: "multinode/out-of-service", host: true, phase: phaseAlone, run: lostNode},
 		{name: "leftovers", phase: phaseLast, run: leftovers},
 		groupSnapshotCase(),
 	}, modifyCases()...)

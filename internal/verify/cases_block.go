@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,17 +27,8 @@ func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
 			p = cur
 			return true, nil
 		}
-		evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=ProvisioningFailed"})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, "InvalidArgument") {
-				refused = ev.Message
-				return true, nil
-			}
-		}
-		return false, nil
+		refused = k.provisioningRefusal(ctx, claim)
+		return refused != "", nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("volumes of pod %s not ready: %w", name, err)

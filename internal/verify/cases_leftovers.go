@@ -83,13 +83,21 @@ func (k *caseEnv) runMounts() []string {
 	if err != nil {
 		return []string{"cannot read the mount table: " + err.Error()}
 	}
+	// The pods of the multinode/ cases ran on the other nodes of a kubevol up --nodes too.
+	roots := []string{k.root}
+	if k.root != "" {
+		others, _ := filepath.Glob(filepath.Join(k.o.Dir, "nodes", "*", "node"))
+		roots = append(roots, others...)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []string
 	for _, mp := range mps {
 		for _, uid := range k.uids {
-			if strings.HasPrefix(mp.Path, filepath.Join(k.root, "pods", string(uid))+"/") {
-				out = append(out, mp.Path)
+			for _, root := range roots {
+				if strings.HasPrefix(mp.Path, filepath.Join(root, "pods", string(uid))+"/") {
+					out = append(out, mp.Path)
+				}
 			}
 		}
 	}

@@ -38,6 +38,17 @@ func pinnedAway(k *caseEnv) error {
 	if err := k.deletePod("here"); err != nil {
 		return err
 	}
+	pv, err := k.boundPV("data")
+	if err != nil {
+		return err
+	}
+	if pv.Spec.NodeAffinity == nil {
+		// A volume without node affinity claims every segment: the pod must mount it there.
+		if _, err := k.runPod("away", []corev1.Volume{claimVolume("data", "data")}, nil, onNode(other)); err != nil {
+			return fmt.Errorf("PV %s has no node affinity, but a pod on node %s of another segment: %w", pv.Name, other, err)
+		}
+		return nil
+	}
 	away, err := k.pod("away", []corev1.Volume{claimVolume("data", "data")}, nil, func(p *corev1.Pod) {
 		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
 	})

@@ -46,8 +46,10 @@ type Volume struct {
 	// mutable_parameters, then every ControllerModifyVolume merged in.
 	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
 	// Source is "snapshot:<id>" or "volume:<id>" when the volume was pre-populated.
-	Source    string    `json:"source,omitempty"`
-	Node      string    `json:"node"`
+	Source string `json:"source,omitempty"`
+	Node   string `json:"node"`
+	// Network: the volume is reachable from every node (placement "network"); Node is "".
+	Network   bool      `json:"network,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Attachments are the ControllerPublishVolume records, keyed by node ID.
 	Attachments map[string]Attachment `json:"attachments,omitempty"`

@@ -26,16 +26,30 @@ import (
 // (its own node certificate) and the built-in driver on its CSINode under its own node ID
 // and topology segment; a WaitForFirstConsumer claim of a pod pinned to the second node is
 // provisioned in that node's segment and mounted under that node's root directory only.
-// SIGINT, once the pod and claim are gone, leaves no process, mount or loop device.
+// An external driver given as --driver unix:///…/{node}.sock runs one node instance per
+// node, as docs/up.md tells a driver author: each registers with its own node, under its
+// own node ID, and a pod on the third node mounts its volume there.
+// SIGINT, once the pods and claims are gone, leaves no process, mount or loop device.
 func TestUpNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("kubevol up needs root (mounts); run the tests as root")
 	}
 	bin := kubevolBinary(t)
-	dir := t.TempDir()
-	t.Cleanup(func() { unmountUnder(t, dir) })
+	dir, ext := t.TempDir(), t.TempDir()
+	t.Cleanup(func() { unmountUnder(t, dir); unmountUnder(t, ext) })
+	const extDriver = "nodes.ext.kubevol.io"
+	extSock := func(node string) string { return "unix://" + filepath.Join(ext, node+".sock") }
+	for i, n := range []string{"n", "n-2", "n-3"} {
+		args := []string{"driver", "--drivername", extDriver, "--endpoint", extSock(n), "--node-id", n, "--state-dir", filepath.Join(ext, n)}
+		if i == 0 {
+			args = append(args, "--topology-nodes", "n-2,n-3")
+		} else {
+			args = append(args, "--mode", "node", "--controller-state-dir", filepath.Join(ext, "n"))
+		}
+		startProc(t, "ext-"+n, bin, args...)
+	}
 	start := time.Now()
-	r := startUp(t, bin, "--dir", dir, "--node-name", "n", "--nodes", "3", "--status-interval", "500ms")
+	r := startUp(t, bin, "--dir", dir, "--node-name", "n", "--nodes", "3", "--status-interval", "500ms", "--driver", extSock("{node}"))
 	t.Logf("kubevol up --nodes 3 ready in %s", time.Since(start).Round(time.Millisecond))
 	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
@@ -59,6 +73,16 @@ func TestUpNodes(t *testing.T) {
 	// Each agent is its node, with the certificate it obtained through its own CSR.
 	for i, name := range nodes {
 		assertNodeCredential(ctx, t, filepath.Join(filepath.Dir(roots[i]), "node.kubeconfig"), name)
+	}
+	// The external driver's node instances, each on its node under its own node ID.
+	for _, name := range nodes {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			cn, err := cs.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{})
+			return err == nil && slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == extDriver && d.NodeID == name }), nil
+		})
+		if err != nil {
+			t.Errorf("CSINode %s does not list %s under node ID %s: %v", name, extDriver, name, err)
+		}
 	}
 	if t.Failed() {
 		return
@@ -96,13 +120,25 @@ func TestUpNodes(t *testing.T) {
 		}
 	}
 
+	extPod := runPodOn(t, ctx, cs, "default", "ext-on-n3", extDriver, nodes[2])
+	if t.Failed() {
+		return
+	}
+	if got := csiMounts(dir); !slices.ContainsFunc(got, func(m string) bool {
+		return strings.HasPrefix(m, filepath.Join(roots[2], "pods", string(extPod.UID))+"/")
+	}) {
+		t.Errorf("CSI mounts %v: none of pod %s under node %s's root", got, extPod.Name, nodes[2])
+	}
+
 	// Pods and claims go first, so that nothing stays mounted once up stops.
 	step = time.Now()
-	if err := cs.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, pvc.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{pod.Name, extPod.Name} {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, p, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})

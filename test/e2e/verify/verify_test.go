@@ -48,6 +48,8 @@ type profile struct {
 	ignoreMaxVolumes bool
 	// config is more of the CSIDriver's --driver-config (YAML lines of its map).
 	config string
+	// timeout is the --timeout of a misbehaving profile's cases; "" means 40s.
+	timeout string
 }
 
 var profiles = []profile{
@@ -103,6 +105,18 @@ var profiles = []profile{
 		"ephemeral/inline-separate": "a readOnly volume",
 		"ephemeral/generic-expand":  "not expanded to",
 		"limits/refresh":            "the driver's NodeGetInfo reports max_volumes_per_node 0",
+	}},
+	// A driver that publishes something other than the volume (a fresh tmpfs over each
+	// target): what one pod writes is not there for the next. The cases that read data
+	// back through a later pod must fail, each at its own check.
+	{name: "shadow", args: []string{"--fault", "NodePublishVolume:shadow"}, only: map[string]string{
+		"subpath":       "directory subPath: read",
+		"multi/volumes": "read back through the mount of claim",
+	}},
+	// A driver whose first two NodeUnstageVolume calls take 30 s: the volumes of the pods
+	// deleted while the node agent was down are still staged when the case's 20 s are up.
+	{name: "slowunstage", args: []string{"--fault", "NodeUnstageVolume:delay=30s,count=2"}, timeout: "20s", only: map[string]string{
+		"crash/deleted-while-down": "staging path",
 	}},
 }
 
@@ -191,7 +205,11 @@ func TestVerifyProfiles(t *testing.T) {
 				for name := range p.only {
 					names = append(names, name)
 				}
-				args = append(args, "--only", strings.Join(names, ","), "--timeout", "40s")
+				timeout := p.timeout
+				if timeout == "" {
+					timeout = "40s"
+				}
+				args = append(args, "--only", strings.Join(names, ","), "--timeout", timeout)
 				junit := filepath.Join(tmp, p.name+".xml")
 				got := runVerify(t, bin, junit, true, args...)
 				why := failureMessages(t, junit)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -156,7 +157,28 @@ func (p *Plugin) DeviceMountRefs(deviceMountPath string) ([]string, error) {
 	if _, err := os.Stat(deviceMountPath); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return p.host.Mounter().GetMountRefs(deviceMountPath)
+	refs, err := p.host.Mounter().GetMountRefs(deviceMountPath)
+	if err != nil {
+		return nil, err
+	}
+	// Several node agents on one machine (kubevol up --nodes) share its mount table: a
+	// volume reachable from every node (network storage) bind-mounted by another agent is
+	// that node's, not a reference of this one's, as it would be on another machine.
+	root := p.host.Paths().Root
+	return slices.DeleteFunc(refs, func(ref string) bool { return otherAgentsMount(root, ref) }), nil
+}
+
+// otherAgentsMount reports whether a mount point is, in the kubelet's layout, a staging or
+// pod mount of a CSI volume outside this agent's root directory.
+func otherAgentsMount(root, ref string) bool {
+	if root == "" || strings.HasPrefix(ref, filepath.Clean(root)+string(filepath.Separator)) {
+		return false
+	}
+	parts := strings.Split(filepath.Clean(ref), string(filepath.Separator))
+	n := len(parts)
+	staging := n >= 6 && parts[n-1] == "globalmount" && parts[n-6] == "plugins" && parts[n-5] == "kubernetes.io" && parts[n-4] == "csi"
+	pod := n >= 6 && parts[n-1] == "mount" && parts[n-3] == volume.EscapePluginName(PluginName) && parts[n-4] == "volumes" && parts[n-6] == "pods"
+	return staging || pod
 }
 
 // NewMounter implements volume.Plugin.
