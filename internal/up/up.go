@@ -72,7 +72,7 @@ type Options struct {
 	// Images are image archives (OCI layout tarballs) imported into containerd at start.
 	Images []string
 	// E2EImages also builds and imports the e2e suite's agnhost image (a build of a few
-	// minutes, once).
+	// minutes, once) and its nginx image (Debian's nginx, downloaded once if not installed).
 	E2EImages bool
 }
 
