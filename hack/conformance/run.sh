@@ -25,7 +25,7 @@ mkdir -p "$cache/e2e" "$out"
 
 echo "building e2e.test and ginkgo (k8s.io/kubernetes v1.37.2, hack/e2e)" >&2
 (cd "$root/hack/e2e" && go build -o "$cache/e2e/ginkgo" github.com/onsi/ginkgo/v2/ginkgo && go test -c -o "$cache/e2e/e2e.test" .)
-(cd "$root" && go build -o "$work/kubevol" ./cmd/kubevol)
+(cd "$root" && go build -o "$work/bin/kubevol" ./cmd/kubevol)
 case " $rows " in *" upstream "*) upstream_bin=$("$root/hack/conformance/upstream-sidecars.sh") ;; esac
 
 up=
@@ -43,7 +43,7 @@ trap 'stop_row; [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' E
 # start_up <row> <up args...>: kubevol up for a row, until its kubeconfig is written.
 start_up() {
   local row=$1; shift
-  "$work/kubevol" up --dir "$work/$row/up" --runtime containerd --e2e-images --node-name conformance "$@" \
+  "$work/bin/kubevol" up --dir "$work/$row/up" --runtime containerd --e2e-images --node-name conformance "$@" \
     >"$work/$row/up.out" 2>"$work/$row/up.err" &
   up=$!
   until grep -q kubeconfig "$work/$row/up.out" 2>/dev/null; do
