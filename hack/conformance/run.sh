@@ -36,6 +36,9 @@ stop_row() {
   sidecar_pids=()
   if [ -n "$up" ]; then kill -INT "$up" 2>/dev/null || true; wait "$up" 2>/dev/null || true; fi
   up=
+  # up keeps its volumes for its next start, so the loop devices of the volumes a spec left
+  # (a failed one does not delete its claims) stay attached: the run's state is thrown away.
+  losetup -a | sed -n "s|^\(/dev/loop[0-9]*\):.*($work/.*)\$|\1|p" | xargs -r losetup -d || true
 }
 # KEEP=1 keeps the run's directory (up's state and component logs, the sidecars' logs).
 trap 'stop_row; [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
