@@ -89,6 +89,7 @@ test: deps lint cluster-binary
 	GO=$(GO) ./hack/test-embed.sh
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
-# containerd` (docs/conformance.md); not part of make test. FOCUS=<regexp> narrows it.
+# containerd`, with kubevol's sidecars and with upstream's provisioner and snapshotter, side by
+# side (docs/conformance.md); not part of make test. FOCUS=<regexp> narrows it, ROWS picks rows.
 conformance: deps cluster-binary
 	./hack/conformance/run.sh

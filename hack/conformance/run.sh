@@ -1,40 +1,149 @@
 #!/usr/bin/env bash
 # make conformance: the Kubernetes external storage e2e suite (e2e.test and ginkgo from
-# k8s.io/kubernetes v1.37.2, built from hack/e2e) against kubevol's driver and sidecars on
-# `kubevol up --runtime containerd`, then a table of every spec and its result.
-# FOCUS narrows the specs (a ginkgo regexp; the default is every External.Storage spec), SKIP
-# replaces the skipped ones, TIMEOUT bounds the run (a timed-out run still reports), PROCS runs
-# specs in parallel.
+# k8s.io/kubernetes v1.37.2, built from hack/e2e) against kubevol's driver on `kubevol up
+# --runtime containerd`, in two rows:
+#   kubevol   kubevol's sidecars;
+#   upstream  upstream's external-provisioner and external-snapshotter (snapshot-controller
+#             and csi-snapshotter), built from the module proxy (upstream-sidecars.sh) and run
+#             as processes on this machine under their upstream RBAC, with kubevol's attacher
+#             and resizer (upstream does not serve those modules).
+# Each row runs two driver definitions: kubevol-driver.yaml (the type: dir default class) and
+# kubevol-block-driver.yaml (the type: block class). Then one side-by-side table.
+# ROWS picks rows (default "kubevol upstream"); FOCUS_DIR and FOCUS_BLOCK narrow each
+# definition's specs (ginkgo regexps; FOCUS sets both); SKIP replaces the skipped ones;
+# TIMEOUT bounds each run (a timed-out run still reports); PROCS runs specs in parallel;
+# KEEP=1 keeps the logs of every component.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${KUBEVOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevol}
 out=${OUT:-$root/docs/conformance}
 work=$(mktemp -d /tmp/kubevol-conformance.XXXXXX)
-focus=${FOCUS:-External.Storage}
+rows=${ROWS:-kubevol upstream}
+focus_dir=${FOCUS_DIR:-${FOCUS:-External.Storage}}
+focus_block=${FOCUS_BLOCK:-${FOCUS:-External.Storage}}
 mkdir -p "$cache/e2e" "$out"
 
 echo "building e2e.test and ginkgo (k8s.io/kubernetes v1.37.2, hack/e2e)" >&2
 (cd "$root/hack/e2e" && go build -o "$cache/e2e/ginkgo" github.com/onsi/ginkgo/v2/ginkgo && go test -c -o "$cache/e2e/e2e.test" .)
-(cd "$root" && go build -o "$work/kubevol" ./cmd/kubevol)
+(cd "$root" && go build -o "$work/bin/kubevol" ./cmd/kubevol)
+case " $rows " in *" upstream "*) upstream_bin=$("$root/hack/conformance/upstream-sidecars.sh") ;; esac
 
-"$work/kubevol" up --dir "$work/up" --runtime containerd --e2e-images --node-name conformance >"$work/up.out" 2>"$work/up.err" &
-up=$!
-trap 'kill -INT $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$work"' EXIT
-until grep -q kubeconfig "$work/up.out" 2>/dev/null; do
-  kill -0 $up 2>/dev/null || { cat "$work/up.err" >&2; exit 1; }
-  sleep 2
-done
+up=
+sidecar_pids=()
+stop_row() {
+  for p in "${sidecar_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${sidecar_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  sidecar_pids=()
+  if [ -n "$up" ]; then kill -INT "$up" 2>/dev/null || true; wait "$up" 2>/dev/null || true; fi
+  up=
+  # up keeps its volumes for its next start, so the loop devices of the volumes a spec left
+  # (a failed one does not delete its claims) stay attached: the run's state is thrown away.
+  losetup -a | sed -n "s|^\(/dev/loop[0-9]*\):.*($work/.*)\$|\1|p" | xargs -r losetup -d || true
+}
+# KEEP=1 keeps the run's directory (up's state and component logs, the sidecars' logs).
+trap 'stop_row; [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
+
+# start_up <row> <up args...>: kubevol up for a row, until its kubeconfig is written.
+start_up() {
+  local row=$1; shift
+  "$work/bin/kubevol" up --dir "$work/$row/up" --runtime containerd --e2e-images --node-name conformance "$@" \
+    >"$work/$row/up.out" 2>"$work/$row/up.err" &
+  up=$!
+  until grep -q kubeconfig "$work/$row/up.out" 2>/dev/null; do
+    kill -0 "$up" 2>/dev/null || { cat "$work/$row/up.err" >&2; exit 1; }
+    sleep 2
+  done
+}
+
+# sa_kubeconfig <admin kubeconfig> <namespace> <serviceaccount> <file>: a kubeconfig of a
+# ServiceAccount's token, on the admin kubeconfig's cluster.
+sa_kubeconfig() {
+  local admin=$1 ns=$2 sa=$3 file=$4 token
+  kubectl --kubeconfig "$admin" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster}' >/dev/null
+  token=$(kubectl --kubeconfig "$admin" -n "$ns" create token "$sa" --duration=24h)
+  local server ca
+  server=$(kubectl --kubeconfig "$admin" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kubectl --kubeconfig "$admin" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  (umask 077 && cat >"$file" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: up, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: $sa, user: {token: "$token"}}]
+contexts: [{name: $sa, context: {cluster: up, user: $sa, namespace: $ns}}]
+current-context: $sa
+KC
+  )
+}
+
+# start_upstream <row dir>: upstream's provisioner, snapshot-controller and csi-snapshotter
+# against the built-in driver's socket, each as its ServiceAccount bound by upstream's RBAC.
+start_upstream() {
+  local dir=$1 admin=$1/up/kubeconfig sock=unix://$1/up/csi/csi.sock
+  for f in rbac-external-provisioner.yaml rbac-snapshot-controller.yaml rbac-csi-snapshotter.yaml; do
+    kubectl --kubeconfig "$admin" apply -f "$upstream_bin/$f" >/dev/null
+  done
+  sa_kubeconfig "$admin" default csi-provisioner "$dir/provisioner.kubeconfig"
+  sa_kubeconfig "$admin" kube-system snapshot-controller "$dir/snapshot-controller.kubeconfig"
+  sa_kubeconfig "$admin" default csi-snapshotter "$dir/csi-snapshotter.kubeconfig"
+  # The arguments of upstream's csi-driver-host-path deployment, but no leader election
+  # (one replica) and the kubeconfig of a process outside the cluster.
+  "$upstream_bin/csi-provisioner" -v=5 --csi-address="$sock" --kubeconfig="$dir/provisioner.kubeconfig" \
+    --feature-gates=Topology=true >"$dir/csi-provisioner.log" 2>&1 &
+  sidecar_pids+=($!)
+  "$upstream_bin/snapshot-controller" -v=5 --kubeconfig="$dir/snapshot-controller.kubeconfig" \
+    --leader-election=false >"$dir/snapshot-controller.log" 2>&1 &
+  sidecar_pids+=($!)
+  "$upstream_bin/csi-snapshotter" -v=5 --csi-address="$sock" --kubeconfig="$dir/csi-snapshotter.kubeconfig" \
+    --leader-election=false >"$dir/csi-snapshotter.log" 2>&1 &
+  sidecar_pids+=($!)
+  sleep 5
+  for p in "${sidecar_pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || { tail -n 20 "$dir"/*.log >&2; echo "an upstream sidecar exited" >&2; exit 1; }
+  done
+}
+
 printf '%s' "gcRegistry: registry.k8s.io
 promoterE2eRegistry: registry.k8s.io/e2e-test-images
 sigStorageRegistry: registry.k8s.io/sig-storage
 " > "$work/repo-list.yaml"
 
-start=$(date +%s)
-KUBE_TEST_REPO_LIST="$work/repo-list.yaml" "$cache/e2e/ginkgo" --focus="$focus" --skip="${SKIP:-Disruptive|Serial|Slow}" \
-  --timeout="${TIMEOUT:-2h}" --procs="${PROCS:-1}" --junit-report=junit.xml --output-dir="$work" --no-color "$cache/e2e/e2e.test" -- \
-  --kubeconfig="$work/up/kubeconfig" --storage.testdriver="$root/hack/conformance/kubevol-driver.yaml" \
-  --provider=local --report-dir="$work" >"$work/ginkgo.log" 2>&1 || true
-secs=$(( $(date +%s) - start ))
-cp "$work/ginkgo.log" "$out/kubevol.log"
-cp "$work/junit.xml" "$out/kubevol-junit.xml" 2>/dev/null || true
-go run "$root/hack/conformance/table" -row kubevol="$out/kubevol-junit.xml" -seconds kubevol=$secs | tee "$out/table.md"
+# suite <row> <definition label> <driver.yaml> <focus>: one ginkgo run, its JUnit report and
+# log kept as docs/conformance/<row>-<label>.{xml,log}.
+suite() {
+  local row=$1 label=$2 def=$3 focus=$4
+  KUBE_TEST_REPO_LIST="$work/repo-list.yaml" nice -n 10 "$cache/e2e/ginkgo" --focus="$focus" --skip="${SKIP:-Disruptive|Serial|Slow}" \
+    --timeout="${TIMEOUT:-2h}" --procs="${PROCS:-1}" --junit-report="$row-$label.xml" --output-dir="$work/$row" --no-color "$cache/e2e/e2e.test" -- \
+    --kubeconfig="$work/$row/up/kubeconfig" --storage.testdriver="$root/hack/conformance/$def" \
+    --provider=local --report-dir="$work/$row" >"$work/$row/$label.log" 2>&1 || true
+  cp "$work/$row/$label.log" "$out/$row-$label.log"
+  cp "$work/$row/$row-$label.xml" "$out/$row-$label-junit.xml" 2>/dev/null || true
+}
+
+for row in $rows; do
+  mkdir -p "$work/$row"
+  echo "row $row: starting kubevol up --runtime containerd" >&2
+  case $row in
+    kubevol) start_up "$row" ;;
+    upstream) start_up "$row" --sidecars attacher,resizer ;;
+    *) echo "unknown row $row: want kubevol or upstream" >&2; exit 2 ;;
+  esac
+  kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" >/dev/null
+  [ "$row" = upstream ] && start_upstream "$work/$row"
+  start=$(date +%s)
+  echo "row $row: the dir definition" >&2
+  suite "$row" dir kubevol-driver.yaml "$focus_dir"
+  echo "row $row: the block definition" >&2
+  suite "$row" block kubevol-block-driver.yaml "$focus_block"
+  secs=$(( $(date +%s) - start ))
+  echo "row $row: $secs s" >&2
+  echo "$secs" >"$out/$row-seconds"
+  stop_row
+done
+# The table has every row with reports in docs/conformance/, so that ROWS=kubevol and
+# ROWS=upstream may run apart.
+table_rows=()
+for row in kubevol upstream; do
+  [ -f "$out/$row-seconds" ] || continue
+  table_rows+=(-row "$row=dir:$out/$row-dir-junit.xml,block:$out/$row-block-junit.xml" -seconds "$row=$(cat "$out/$row-seconds")")
+done
+go run "$root/hack/conformance/table" "${table_rows[@]}" | tee "$out/table.md"

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ type upOptions struct {
 	runtime        string
 	images         []string
 	e2eImages      bool
+	sidecars       []string
 }
 
 func newUpCommand() *cobra.Command {
@@ -83,7 +85,8 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.DurationVar(&o.backoffMax, "restart-backoff-max", up.DefaultBackoff.Max, "longest wait before a component that exited is restarted (the wait starts at 1s and doubles)")
 	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
 	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
-	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image (busybox and the sandbox image are always there)")
+	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image and its nginx image (of Debian's nginx package; busybox and the sandbox image are always there)")
+	f.StringSliceVar(&o.sidecars, "sidecars", up.BuiltinSidecars, "the kubevol sidecars to run for the built-in driver (some of "+strings.Join(up.BuiltinSidecars, ",")+"; snapshotter is both the snapshot-controller and the csi-snapshotter); leave one out to run another implementation of it against the driver, as make conformance runs upstream's provisioner and snapshotter")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd
 }
@@ -114,6 +117,11 @@ func (o *upOptions) validate() error {
 	o.dir = abs
 	if o.runtime != "" && o.runtime != up.RuntimeContainerd {
 		return usageErrorf("--runtime %q: want %q or empty", o.runtime, up.RuntimeContainerd)
+	}
+	for _, r := range o.sidecars {
+		if !slices.Contains(up.BuiltinSidecars, r) {
+			return usageErrorf("--sidecars: unknown sidecar %q: want some of %s", r, strings.Join(up.BuiltinSidecars, ","))
+		}
 	}
 	if o.nodes < 1 {
 		return usageErrorf("--nodes %d: want at least 1", o.nodes)
@@ -160,7 +168,7 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Nodes: o.nodes, Progress: stderr,
 		Drivers: o.drivers, DriverConfig: o.driverCfg, NodeSyncFrequency: o.syncFrequency,
 		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter},
-		Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages})
+		Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages, Sidecars: o.sidecars})
 	var driverErr *up.DriverError
 	var missing *kubeletnode.MissingError
 	if errors.As(err, &driverErr) || errors.As(err, &missing) {

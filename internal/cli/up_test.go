@@ -31,6 +31,7 @@ func TestUpDriverFlags(t *testing.T) {
 		{"invalid driver name", []string{"--driver", bad.Address}, "--driver " + bad.Address + `: GetPluginInfo returned the invalid driver name "Bad_Name"`},
 		{"no nodes", []string{"--nodes", "0"}, "--nodes 0: want at least 1"},
 		{"nodes of the kubelet", []string{"--nodes", "2", "--runtime", "containerd"}, "--nodes 2 needs the kubevol node agent"},
+		{"unknown sidecar", []string{"--sidecars", "attacher,snapshot-controller"}, "--sidecars: unknown sidecar \"snapshot-controller\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -81,6 +81,12 @@ func TestImages() ([]image.Named, error) {
 // AgnhostImages is the e2e suite's agnhost image: the static agnhost (built from the same
 // Kubernetes release) on the busybox layer, with agnhost's entrypoint and default command.
 func AgnhostImages(agnhost string) ([]image.Named, error) {
+	top := image.NewLayer().HostFile("agnhost", agnhost, 0o755)
+	return onBusybox(AgnhostImage, image.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{"PATH=/bin:/"}}, top)
+}
+
+// onBusybox is the image ref of this platform: the busybox layer, then top.
+func onBusybox(ref string, cfg image.Config, top *image.Layer) ([]image.Named, error) {
 	bl, err := busyboxLayer()
 	if err != nil {
 		return nil, err
@@ -89,11 +95,11 @@ func AgnhostImages(agnhost string) ([]image.Named, error) {
 	if err != nil {
 		return nil, err
 	}
-	top, err := image.NewLayer().HostFile("agnhost", agnhost, 0o755).Build()
+	tl, err := top.Build()
 	if err != nil {
 		return nil, err
 	}
-	img, err := image.New(platform(), image.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{"PATH=/bin:/"}}, base, top)
+	img, err := image.New(platform(), cfg, base, tl)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +107,7 @@ func AgnhostImages(agnhost string) ([]image.Named, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []image.Named{{Ref: AgnhostImage, Index: idx}}, nil
+	return []image.Named{{Ref: ref, Index: idx}}, nil
 }
 
 // Import loads an image archive (OCI layout, internal/image's WriteArchiveFile) into

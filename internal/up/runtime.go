@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,11 +94,11 @@ func (s *Stack) importImages(ctx context.Context, node *kubeletnode.Node) error 
 	}
 	archives := []string{archive}
 	if s.opts.E2EImages {
-		a, err := s.agnhostArchive(ctx)
+		a, err := s.e2eArchives(ctx)
 		if err != nil {
 			return err
 		}
-		archives = append(archives, a)
+		archives = append(archives, a...)
 	}
 	start := time.Now()
 	for _, a := range append(archives, s.opts.Images...) {
@@ -109,20 +110,39 @@ func (s *Stack) importImages(ctx context.Context, node *kubeletnode.Node) error 
 	return nil
 }
 
-// agnhostArchive builds agnhost (cached like the control plane) and its image archive, next
-// to the binary, once per binary.
-func (s *Stack) agnhostArchive(ctx context.Context) (string, error) {
+// e2eArchives are the archives of the e2e suite's agnhost image (agnhost built and cached
+// like the control plane) and nginx image (Debian's nginx), written next to the agnhost
+// binary, once per binary.
+func (s *Stack) e2eArchives(ctx context.Context) ([]string, error) {
 	bin, err := localcluster.EnsureAgnhost(ctx, s.opts.Progress)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	archive := bin + ".tar"
+	agnhost, err := cachedArchive(bin+".tar", func() ([]image.Named, error) { return kubeletnode.AgnhostImages(bin) })
+	if err != nil {
+		return nil, fmt.Errorf("agnhost image: %w", err)
+	}
+	nginx, err := cachedArchive(bin+"-nginx.tar", func() ([]image.Named, error) {
+		nb, err := kubeletnode.NginxBinary(ctx, filepath.Dir(bin))
+		if err != nil {
+			return nil, err
+		}
+		return kubeletnode.NginxImages(nb)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nginx image: %w", err)
+	}
+	return []string{agnhost, nginx}, nil
+}
+
+// cachedArchive writes the images of build to archive unless it is there already.
+func cachedArchive(archive string, build func() ([]image.Named, error)) (string, error) {
 	if _, err := os.Stat(archive); err == nil {
 		return archive, nil
 	}
-	imgs, err := kubeletnode.AgnhostImages(bin)
+	imgs, err := build()
 	if err != nil {
-		return "", fmt.Errorf("agnhost image: %w", err)
+		return "", err
 	}
 	return archive, image.WriteArchiveFile(archive, imgs...)
 }

@@ -71,8 +71,12 @@ type Options struct {
 	Runtime string
 	// Images are image archives (OCI layout tarballs) imported into containerd at start.
 	Images []string
+	// Sidecars are the kubevol sidecars run for the built-in driver, a subset of
+	// BuiltinSidecars; nil runs them all. Leaving some out lets other implementations of
+	// them (upstream's, in `make conformance`) serve the driver instead.
+	Sidecars []string
 	// E2EImages also builds and imports the e2e suite's agnhost image (a build of a few
-	// minutes, once).
+	// minutes, once) and its nginx image (Debian's nginx, downloaded once if not installed).
 	E2EImages bool
 }
 
@@ -131,6 +135,11 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if err := validateNodes(o); err != nil {
 		return nil, err
+	}
+	for _, r := range o.Sidecars {
+		if !slices.Contains(BuiltinSidecars, r) {
+			return nil, fmt.Errorf("up: unknown sidecar %q: want some of %s", r, strings.Join(BuiltinSidecars, ", "))
+		}
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -207,6 +216,23 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	return s, nil
 }
 
+// BuiltinSidecars are the kubevol sidecars of the built-in driver, in their start order.
+var BuiltinSidecars = []string{"provisioner", "attacher", "resizer", "snapshotter"}
+
+// sidecars are the BuiltinSidecars that Options.Sidecars selects, in start order.
+func (s *Stack) sidecars() []string {
+	if s.opts.Sidecars == nil {
+		return BuiltinSidecars
+	}
+	var out []string
+	for _, r := range BuiltinSidecars {
+		if slices.Contains(s.opts.Sidecars, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (s *Stack) path(elem ...string) string {
 	return filepath.Join(append([]string{s.opts.Dir}, elem...)...)
 }
@@ -247,7 +273,7 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	}
 	// Each sidecar runs as its own ServiceAccount, bound to the RBAC deploy/ ships.
 	kubeconfig := map[string]string{}
-	for _, role := range []string{"provisioner", "attacher", "resizer", "snapshotter"} {
+	for _, role := range s.sidecars() {
 		if kubeconfig[role], err = s.sidecarKubeconfig(ctx, cs, role); err != nil {
 			return err
 		}
@@ -270,12 +296,11 @@ func (s *Stack) startComponents(ctx context.Context) error {
 	}
 	steps := s.driverSteps(nodes, ports)
 	ports = ports[len(nodes):]
-	steps = append(steps,
-		step{"provisioner", ports[0], s.sidecarArgs("provisioner", socket, kubeconfig["provisioner"])},
-		step{"attacher", ports[1], s.sidecarArgs("attacher", socket, kubeconfig["attacher"])},
-		step{"resizer", ports[2], s.sidecarArgs("resizer", socket, kubeconfig["resizer"])},
-		// Both roles: the cluster's snapshot-controller and this driver's csi-snapshotter.
-		step{"snapshotter", ports[3], s.sidecarArgs("snapshotter", socket, kubeconfig["snapshotter"])})
+	// "snapshotter" has both roles: the cluster's snapshot-controller and this driver's
+	// csi-snapshotter.
+	for i, role := range s.sidecars() {
+		steps = append(steps, step{role, ports[i], s.sidecarArgs(role, socket, kubeconfig[role])})
+	}
 	if rn == nil { // else the kubelet is the node
 		steps = append(steps, s.nodeSteps(nodes, bootstrap, ports[4:])...)
 	}

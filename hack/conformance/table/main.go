@@ -1,6 +1,8 @@
 // Command table prints the side-by-side result table of `make conformance` from the JUnit
-// reports of ginkgo runs: one line per spec with its result in each row (kubevol, upstream),
-// then one totals line per row, "kubevol: N passed, N failed, N skipped in Ts".
+// reports of ginkgo runs: one line per spec with its result and run time in each row
+// (kubevol, upstream), then one totals line per row, "kubevol: N passed, N failed, N skipped
+// in Ts". A row may be several runs, one per driver definition, each naming its specs with
+// its label.
 package main
 
 import (
@@ -31,61 +33,53 @@ type pairs []string
 func (p *pairs) String() string     { return strings.Join(*p, ",") }
 func (p *pairs) Set(v string) error { *p = append(*p, v); return nil }
 
+type cell struct {
+	result string
+	secs   float64
+}
+
+type total struct{ passed, failed, skipped int }
+
 func main() {
 	var rows, secs pairs
-	flag.Var(&rows, "row", "name=junit.xml, one per row, in column order")
+	flag.Var(&rows, "row", "name=[label:]junit.xml[,[label:]junit.xml...], one per row, in column order; a label names the driver definition of that run")
 	flag.Var(&secs, "seconds", "name=N: the run time of a row")
 	flag.Parse()
-	results := map[string]map[string]string{} // spec -> row -> result
+	results := map[string]map[string]cell{} // spec -> row -> result
 	var names []string
 	seconds := map[string]string{}
 	for _, s := range secs {
 		n, v, _ := strings.Cut(s, "=")
 		seconds[n] = v
 	}
-	type total struct{ passed, failed, skipped int }
 	totals := map[string]*total{}
 	for _, r := range rows {
-		name, file, ok := strings.Cut(r, "=")
+		name, files, ok := strings.Cut(r, "=")
 		if !ok {
 			fmt.Fprintf(os.Stderr, "-row %q: want name=file\n", r)
 			os.Exit(2)
 		}
 		names = append(names, name)
 		totals[name] = &total{}
-		data, err := os.ReadFile(file)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		var rep report
-		if err := xml.Unmarshal(data, &rep); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", file, err)
-			os.Exit(1)
-		}
-		for _, s := range rep.Suites {
-			for _, c := range s.Cases {
-				if !strings.Contains(c.Name, "External Storage") {
-					continue // the suite's own setup and teardown nodes
+		for _, f := range strings.Split(files, ",") {
+			label, file, ok := strings.Cut(f, ":")
+			if !ok {
+				label, file = "", f
+			}
+			cases, err := readCases(file)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			for _, c := range cases {
+				spec := c.Name
+				if label != "" {
+					spec = label + ": " + spec
 				}
-				res := "passed"
-				switch {
-				case c.Skipped != nil:
-					res = "skipped"
-					totals[name].skipped++
-				case c.Failure != nil || c.Error != nil:
-					res = "FAILED"
-					totals[name].failed++
-				default:
-					totals[name].passed++
+				if results[spec] == nil {
+					results[spec] = map[string]cell{}
 				}
-				if res != "skipped" {
-					res += fmt.Sprintf(" (%.1fs)", c.Time)
-				}
-				if results[c.Name] == nil {
-					results[c.Name] = map[string]string{}
-				}
-				results[c.Name][name] = res
+				results[spec][name] = classify(c, totals[name])
 			}
 		}
 	}
@@ -94,20 +88,66 @@ func main() {
 		specs = append(specs, s)
 	}
 	sort.Strings(specs)
-	fmt.Printf("| spec | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---|", len(names)))
+	fmt.Print("| spec |")
+	for _, n := range names {
+		fmt.Printf(" %s | %s time |", n, n)
+	}
+	fmt.Printf("\n|---|%s\n", strings.Repeat("---|---|", len(names)))
 	for _, s := range specs {
-		cells := make([]string, len(names))
-		for i, n := range names {
-			cells[i] = results[s][n]
-			if cells[i] == "" {
-				cells[i] = "not run"
+		fmt.Printf("| %s |", strings.ReplaceAll(s, "|", "\\|"))
+		for _, n := range names {
+			c, ok := results[s][n]
+			switch {
+			case !ok:
+				fmt.Print(" not run | |")
+			case c.result == "skipped":
+				fmt.Print(" skipped | |")
+			default:
+				fmt.Printf(" %s | %.1fs |", c.result, c.secs)
 			}
 		}
-		fmt.Printf("| %s | %s |\n", strings.ReplaceAll(s, "|", "\\|"), strings.Join(cells, " | "))
+		fmt.Println()
 	}
 	fmt.Println()
 	for _, n := range names {
 		t := totals[n]
 		fmt.Printf("%s: %d passed, %d failed, %d skipped in %ss\n\n", n, t.passed, t.failed, t.skipped, seconds[n])
+	}
+}
+
+// readCases are the spec cases of a JUnit report, without the suite's own setup and
+// teardown nodes.
+func readCases(file string) ([]testcase, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var rep report
+	if err := xml.Unmarshal(data, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %v", file, err)
+	}
+	var out []testcase
+	for _, s := range rep.Suites {
+		for _, c := range s.Cases {
+			if strings.Contains(c.Name, "External Storage") {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// classify is a case's result, counted in t.
+func classify(c testcase, t *total) cell {
+	switch {
+	case c.Skipped != nil:
+		t.skipped++
+		return cell{result: "skipped"}
+	case c.Failure != nil || c.Error != nil:
+		t.failed++
+		return cell{result: "FAILED", secs: c.Time}
+	default:
+		t.passed++
+		return cell{result: "passed", secs: c.Time}
 	}
 }

@@ -1,0 +1,57 @@
+package kubeletnode
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubevol/kubevol/internal/image"
+)
+
+// TestSharedLibrariesRunInRoot copies a dynamically linked host program with the closure
+// sharedLibraries finds into an empty root, as NginxImages does, and runs it there: a
+// library left out would stop the loader.
+func TestSharedLibrariesRunInRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (chroot)")
+	}
+	const prog = "/usr/bin/ls"
+	libs, err := sharedLibraries(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var haveLibc, haveInterp bool
+	for _, l := range libs {
+		haveLibc = haveLibc || filepath.Base(l) == "libc.so.6"
+		haveInterp = haveInterp || strings.HasPrefix(filepath.Base(l), "ld-linux")
+	}
+	if !haveLibc || !haveInterp {
+		t.Fatalf("sharedLibraries(%s) = %v: want libc.so.6 and the loader", prog, libs)
+	}
+	l := image.NewLayer().HostFile("bin/ls", prog, 0o755).Dir("data", 0o755)
+	for _, lib := range libs {
+		l.HostFile(lib, lib, 0o755)
+	}
+	root := t.TempDir()
+	f, err := os.Create(filepath.Join(root, "layer.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteTar(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	rootfs := filepath.Join(root, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("tar", "-xf", f.Name(), "-C", rootfs).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	out, err := exec.Command("chroot", rootfs, "/bin/ls", "/").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "data") {
+		t.Fatalf("ls in a root of the program and its libraries: %v: %s", err, out)
+	}
+}
