@@ -89,23 +89,37 @@ func TestExpandOnline(t *testing.T) {
 }
 
 // TestExpandOffline grows a volume that is not staged: the next NodeStageVolume grows the
-// filesystem.
+// filesystem, ext4 before it mounts it (without CAP_SYS_RESOURCE, and by far more than an
+// online resize can: 16 MiB to 1 GiB, as a small snapshot restored into a large claim).
 func TestExpandOffline(t *testing.T) {
 	drivertest.RequireRoot(t)
 	in := drivertest.Start(t, driver.Config{})
 	c := clients{ctrl: in.Controller, node: in.Node}
-	id := c.create(t, "offline", "block", 320<<20).GetVolumeId()
-	staging := in.Path("staging")
-	c.stage(t, id, staging, mountCap("xfs"))
-	before := fsSize(t, staging)
-	c.unstage(t, id, staging)
-	controllerExpand(t, c, id, 960<<20)
-	c.stage(t, id, staging, mountCap("xfs"))
-	if after := fsSize(t, staging); after < before*2 {
-		t.Errorf("filesystem %d bytes before, %d after restage", before, after)
+	for _, tc := range []struct {
+		fsType   string
+		from, to int64
+	}{{"xfs", 320 << 20, 960 << 20}, {"ext4", 16 << 20, 1 << 30}} {
+		t.Run(tc.fsType, func(t *testing.T) {
+			id := c.create(t, "offline-"+tc.fsType, "block", tc.from).GetVolumeId()
+			staging := in.Path("staging", tc.fsType)
+			c.stage(t, id, staging, mountCap(tc.fsType))
+			if err := os.WriteFile(filepath.Join(staging, "keep"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before := fsSize(t, staging)
+			c.unstage(t, id, staging)
+			controllerExpand(t, c, id, tc.to)
+			c.stage(t, id, staging, mountCap(tc.fsType))
+			if after := fsSize(t, staging); after < before*2 || after < tc.to*8/10 {
+				t.Errorf("filesystem %d bytes before, %d after restage to a %d-byte volume", before, after, tc.to)
+			}
+			if _, err := os.Stat(filepath.Join(staging, "keep")); err != nil {
+				t.Errorf("data lost across the offline growth: %v", err)
+			}
+			c.unstage(t, id, staging)
+			c.delete(t, id)
+		})
 	}
-	c.unstage(t, id, staging)
-	c.delete(t, id)
 }
 
 func controllerExpand(t *testing.T, c clients, id string, size int64) {

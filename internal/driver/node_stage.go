@@ -2,14 +2,18 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/kubevol/kubevol/internal/driver/state"
 )
@@ -118,11 +122,14 @@ func (n *node) mountStage(ref *volumeRef, s *state.Stage) error {
 	if ref.typ == state.TypeDir {
 		return n.mounter.Mount(ref.path, s.StagingPath, "", []string{"bind"})
 	}
+	if err := n.growUnmounted(s.Device, s.StagingPath); err != nil {
+		return err
+	}
 	if err := n.mounter.FormatAndMount(s.Device, s.StagingPath, s.FsType, withNoUUID(s.FsType, s.MountFlags)); err != nil {
 		return err
 	}
 	// An image lengthened while the volume was not staged (offline expansion) gets its
-	// filesystem grown now.
+	// filesystem grown now, if growUnmounted could not (xfs grows only when mounted).
 	if need, err := n.resizer.NeedResize(s.Device, s.StagingPath); err == nil && need {
 		if _, err := n.resizer.Resize(s.Device, s.StagingPath); err != nil {
 			return fmt.Errorf("grow filesystem: %w", err)
@@ -267,4 +274,33 @@ func withNoUUID(fsType string, flags []string) []string {
 		return flags
 	}
 	return append(slices.Clone(flags), "nouuid")
+}
+
+// growUnmounted grows an ext2/3/4 filesystem that is smaller than its device before the
+// device is mounted: the image was lengthened while the volume was not staged (offline
+// expansion), or restored from a smaller snapshot or cloned from a smaller volume into a
+// larger claim. Offline, resize2fs grows by any factor and needs no CAP_SYS_RESOURCE;
+// online it is limited by the group descriptor blocks mkfs reserved, so a 1 MiB image
+// restored into a 1 GiB claim could not grow, and the kernel refuses it outright without
+// that capability. resize2fs wants a clean check first, as the kubelet's ResizeFs rule
+// for unmounted filesystems does.
+func (n *node) growUnmounted(device, stagingPath string) error {
+	format, err := n.mounter.GetDiskFormat(device)
+	if err != nil || !strings.HasPrefix(format, "ext") {
+		return nil // unformatted (FormatAndMount formats it), xfs, or unreadable: nothing to do here
+	}
+	if need, err := n.resizer.NeedResize(device, stagingPath); err != nil || !need {
+		return nil
+	}
+	// e2fsck exits 1 when it corrected something, which leaves the filesystem clean.
+	if out, err := n.mounter.Exec.Command("e2fsck", "-f", "-p", device).CombinedOutput(); err != nil {
+		var exit utilexec.ExitError
+		if !errors.As(err, &exit) || exit.ExitStatus() > 1 {
+			return fmt.Errorf("check filesystem of %s before growing it: %v: %s", device, err, out)
+		}
+	}
+	if out, err := n.mounter.Exec.Command("resize2fs", device).CombinedOutput(); err != nil {
+		return fmt.Errorf("grow filesystem of %s: %v: %s", device, err, out)
+	}
+	return nil
 }
