@@ -187,9 +187,11 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	if fp.watches, err = scrapeWatches(ctx, "http://"+addr+"/metrics"); err != nil {
 		return fp, err
 	}
-	if fp.peakRSS, err = peakRSS(p.PID()); err != nil {
+	usage, err := proc.ReadUsage(p.PID())
+	if err != nil {
 		return fp, err
 	}
+	fp.peakRSS = usage.PeakRSS
 	// Pods go while the agent runs, so it tears their volumes down.
 	for _, n := range names {
 		_ = b.cs.CoreV1().Pods(ns).Delete(ctx, n, metav1.DeleteOptions{})
@@ -255,21 +257,6 @@ func scrapeWatches(ctx context.Context, url string) (int, error) {
 		return 0, errors.New("no volume_manager_object_watches in " + url)
 	}
 	return total, sc.Err()
-}
-
-// peakRSS is the process's VmHWM.
-func peakRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM")
 }
 
 func writeFootprints(out io.Writer, fps []footprint) {
