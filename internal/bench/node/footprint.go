@@ -111,7 +111,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 		return fp, err
 	}
 	defer func() {
-		if len(mountsUnder(root)) == 0 {
+		if len(MountsUnder(root)) == 0 {
 			_ = os.RemoveAll(root)
 		}
 	}()
@@ -175,7 +175,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.cfg.Timeout, true, func(ctx context.Context) (bool, error) {
 		for _, n := range names {
 			pod, err := b.cs.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
-			if err != nil || !volumesReady(pod) {
+			if err != nil || !VolumesReady(pod) {
 				return false, nil
 			}
 		}
@@ -203,7 +203,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	if err != nil {
 		return fp, fmt.Errorf("footprint pods not torn down: %w", err)
 	}
-	if leaked := mountsUnder(root); len(leaked) > 0 {
+	if leaked := MountsUnder(root); len(leaked) > 0 {
 		return fp, fmt.Errorf("%d mounts left under %s", len(leaked), root)
 	}
 	return fp, nil
