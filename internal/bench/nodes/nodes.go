@@ -154,7 +154,7 @@ func (r *run) measure(ctx context.Context) (m *measured, err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	fmt.Fprintf(r.out, "\n== %d nodes × %d pods, %s agents (namespace %s) ==\n", r.nodeCount, r.cfg.PodsPerNode, r.cfg.Agents, r.ns)
+	fmt.Fprintf(r.out, "\n== %d nodes × %d pods, %s agents (namespace %s, agents in %s) ==\n", r.nodeCount, r.cfg.PodsPerNode, r.cfg.Agents, r.ns, r.dir)
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
