@@ -136,9 +136,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	}()
 	// Start-up: process start to /healthz, which answers once the volume manager has its
 	// pods and its state reconstructed.
-	if err := proc.WaitReady(ctx, p, 2*time.Minute, func(ctx context.Context) error {
-		return httpOK(ctx, "http://"+addr+"/healthz")
-	}); err != nil {
+	if err := proc.WaitReady(ctx, p, 2*time.Minute, proc.HTTPOK("http://"+addr+"/healthz")); err != nil {
 		return fp, fmt.Errorf("footprint agent: %w (log %s.log)", err, root)
 	}
 	fp.startup = time.Since(start)
@@ -207,23 +205,6 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 		return fp, fmt.Errorf("%d mounts left under %s", len(leaked), root)
 	}
 	return fp, nil
-}
-
-func httpOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // scrapeWatches sums volume_manager_object_watches over its kinds.

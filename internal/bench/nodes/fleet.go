@@ -2,9 +2,7 @@ package nodes
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,7 +69,7 @@ func (f *processFleet) start(ctx context.Context, nodes []string, ready func()) 
 		f.procs = append(f.procs, p)
 		f.mu.Unlock()
 		// /healthz answers once the volume manager has its pods and its state reconstructed.
-		if err := proc.WaitReady(ctx, p, f.timeout, httpOK("http://"+addr+"/healthz")); err != nil {
+		if err := proc.WaitReady(ctx, p, f.timeout, proc.HTTPOK("http://"+addr+"/healthz")); err != nil {
 			return fmt.Errorf("agent %s: %w; last log lines (%s):\n%s", node, err, p.LogPath, proc.LogTail(p.LogPath, 10))
 		}
 		ready()
@@ -104,23 +102,4 @@ func (f *processFleet) stop() error {
 	f.procs = nil
 	f.mu.Unlock()
 	return proc.StopAll(30*time.Second, procs...)
-}
-
-// httpOK is a readiness probe: GET url answers 200.
-func httpOK(url string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(url + ": " + resp.Status)
-		}
-		return nil
-	}
 }

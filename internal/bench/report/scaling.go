@@ -109,9 +109,6 @@ func (s *Scaling) WriteFiles(dir, base, title string, out io.Writer) error {
 	if dir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	merged := &Scaling{Group: s.Group, X: s.X, Series: s.Series}
 	if f, err := os.Open(filepath.Join(dir, base+".csv")); err == nil {
 		old, err := ReadScalingCSV(f)
@@ -125,24 +122,8 @@ func (s *Scaling) WriteFiles(dir, base, title string, out io.Writer) error {
 	for _, r := range s.Rows {
 		merged.Upsert(r)
 	}
-	for _, f := range []struct {
-		ext   string
-		write func(io.Writer) error
-	}{
-		{".csv", merged.WriteCSV},
-		{".svg", func(w io.Writer) error { return merged.WriteSVG(w, title) }},
-	} {
-		path := filepath.Join(dir, base+f.ext)
-		fh, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := errors.Join(f.write(fh), fh.Close()); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "wrote %s (%d rows)\n", path, len(merged.Rows))
-	}
-	return nil
+	return writePair(dir, base, merged.WriteCSV, func(w io.Writer) error { return merged.WriteSVG(w, title) },
+		fmt.Sprintf(" (%d rows)", len(merged.Rows)), out)
 }
 
 // WriteSVG plots each series in a panel of its own against X, one line per group, X on a
