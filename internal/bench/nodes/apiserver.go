@@ -26,6 +26,9 @@ type apiSnapshot struct {
 	// registered is apiserver_registered_watchers summed, -1 when the API server no longer
 	// has it (removed in Kubernetes 1.25 for apiserver_longrunning_requests).
 	registered int
+	// refused counts the requests the API server's authorizers denied so far, per
+	// authorizer (a node's read before the Node authorizer's graph has the pod is one).
+	refused map[string]int
 }
 
 func (s apiSnapshot) totalWatches() int {
@@ -56,20 +59,21 @@ func (a *apiServer) snapshot(ctx context.Context) (apiSnapshot, error) {
 	if err != nil {
 		return s, fmt.Errorf("kube-apiserver /metrics: %w", err)
 	}
-	s.watches, s.registered = parseWatches(raw)
+	s.watches, s.registered, s.refused = parseWatches(raw)
 	return s, nil
 }
 
-// parseWatches sums apiserver_longrunning_requests{verb="WATCH"} per resource, and
-// apiserver_registered_watchers (-1 if absent).
-func parseWatches(metrics []byte) (map[string]int, int) {
-	watches, registered := map[string]int{}, -1
+// parseWatches sums apiserver_longrunning_requests{verb="WATCH"} per resource,
+// apiserver_registered_watchers (-1 if absent), and
+// apiserver_authorization_decisions_total{decision="denied"} per authorizer.
+func parseWatches(metrics []byte) (watches map[string]int, registered int, refused map[string]int) {
+	watches, registered, refused = map[string]int{}, -1, map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_longrunning_requests" && name != "apiserver_registered_watchers") {
+		if !ok || (name != "apiserver_longrunning_requests" && name != "apiserver_registered_watchers" && name != "apiserver_authorization_decisions_total") {
 			continue
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
@@ -80,15 +84,18 @@ func parseWatches(metrics []byte) (map[string]int, int) {
 		if err != nil {
 			continue
 		}
-		if name == "apiserver_registered_watchers" {
+		switch {
+		case name == "apiserver_registered_watchers":
 			registered = max(registered, 0) + int(v)
-			continue
-		}
-		if label(labels, "verb") == "WATCH" {
+		case name == "apiserver_authorization_decisions_total":
+			if label(labels, "decision") == "denied" {
+				refused[label(labels, "type")] += int(v)
+			}
+		case label(labels, "verb") == "WATCH":
 			watches[label(labels, "resource")] += int(v)
 		}
 	}
-	return watches, registered
+	return watches, registered, refused
 }
 
 // label is the value of key in a Prometheus label set `a="x",b="y"`.
@@ -102,19 +109,19 @@ func label(labels, key string) string {
 	return ""
 }
 
-// watchDelta is after minus before per resource, the resources that changed only, as
+// delta is after minus before per resource, the resources that changed only, as
 // "pods +10, secrets +10".
-func watchDelta(before, after apiSnapshot) string {
+func delta(before, after map[string]int) string {
 	keys := map[string]bool{}
-	for k := range before.watches {
+	for k := range before {
 		keys[k] = true
 	}
-	for k := range after.watches {
+	for k := range after {
 		keys[k] = true
 	}
 	var parts []string
 	for k := range keys {
-		if d := after.watches[k] - before.watches[k]; d != 0 {
+		if d := after[k] - before[k]; d != 0 {
 			parts = append(parts, fmt.Sprintf("%s %+d", k, d))
 		}
 	}

@@ -75,7 +75,8 @@ func (f *libraryFleet) startOne(ctx context.Context, node string) error {
 	}
 	certs := nodecert.New(nodecert.Config{NodeName: node, Kubeconfig: filepath.Join(root, "kubeconfig"),
 		CertDir: filepath.Join(root, "pki"), Bootstrap: f.bootstrap})
-	cfg, err := certs.Ensure(ctx)
+	// The bootstrap logs at the managers' verbosity, not once per node on the terminal.
+	cfg, err := certs.Ensure(klog.NewContext(ctx, klog.FromContext(f.run)))
 	if err != nil {
 		return err
 	}
