@@ -26,9 +26,6 @@ type apiSnapshot struct {
 	// registered is apiserver_registered_watchers summed, -1 when the API server no longer
 	// has it (removed in Kubernetes 1.25 for apiserver_longrunning_requests).
 	registered int
-	// refused counts the requests the API server's authorizers denied so far, per
-	// authorizer (a node's read before the Node authorizer's graph has the pod is one).
-	refused map[string]int
 }
 
 func (s apiSnapshot) totalWatches() int {
@@ -59,21 +56,20 @@ func (a *apiServer) snapshot(ctx context.Context) (apiSnapshot, error) {
 	if err != nil {
 		return s, fmt.Errorf("kube-apiserver /metrics: %w", err)
 	}
-	s.watches, s.registered, s.refused = parseWatches(raw)
+	s.watches, s.registered = parseWatches(raw)
 	return s, nil
 }
 
-// parseWatches sums apiserver_longrunning_requests{verb="WATCH"} per resource,
-// apiserver_registered_watchers (-1 if absent), and
-// apiserver_authorization_decisions_total{decision="denied"} per authorizer.
-func parseWatches(metrics []byte) (watches map[string]int, registered int, refused map[string]int) {
-	watches, registered, refused = map[string]int{}, -1, map[string]int{}
+// parseWatches sums apiserver_longrunning_requests{verb="WATCH"} per resource, and
+// apiserver_registered_watchers (-1 if absent).
+func parseWatches(metrics []byte) (watches map[string]int, registered int) {
+	watches, registered = map[string]int{}, -1
 	sc := bufio.NewScanner(bytes.NewReader(metrics))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_longrunning_requests" && name != "apiserver_registered_watchers" && name != "apiserver_authorization_decisions_total") {
+		if !ok || (name != "apiserver_longrunning_requests" && name != "apiserver_registered_watchers") {
 			continue
 		}
 		labels, value, ok := strings.Cut(rest, "} ")
@@ -87,15 +83,11 @@ func parseWatches(metrics []byte) (watches map[string]int, registered int, refus
 		switch {
 		case name == "apiserver_registered_watchers":
 			registered = max(registered, 0) + int(v)
-		case name == "apiserver_authorization_decisions_total":
-			if label(labels, "decision") == "denied" {
-				refused[label(labels, "type")] += int(v)
-			}
 		case label(labels, "verb") == "WATCH":
 			watches[label(labels, "resource")] += int(v)
 		}
 	}
-	return watches, registered, refused
+	return watches, registered
 }
 
 // label is the value of key in a Prometheus label set `a="x",b="y"`.

@@ -108,7 +108,6 @@ func (m *measured) write(out io.Writer, agents string) {
 	}
 	fmt.Fprintf(out, "apiserver watches: %+d (%s) = %.2f per node; expected %d per node (the agent's fixed watches + one per referenced object)\n",
 		m.idle1.totalWatches()-m.base1.totalWatches(), delta(m.base1.watches, m.idle1.watches), f[4], m.expectedWatches)
-	fmt.Fprintf(out, "apiserver authorization denials while the agents started: %s; while binding and mounting: %s\n", delta(m.base1.refused, m.started.refused), delta(m.bound0.refused, m.mounted.refused))
 	if m.idle1.registered >= 0 {
 		fmt.Fprintf(out, "apiserver_registered_watchers: %+d\n", m.idle1.registered-m.base1.registered)
 	}
