@@ -163,10 +163,10 @@ func (r *run) bindAndMount(ctx context.Context) ([]time.Duration, error) {
 }
 
 // settle waits until the agents' success events are written (at least one per pod, and no
-// more coming for two seconds), so that the idle window is idle.
+// more coming for a second), so that the idle window is idle.
 func (r *run) settle(ctx context.Context) {
 	last := -1
-	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, false, func(ctx context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(ctx context.Context) (bool, error) {
 		l, err := r.cs.CoreV1().Events(r.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=SuccessfulMountVolume", ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
