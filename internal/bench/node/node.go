@@ -257,47 +257,11 @@ func (b *bench) measureMounts(ctx context.Context) (*report.Run, error) {
 	b.pods = created
 	b.runStart = time.Now()
 	prog = report.NewProgress(b.out, "binding and mounting", n)
-	bindErr := make(chan error, 1)
-	go func() {
-		bindErr <- parallel(ctx, n, 64, func(i int) error {
-			p := created[i]
-			err := b.cs.CoreV1().Pods(b.ns).Bind(ctx, &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: b.node},
-			}, metav1.CreateOptions{})
-			b.mu.Lock()
-			b.bound[p.UID] = time.Now()
-			b.mu.Unlock()
-			return err
-		})
-	}()
-	deadline := time.After(b.cfg.Timeout)
-	for {
-		b.mu.Lock()
-		done := len(b.ready)
-		b.mu.Unlock()
-		prog.Set(done)
-		if done >= n {
-			break
-		}
-		select {
-		case err := <-bindErr:
-			if err != nil {
-				return nil, fmt.Errorf("bind: %w", err)
-			}
-			bindErr = nil
-		case <-b.readyCh:
-		case <-deadline:
-			return nil, fmt.Errorf("only %d of %d pods had their volumes mounted after %s", done, n, b.cfg.Timeout)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	prog.Finish()
-	if bindErr != nil {
-		if err := <-bindErr; err != nil {
-			return nil, err
-		}
+	err := BindAll(ctx, b.cs, created, func(int) string { return b.node },
+		func(i int, at time.Time) { b.mu.Lock(); b.bound[created[i].UID] = at; b.mu.Unlock() },
+		func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.ready) }, b.readyCh, b.cfg.Timeout, prog)
+	if err != nil {
+		return nil, err
 	}
 	run := &report.Run{Series: []string{"bound_to_mounted"}}
 	b.mu.Lock()

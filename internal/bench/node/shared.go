@@ -76,6 +76,48 @@ func Propagation(ctx context.Context, cs kubernetes.Interface, namespace, name s
 	return run, nil
 }
 
+// BindAll binds every pod to node(i), all at once (64 at a time), calls bound(i, t) with
+// the time each Bind returned, and waits until ready() reaches len(pods) (readyCh wakes it
+// up) and every Bind has returned, or timeout passes; prog shows ready().
+func BindAll(ctx context.Context, cs kubernetes.Interface, pods []*corev1.Pod, node func(i int) string, bound func(i int, at time.Time),
+	ready func() int, readyCh <-chan struct{}, timeout time.Duration, prog *report.Progress) error {
+	n := len(pods)
+	bindErr := make(chan error, 1)
+	go func() {
+		bindErr <- report.Parallel(n, 64, func(i int) error {
+			p := pods[i]
+			err := cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: node(i)},
+			}, metav1.CreateOptions{})
+			bound(i, time.Now())
+			return err
+		})
+	}()
+	deadline := time.After(timeout)
+	for {
+		done := ready()
+		prog.Set(done)
+		if done >= n && bindErr == nil {
+			prog.Finish()
+			return nil
+		}
+		select {
+		case err := <-bindErr:
+			if err != nil {
+				return fmt.Errorf("bind: %w", err)
+			}
+			bindErr = nil
+		case <-readyCh:
+		case <-time.After(time.Second):
+		case <-deadline:
+			return fmt.Errorf("only %d of %d pods had their volumes mounted after %s", done, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // VolumesReady reports the pod's kubevol.io/VolumesReady condition.
 func VolumesReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

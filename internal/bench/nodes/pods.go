@@ -112,46 +112,17 @@ func (r *run) createPods(ctx context.Context) error {
 func (r *run) bindAndMount(ctx context.Context) ([]time.Duration, error) {
 	n := len(r.pods)
 	prog := report.NewProgress(r.out, "binding and mounting", n)
-	bindErr := make(chan error, 1)
-	go func() {
-		bindErr <- report.Parallel(n, 64, func(k int) error {
-			p := r.pods[k]
-			node := r.nodes[k/r.cfg.PodsPerNode]
-			err := r.cs.CoreV1().Pods(r.ns).Bind(ctx, &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-			}, metav1.CreateOptions{})
+	err := benchnode.BindAll(ctx, r.cs, r.pods, func(k int) string { return r.nodes[k/r.cfg.PodsPerNode] },
+		func(k int, at time.Time) {
 			r.mu.Lock()
-			r.bound[p.UID] = time.Now()
-			p.Spec.NodeName = node
+			r.bound[r.pods[k].UID] = at
+			r.pods[k].Spec.NodeName = r.nodes[k/r.cfg.PodsPerNode]
 			r.mu.Unlock()
-			return err
-		})
-	}()
-	deadline := time.After(r.cfg.Timeout)
-	for {
-		r.mu.Lock()
-		done := len(r.ready)
-		r.mu.Unlock()
-		prog.Set(done)
-		if done >= n && bindErr == nil {
-			break
-		}
-		select {
-		case err := <-bindErr:
-			if err != nil {
-				return nil, fmt.Errorf("bind: %w", err)
-			}
-			bindErr = nil
-		case <-r.readyCh:
-		case <-time.After(time.Second):
-		case <-deadline:
-			return nil, fmt.Errorf("only %d of %d pods had their volumes mounted after %s", done, n, r.cfg.Timeout)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		},
+		func() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.ready) }, r.readyCh, r.cfg.Timeout, prog)
+	if err != nil {
+		return nil, err
 	}
-	prog.Finish()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]time.Duration, n)
