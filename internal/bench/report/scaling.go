@@ -148,19 +148,23 @@ func (s *Scaling) WriteSVG(w io.Writer, title string) error {
 	}
 	for si, name := range s.Series {
 		ox, oy := float64((si%cols)*cellW+left), float64(56+(si/cols)*cellH+top)
-		ymax := 0.0
+		// From 0 (or below, for a figure that came out negative, e.g. less than a baseline).
+		ymin, ymax := 0.0, 0.0
 		for _, r := range s.Rows {
 			if si < len(r.Values) && !math.IsNaN(r.Values[si]) {
-				ymax = max(ymax, r.Values[si])
+				ymin, ymax = min(ymin, r.Values[si]), max(ymax, r.Values[si])
 			}
 		}
-		yr := niceCeil(ymax)
+		lo, hi := 0.0, niceCeil(ymax)
+		if ymin < 0 {
+			lo = -niceCeil(-ymin)
+		}
 		px := func(x float64) float64 { return ox + xs.pos(x)*pw }
-		py := func(y float64) float64 { return oy + ph - y/yr*ph }
+		py := func(y float64) float64 { return oy + ph - (y-lo)/(hi-lo)*ph }
 		p.printf(`<text x="%.1f" y="%.1f" font-size="12">%s</text>`+"\n", ox, oy-10, html.EscapeString(name))
 		p.printf(`<rect x="%.1f" y="%.1f" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", ox, oy, pw, ph)
 		for i := 0; i <= 4; i++ {
-			y := float64(i) / 4 * yr
+			y := lo + float64(i)/4*(hi-lo)
 			p.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
 				ox, py(y), ox+pw, py(y), ox-4, py(y)+4, fmtNum(y))
 		}

@@ -39,6 +39,8 @@ func TestScalingSVG(t *testing.T) {
 		{Group: "process", X: 100, Values: []float64{4, math.NaN()}},
 		{Group: "library", X: 1000, Values: []float64{3, 2}},
 	}}
+	// A negative value stays inside its panel: the axis starts below zero.
+	s.Rows[2].Values[0] = -3
 	var buf bytes.Buffer
 	if err := s.WriteSVG(&buf, "nodes"); err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ func TestScalingSVG(t *testing.T) {
 	if got := strings.Count(out, "<polyline"); got != 1 {
 		t.Errorf("%d polylines", got)
 	}
-	if !strings.Contains(out, ">1000</text>") || !strings.Contains(out, "p99 &lt;s&gt;") {
+	if !strings.Contains(out, ">1000</text>") || !strings.Contains(out, "p99 &lt;s&gt;") || !strings.Contains(out, ">-5</text>") {
 		t.Errorf("axis or escaped title missing:\n%s", out)
 	}
 }
