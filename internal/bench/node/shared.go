@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,27 +49,42 @@ func Propagation(ctx context.Context, cs kubernetes.Interface, namespace, name s
 			return nil, err
 		}
 		deadline := time.After(timeout)
+		check := func(i int) {
+			if data, err := os.ReadFile(filepath.Join(dirs[i], "version")); err == nil && string(data) == version {
+				seen[i] = true
+				left--
+				run.Samples = append(run.Samples, report.Sample{Name: fmt.Sprintf("%d/%d", i, u), Start: t0.Sub(start), Values: []time.Duration{time.Since(t0)}})
+			}
+		}
+		rescan := time.NewTicker(time.Second)
 		for left > 0 {
 			select {
 			case ev := <-w.Events:
-				dir := filepath.Dir(ev.Name)
-				i, ok := index[dir]
-				if !ok || seen[i] || filepath.Base(ev.Name) != "..data" {
-					continue
+				i, ok := index[filepath.Dir(ev.Name)]
+				if ok && !seen[i] && filepath.Base(ev.Name) == "..data" {
+					check(i)
 				}
-				if data, err := os.ReadFile(filepath.Join(dir, "version")); err == nil && string(data) == version {
-					seen[i] = true
-					left--
-					run.Samples = append(run.Samples, report.Sample{Name: fmt.Sprintf("%d/%d", i, u), Start: t0.Sub(start), Values: []time.Duration{time.Since(t0)}})
+			case <-rescan.C:
+				// Events lost to a full inotify queue (thousands of volumes change at
+				// once): what the files show now, a little later than it happened.
+				for i := range dirs {
+					if !seen[i] {
+						check(i)
+					}
 				}
 			case err := <-w.Errors:
-				return nil, err
+				if !errors.Is(err, fsnotify.ErrEventOverflow) {
+					rescan.Stop()
+					return nil, err
+				}
 			case <-deadline:
+				rescan.Stop()
 				return nil, fmt.Errorf("update %d reached %d of %d volumes within %s", u, len(dirs)-left, len(dirs), timeout)
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
 		}
+		rescan.Stop()
 		prog.Set(u)
 		time.Sleep(100 * time.Millisecond)
 	}
