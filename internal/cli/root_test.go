@@ -31,6 +31,17 @@ func TestFlagValidation(t *testing.T) {
 		{"verify junit in no directory", []string{"verify", "--driver=a.b", "--dir=/nonexistent-kubevol", "--wait=1s", "--junit=/nonexistent-kubevol/verify.xml"}, exitUsage, "--junit /nonexistent-kubevol/verify.xml"},
 		{"verify bad block parameters", []string{"verify", "--driver=a.b", "--block-parameters=type"}, exitUsage, "--block-parameters"},
 		{"driver without unknown", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--without=staging,wings"}, exitUsage, `--without "wings": want some of staging,`},
+		{"bench nodes zero nodes", []string{"bench", "nodes", "--nodes=10,0"}, exitUsage, "--nodes 0: want 1 to 1000 with --agents process"},
+		{"bench nodes too many processes", []string{"bench", "nodes", "--nodes=1001"}, exitUsage, "--nodes 1001: want 1 to 1000 with --agents process"},
+		{"bench nodes too many embedded", []string{"bench", "nodes", "--agents=library", "--nodes=5001"}, exitUsage, "--nodes 5001: want 1 to 5000 with --agents library"},
+		{"bench nodes not a number", []string{"bench", "nodes", "--nodes=ten"}, exitUsage, "invalid argument"},
+		{"bench nodes empty list", []string{"bench", "nodes", "--nodes="}, exitUsage, `invalid argument "" for "--nodes"`},
+		{"bench nodes unknown agents", []string{"bench", "nodes", "--agents=docker"}, exitUsage, `--agents "docker": want process or library`},
+		{"bench nodes no pods", []string{"bench", "nodes", "--pods-per-node=0"}, exitUsage, "--pods-per-node must be between 1 and 110, got 0"},
+		{"bench nodes too many pods", []string{"bench", "nodes", "--pods-per-node=111"}, exitUsage, "--pods-per-node must be between 1 and 110, got 111"},
+		{"bench nodes negative updates", []string{"bench", "nodes", "--updates=-1"}, exitUsage, "--updates must not be negative"},
+		{"bench nodes short idle", []string{"bench", "nodes", "--idle=10ms"}, exitUsage, "--idle must be at least 1s"},
+		{"bench nodes no timeout", []string{"bench", "nodes", "--timeout=0s"}, exitUsage, "--timeout must be positive"},
 		{"driver node-only expansion split", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--mode=node", "--without=controller-expansion"}, exitUsage, "--without controller-expansion needs --mode all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

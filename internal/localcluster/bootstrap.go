@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -40,9 +41,41 @@ var nodeBootstrapBindings = []struct{ name, role, group string }{
 // check a bootstrap identity), which is acceptable for one machine whose admin kubeconfig
 // sits beside it, not for a cluster of several nodes (see kubevol csr-approver).
 func (c *Cluster) WriteNodeBootstrapKubeconfig(ctx context.Context, path string, ttl time.Duration) error {
-	client, err := kubernetes.NewForConfig(c.RESTConfig())
+	_, err := WriteNodeBootstrapKubeconfig(ctx, c.RESTConfig(), path, ttl)
+	return err
+}
+
+// BootstrapToken is what WriteNodeBootstrapKubeconfig created, so that a short-lived user
+// (a benchmark) can delete it again.
+type BootstrapToken struct {
+	// ID is the token's public half: its Secret is kube-system/bootstrap-token-<ID>, and
+	// the CSRs filed with it are from user system:bootstrap:<ID>.
+	ID string
+	// Bindings are the ClusterRoleBindings that did not exist before.
+	Bindings []string
+}
+
+// SecretName is the token's Secret in kube-system.
+func (t BootstrapToken) SecretName() string { return "bootstrap-token-" + t.ID }
+
+// Username is the user the API server authenticates the token as.
+func (t BootstrapToken) Username() string { return "system:bootstrap:" + t.ID }
+
+// WriteNodeBootstrapKubeconfig is the method's work against any cluster that admin (a
+// cluster-admin config) reaches and whose kube-controller-manager signs node client
+// certificates: the bindings of upstream's TLS bootstrap for the token's group, the token,
+// and a kubeconfig with admin's server and CA.
+func WriteNodeBootstrapKubeconfig(ctx context.Context, admin *rest.Config, path string, ttl time.Duration) (BootstrapToken, error) {
+	var tok BootstrapToken
+	client, err := kubernetes.NewForConfig(admin)
 	if err != nil {
-		return err
+		return tok, err
+	}
+	caPEM := admin.CAData
+	if len(caPEM) == 0 && admin.CAFile != "" {
+		if caPEM, err = os.ReadFile(admin.CAFile); err != nil {
+			return tok, err
+		}
 	}
 	for _, b := range nodeBootstrapBindings {
 		_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
@@ -50,8 +83,11 @@ func (c *Cluster) WriteNodeBootstrapKubeconfig(ctx context.Context, path string,
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
 		}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("binding %s: %w", b.name, err)
+		switch {
+		case err == nil:
+			tok.Bindings = append(tok.Bindings, b.name)
+		case !apierrors.IsAlreadyExists(err):
+			return tok, fmt.Errorf("binding %s: %w", b.name, err)
 		}
 	}
 	id, secret := randomToken(6), randomToken(16)
@@ -68,22 +104,19 @@ func (c *Cluster) WriteNodeBootstrapKubeconfig(ctx context.Context, path string,
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("bootstrap token: %w", err)
+		return tok, fmt.Errorf("bootstrap token: %w", err)
 	}
-	caPEM, err := os.ReadFile(c.pki.CAFile())
-	if err != nil {
-		return err
-	}
+	tok.ID = id
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: c.Server(), CertificateAuthorityData: caPEM}
+	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos["kubelet-bootstrap"] = &clientcmdapi.AuthInfo{Token: id + "." + secret}
 	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: "kubelet-bootstrap"}
 	cfg.CurrentContext = contextName
 	data, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return err
+		return tok, err
 	}
-	return writeFileAtomic(path, data, 0o600)
+	return tok, writeFileAtomic(path, data, 0o600)
 }
 
 // randomToken is n characters of [a-z0-9], the bootstrap token alphabet.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
@@ -154,6 +155,27 @@ func WaitReady(ctx context.Context, p *Process, timeout time.Duration, ready fun
 			return fmt.Errorf("not ready after %s: %v", timeout, err)
 		case <-tick.C:
 		}
+	}
+}
+
+// HTTPOK is a readiness probe for WaitReady: a GET of url answers 200 OK (a component's
+// /healthz).
+func HTTPOK(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
 	}
 }
 

@@ -3,9 +3,11 @@ package volumemanager
 import (
 	"context"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -82,19 +84,47 @@ func (s *apiObjects) watcher(kind ObjectKind, obj runtime.Object, of func(namesp
 }
 
 // singleObject is the list/watch of one object by name. It streams the first list through
-// a watch where the client supports it (client-go's watch-list), as the kubelet does.
+// a watch where the client supports it (client-go's watch-list), as the kubelet does. A
+// refused call is retried at once with the claims' backoff (refusedRetry).
 func singleObject(client any, name string, list cache.ListWithContextFunc, watchFn watchFunc) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return list(ctx, o)
+			return retryRefused(ctx, refusedRetry, func() (runtime.Object, error) { return list(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return watchFn(ctx, o)
+			return retryRefused(ctx, refusedRetry, func() (watch.Interface, error) { return watchFn(ctx, o) })
 		},
 	}, client)
+}
+
+// refusedRetry is how long retryRefused retries a refused list or watch before handing the
+// error to the reflector.
+const refusedRetry = 30 * time.Second
+
+// retryRefused calls f until it is not refused (403), for at most limit, from
+// claimBackoff.base doubling to claimBackoff.max, and returns its last result. A node's
+// read of an object that its new pod references is refused until the API server's node
+// graph has the pod; left to the reflector, each refusal would double its wait from 800 ms
+// up to 30 s, so that a graph that lags by a few seconds under a burst of bindings (many
+// nodes' pods bound at once) would delay the mount by tens of seconds.
+func retryRefused[T any](ctx context.Context, limit time.Duration, f func() (T, error)) (T, error) {
+	deadline := time.Now().Add(limit)
+	delay := claimBackoff.base
+	for {
+		out, err := f()
+		if !apierrors.IsForbidden(err) || time.Now().Add(delay).After(deadline) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, claimBackoff.max)
+	}
 }
 
 func (s *apiObjects) Start(ctx context.Context, changed func(ObjectRef)) {

@@ -111,7 +111,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 		return fp, err
 	}
 	defer func() {
-		if len(mountsUnder(root)) == 0 {
+		if len(MountsUnder(root)) == 0 {
 			_ = os.RemoveAll(root)
 		}
 	}()
@@ -136,9 +136,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	}()
 	// Start-up: process start to /healthz, which answers once the volume manager has its
 	// pods and its state reconstructed.
-	if err := proc.WaitReady(ctx, p, 2*time.Minute, func(ctx context.Context) error {
-		return httpOK(ctx, "http://"+addr+"/healthz")
-	}); err != nil {
+	if err := proc.WaitReady(ctx, p, 2*time.Minute, proc.HTTPOK("http://"+addr+"/healthz")); err != nil {
 		return fp, fmt.Errorf("footprint agent: %w (log %s.log)", err, root)
 	}
 	fp.startup = time.Since(start)
@@ -175,7 +173,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, b.cfg.Timeout, true, func(ctx context.Context) (bool, error) {
 		for _, n := range names {
 			pod, err := b.cs.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
-			if err != nil || !volumesReady(pod) {
+			if err != nil || !VolumesReady(pod) {
 				return false, nil
 			}
 		}
@@ -187,9 +185,11 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	if fp.watches, err = scrapeWatches(ctx, "http://"+addr+"/metrics"); err != nil {
 		return fp, err
 	}
-	if fp.peakRSS, err = peakRSS(p.PID()); err != nil {
+	usage, err := proc.ReadUsage(p.PID())
+	if err != nil {
 		return fp, err
 	}
+	fp.peakRSS = usage.PeakRSS
 	// Pods go while the agent runs, so it tears their volumes down.
 	for _, n := range names {
 		_ = b.cs.CoreV1().Pods(ns).Delete(ctx, n, metav1.DeleteOptions{})
@@ -201,27 +201,10 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	if err != nil {
 		return fp, fmt.Errorf("footprint pods not torn down: %w", err)
 	}
-	if leaked := mountsUnder(root); len(leaked) > 0 {
+	if leaked := MountsUnder(root); len(leaked) > 0 {
 		return fp, fmt.Errorf("%d mounts left under %s", len(leaked), root)
 	}
 	return fp, nil
-}
-
-func httpOK(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // scrapeWatches sums volume_manager_object_watches over its kinds.
@@ -255,21 +238,6 @@ func scrapeWatches(ctx context.Context, url string) (int, error) {
 		return 0, errors.New("no volume_manager_object_watches in " + url)
 	}
 	return total, sc.Err()
-}
-
-// peakRSS is the process's VmHWM.
-func peakRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM")
 }
 
 func writeFootprints(out io.Writer, fps []footprint) {

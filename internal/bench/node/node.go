@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,7 +27,6 @@ import (
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
 	agentpkg "github.com/kubevol/kubevol/internal/node"
-	"github.com/kubevol/kubevol/pkg/podstatus"
 )
 
 // schedulerName makes kube-scheduler ignore the benchmark's pods: the benchmark binds them
@@ -259,47 +257,11 @@ func (b *bench) measureMounts(ctx context.Context) (*report.Run, error) {
 	b.pods = created
 	b.runStart = time.Now()
 	prog = report.NewProgress(b.out, "binding and mounting", n)
-	bindErr := make(chan error, 1)
-	go func() {
-		bindErr <- parallel(ctx, n, 64, func(i int) error {
-			p := created[i]
-			err := b.cs.CoreV1().Pods(b.ns).Bind(ctx, &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: b.node},
-			}, metav1.CreateOptions{})
-			b.mu.Lock()
-			b.bound[p.UID] = time.Now()
-			b.mu.Unlock()
-			return err
-		})
-	}()
-	deadline := time.After(b.cfg.Timeout)
-	for {
-		b.mu.Lock()
-		done := len(b.ready)
-		b.mu.Unlock()
-		prog.Set(done)
-		if done >= n {
-			break
-		}
-		select {
-		case err := <-bindErr:
-			if err != nil {
-				return nil, fmt.Errorf("bind: %w", err)
-			}
-			bindErr = nil
-		case <-b.readyCh:
-		case <-deadline:
-			return nil, fmt.Errorf("only %d of %d pods had their volumes mounted after %s", done, n, b.cfg.Timeout)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	prog.Finish()
-	if bindErr != nil {
-		if err := <-bindErr; err != nil {
-			return nil, err
-		}
+	err := BindAll(ctx, b.cs, created, func(int) string { return b.node },
+		func(i int, at time.Time) { b.mu.Lock(); b.bound[created[i].UID] = at; b.mu.Unlock() },
+		func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.ready) }, b.readyCh, b.cfg.Timeout, prog)
+	if err != nil {
+		return nil, err
 	}
 	run := &report.Run{Series: []string{"bound_to_mounted"}}
 	b.mu.Lock()
@@ -334,60 +296,16 @@ func (b *bench) count(created *[]*corev1.Pod) int {
 }
 
 // measurePropagation updates the ConfigMap and times, for every pod, when its configMap
-// volume shows the new version (inotify on the volume directory, where ..data is swapped).
+// volume shows the new version.
 func (b *bench) measurePropagation(ctx context.Context) (*report.Run, error) {
 	if b.cfg.Updates == 0 || b.cfg.Volumes < 1 {
 		return nil, nil
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	dirs := map[string]types.UID{}
+	var dirs []string
 	for _, p := range b.pods {
-		dir := filepath.Join(b.root, "pods", string(p.UID), "volumes", "kubernetes.io~configmap", "configmap-0")
-		if err := w.Add(dir); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", dir, err)
-		}
-		dirs[dir] = p.UID
+		dirs = append(dirs, filepath.Join(b.root, "pods", string(p.UID), "volumes", "kubernetes.io~configmap", "configmap-0"))
 	}
-	run := &report.Run{Series: []string{"configmap_update"}}
-	prog := report.NewProgress(b.out, "configMap updates", b.cfg.Updates)
-	start := time.Now()
-	for u := 1; u <= b.cfg.Updates; u++ {
-		version := fmt.Sprint(u)
-		seen := map[types.UID]bool{}
-		t0 := time.Now()
-		_, err := b.cs.CoreV1().ConfigMaps(b.ns).Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"version": version}}, metav1.UpdateOptions{})
-		if err != nil {
-			return nil, err
-		}
-		timeout := time.After(b.cfg.Timeout)
-		for len(seen) < len(dirs) {
-			select {
-			case ev := <-w.Events:
-				uid, ok := dirs[filepath.Dir(ev.Name)]
-				if !ok || seen[uid] || filepath.Base(ev.Name) != "..data" {
-					continue
-				}
-				if data, err := os.ReadFile(filepath.Join(filepath.Dir(ev.Name), "version")); err == nil && string(data) == version {
-					seen[uid] = true
-					run.Samples = append(run.Samples, report.Sample{Name: fmt.Sprintf("%s/%d", uid, u), Start: t0.Sub(start), Values: []time.Duration{time.Since(t0)}})
-				}
-			case err := <-w.Errors:
-				return nil, err
-			case <-timeout:
-				return nil, fmt.Errorf("update %d reached %d of %d pods within %s", u, len(seen), len(dirs), b.cfg.Timeout)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		prog.Set(u)
-		time.Sleep(100 * time.Millisecond)
-	}
-	prog.Finish()
-	return run, nil
+	return Propagation(ctx, b.cs, b.ns, "cfg", dirs, b.cfg.Updates, b.cfg.Timeout, b.out)
 }
 
 // measureIdle is the CPU this process (the agent, with the benchmark idle) uses while
@@ -400,7 +318,7 @@ func (b *bench) measureIdle(ctx context.Context) float64 {
 			return false, nil
 		}
 		for _, p := range pods.Items {
-			if !volumesReady(&p) {
+			if !VolumesReady(&p) {
 				return false, nil
 			}
 		}
@@ -417,15 +335,6 @@ func (b *bench) measureIdle(ctx context.Context) float64 {
 	case <-ctx.Done():
 	}
 	return 100 * (cpuTime() - before).Seconds() / time.Since(t0).Seconds()
-}
-
-func volumesReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == podstatus.VolumesReadyCondition {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func cpuTime() time.Duration {
@@ -460,7 +369,7 @@ func (b *bench) cleanup() error {
 			errs = append(errs, err)
 		}
 	}
-	if leaked := mountsUnder(b.root); len(leaked) > 0 {
+	if leaked := MountsUnder(b.root); len(leaked) > 0 {
 		errs = append(errs, fmt.Errorf("%d mounts left under %s", len(leaked), b.root))
 	} else {
 		_ = os.RemoveAll(b.root)
@@ -472,20 +381,6 @@ func (b *bench) cleanup() error {
 		_ = b.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	}
 	return errors.Join(errs...)
-}
-
-func mountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }
 
 // parallel runs f(0..n-1) on workers goroutines and returns the first error.

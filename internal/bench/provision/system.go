@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/memdriver"
+	"github.com/kubevol/kubevol/internal/proc"
 )
 
 const topologyKey = "topology.kubevol.io/node"
@@ -128,16 +129,8 @@ func (s *system) cpu() (time.Duration, error) {
 	if s.prov == nil {
 		return 0, nil
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.prov.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may contain spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clkTck, nil
+	u, err := proc.ReadUsage(s.prov.Process.Pid)
+	return u.CPU, err
 }
 
 // rss reads a memory figure of the provisioner from /proc/PID/status (VmRSS:, VmHWM:), in bytes.

@@ -167,7 +167,8 @@ func (w *Watcher) runLocked(key Key, e *entry) {
 				return
 			case <-time.After(delay):
 			}
-			delay = min(2*delay, time.Second)
+			// At most 100 ms late: a pod's SetUp waits for this (up to SyncWait).
+			delay = min(2*delay, 100*time.Millisecond)
 		}
 		close(e.synced)
 		w.changed(key)
