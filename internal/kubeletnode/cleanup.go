@@ -105,6 +105,9 @@ func (n *Node) Leftovers() ([]string, error) {
 	for _, pid := range n.shimPIDs() {
 		out = append(out, "process "+strconv.Itoa(pid)+" (containerd shim)")
 	}
+	if deadSocket(kubeletSocket()) {
+		out = append(out, "socket "+kubeletSocket()+" (no kubelet listens)")
+	}
 	for _, d := range n.createdHostDirs() {
 		// One still in use holds another kubelet's socket: it is that kubelet's to leave.
 		if entries, err := os.ReadDir(d); err == nil && len(entries) == 0 {

@@ -36,18 +36,23 @@ func (n *Node) noteHostDirs() error {
 // removeDeadSocket removes a unix socket nobody listens on: a kubelet killed with SIGKILL
 // leaves its socket behind.
 func removeDeadSocket(path string) {
+	if deadSocket(path) {
+		_ = os.Remove(path)
+	}
+}
+
+// deadSocket reports whether path is a unix socket that refuses connections.
+func deadSocket(path string) bool {
 	st, err := os.Lstat(path)
 	if err != nil || st.Mode()&os.ModeSocket == 0 {
-		return
+		return false
 	}
 	conn, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		conn.Close()
-		return
+		return false
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		_ = os.Remove(path)
-	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // createdHostDirs are the noted directories that still exist.
@@ -65,11 +70,17 @@ func (n *Node) createdHostDirs() []string {
 	return out
 }
 
-// removeHostDirs removes the noted directories that are empty once a dead kubelet's socket
-// is gone; one another kubelet still uses (its socket answers) stays.
+// kubeletSocket is the device-plugin socket the kubelet replaces at each start.
+func kubeletSocket() string { return filepath.Join(hostKubeletDirs[0], "kubelet.sock") }
+
+// removeHostDirs removes a dead kubelet's socket, then the noted directories that are empty;
+// one another kubelet still uses (its socket answers) stays. The socket goes even from a
+// directory that was there before: this node's kubelet replaced whatever socket was there
+// when it started, so a dead one is this node's or that of a kubelet that died after it, and
+// a kubelet makes a new one when it starts.
 func (n *Node) removeHostDirs() error {
+	removeDeadSocket(kubeletSocket())
 	for _, d := range n.createdHostDirs() {
-		removeDeadSocket(filepath.Join(d, "kubelet.sock"))
 		if err := os.Remove(d); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 			return err
 		}

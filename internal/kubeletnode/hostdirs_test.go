@@ -60,3 +60,34 @@ func TestHostDirsOnlyOurs(t *testing.T) {
 		t.Errorf("a directory that was there before went: %v", err)
 	}
 }
+
+// A dead kubelet socket goes at Cleanup even from a directory that was there before the
+// node (another run, stopped at the same time, left it); the directory stays.
+func TestDeadSocketInOldDirRemoved(t *testing.T) {
+	n := &Node{o: Options{Dir: t.TempDir()}}
+	theirs := t.TempDir()
+	saved := hostKubeletDirs
+	hostKubeletDirs = []string{theirs}
+	t.Cleanup(func() { hostKubeletDirs = saved })
+	if err := n.noteHostDirs(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", kubeletSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if left, _ := n.Leftovers(); len(left) == 0 {
+		t.Error("Leftovers does not name the dead kubelet socket")
+	}
+	if err := n.removeHostDirs(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(kubeletSocket()); !os.IsNotExist(err) {
+		t.Errorf("the dead socket stayed: %v", err)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("the directory that was there before went: %v", err)
+	}
+}
