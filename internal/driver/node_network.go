@@ -2,15 +2,14 @@ package driver
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/kubevol/kubevol/internal/driver/state"
+	"github.com/kubevol/kubevol/internal/filelock"
 )
 
 // A network "block" volume (placement "network") is one image that every node instance of
@@ -38,33 +37,26 @@ func (n *node) withHolders(id string, change func(h *networkHolders) error) erro
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, id+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	f := state.NewFile(filepath.Join(dir, id+".json"))
-	h := networkHolders{Nodes: map[string]bool{}}
-	if _, err := f.Load(&h); err != nil {
-		return err
-	}
-	if h.Nodes == nil {
-		h.Nodes = map[string]bool{}
-	}
-	if err := change(&h); err != nil {
-		return err
-	}
-	if len(h.Nodes) == 0 {
-		if err := os.Remove(f.Path()); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return filelock.With(filepath.Join(dir, id+".lock"), 0o600, func() error {
+		f := state.NewFile(filepath.Join(dir, id+".json"))
+		h := networkHolders{Nodes: map[string]bool{}}
+		if _, err := f.Load(&h); err != nil {
 			return err
 		}
-		return nil
-	}
-	return f.Save(&h)
+		if h.Nodes == nil {
+			h.Nodes = map[string]bool{}
+		}
+		if err := change(&h); err != nil {
+			return err
+		}
+		if len(h.Nodes) == 0 {
+			if err := os.Remove(f.Path()); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
+		return f.Save(&h)
+	})
 }
 
 // holdNetwork records this node's stage of a network block volume before it uses the image,

@@ -12,8 +12,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/kubevol/kubevol/internal/filelock"
 )
 
 const (
@@ -83,19 +84,12 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 // buildLocked runs build under an exclusive lock on lockPath unless out exists once the
 // lock is held (another process built it while this one waited).
 func buildLocked(lockPath, out string, build func() error) error {
-	lock, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(out); err == nil {
-		return nil
-	}
-	return build()
+	return filelock.With(lockPath, 0o644, func() error {
+		if _, err := os.Stat(out); err == nil {
+			return nil
+		}
+		return build()
+	})
 }
 
 // FindModuleRoot walks up from the working directory, then from the running executable,
