@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/snapshotter/conversion"
 )
@@ -63,6 +62,5 @@ func (o *conversionWebhookOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	klog.InfoS("Starting conversion webhook server", "address", l.Addr().String())
 	return conversion.Serve(ctx, l, o.certFile, o.keyFile)
 }

@@ -103,6 +103,8 @@ func Serve(ctx context.Context, l net.Listener, certFile, keyFile string) error 
 	if _, err := certs.get(); err != nil {
 		return err
 	}
+	// Logged only now, so a webhook that cannot read its certificate never claims to serve.
+	klog.InfoS("Serving the conversion webhook", "address", l.Addr().String(), "cert", certFile)
 	srv := &http.Server{
 		Handler:           Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
