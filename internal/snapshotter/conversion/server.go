@@ -101,7 +101,7 @@ func failed(rsp *apiextensionsv1.ConversionResponse, msg string) *apiextensionsv
 func Serve(ctx context.Context, l net.Listener, certFile, keyFile string) error {
 	certs := &keyPair{certFile: certFile, keyFile: keyFile}
 	if _, err := certs.get(); err != nil {
-		return err
+		return fmt.Errorf("--tls-cert-file %s, --tls-private-key-file %s: %w", certFile, keyFile, err)
 	}
 	// Logged only now, so a webhook that cannot read its certificate never claims to serve.
 	klog.InfoS("Serving the conversion webhook", "address", l.Addr().String(), "cert", certFile)
