@@ -49,8 +49,10 @@ func killNodeAgent(k *caseEnv) error {
 	return k.reuse(u, "data", "again")
 }
 
-// nodeAgentPID finds the `kubevol node` process serving root: the one whose --root-dir is
-// root, never another agent's.
+// nodeAgentPID finds the node process serving root: the one whose --root-dir is root, never
+// another node's. It is `kubevol node`, or on kubevol up --runtime containerd the real
+// kubelet (`kubevol-cluster kubelet`, or a `kubelet` binary), which up restarts alike and
+// which rebuilds its mounts from the pod directories as the node agent does.
 func nodeAgentPID(root string) (int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -66,7 +68,7 @@ func nodeAgentPID(root string) (int, error) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || args[1] != "node" {
+		if len(args) < 2 || (args[1] != "node" && args[1] != "kubelet" && filepath.Base(args[0]) != "kubelet") {
 			continue
 		}
 		for i, a := range args {
@@ -75,7 +77,7 @@ func nodeAgentPID(root string) (int, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no kubevol node process with --root-dir %s on this machine", root)
+	return 0, fmt.Errorf("no kubevol node or kubelet process with --root-dir %s on this machine", root)
 }
 
 func restartApplies(e *env) string {

@@ -137,9 +137,20 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	}
 	// Only now: a kubevol up started just before creates its node directory after the API
 	// is ready, and the driver's registration proves its node agent has run.
-	if o.Kubeconfig == "" {
-		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
-			e.root = filepath.Join(o.Dir, "node")
+	switch {
+	case o.NodeRootDir != "":
+		if st, err := os.Stat(filepath.Join(o.NodeRootDir, "pods")); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--node-root-dir %s has no pods directory: not the root directory of a kubelet or node agent", o.NodeRootDir)
+		}
+		e.root = o.NodeRootDir
+	case o.Kubeconfig == "":
+		// The node agent's, or the real kubelet's of kubevol up --runtime containerd: both
+		// keep the kubelet's layout (pods/, plugins/, plugins_registry/) under their root.
+		for _, d := range []string{filepath.Join(o.Dir, "node"), filepath.Join(o.Dir, "runtime", "kubelet")} {
+			if st, err := os.Stat(d); err == nil && st.IsDir() {
+				e.root = d
+				break
+			}
 		}
 	}
 	if o.StorageClass == "" {
