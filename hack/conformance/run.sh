@@ -11,7 +11,8 @@
 # kubevol-block-driver.yaml (the type: block class). Then one side-by-side table.
 # ROWS picks rows (default "kubevol upstream"); FOCUS_DIR and FOCUS_BLOCK narrow each
 # definition's specs (ginkgo regexps; FOCUS sets both); SKIP replaces the skipped ones;
-# TIMEOUT bounds each run (a timed-out run still reports); PROCS runs specs in parallel;
+# DEFINITIONS orders (or picks) the definitions (default "dir block"); TIMEOUT bounds each
+# ginkgo run (a timed-out run still reports); PROCS runs specs in parallel;
 # KEEP=1 keeps the logs of every component.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,7 +42,11 @@ stop_row() {
   # up's runtime directory and the loop devices of block volumes. The run's state is thrown
   # away, so they go, deepest mount first, then the loop devices backed by its images.
   mounts_under "$work" | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" || true; done
-  loops_under "$work" | xargs -r -n1 losetup -d || true
+  local l
+  for l in $(loops_under "$work"); do
+    echo "detaching $l (a block volume still staged when up stopped)" >&2
+    losetup -d "$l" || true
+  done
 }
 # mounts_under <dir>, loops_under <dir>: the mount points and the loop devices (by backing
 # file) under dir. The mount table escapes a space in a path as \040.
@@ -58,7 +63,7 @@ leftovers() {
   loops_under "$work" | sed 's/^/loop device /'
   local f args
   for f in /proc/[0-9]*/cmdline; do
-    args=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+    args=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
     case $args in *"$work"*) f=${f#/proc/}; echo "process ${f%/cmdline}: $args" ;; esac
   done
 }
@@ -169,10 +174,14 @@ for row in $rows; do
   kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" >/dev/null
   [ "$row" = upstream ] && start_upstream "$work/$row"
   start=$(date +%s)
-  echo "row $row: the dir definition" >&2
-  suite "$row" dir kubevol-driver.yaml "$focus_dir"
-  echo "row $row: the block definition" >&2
-  suite "$row" block kubevol-block-driver.yaml "$focus_block"
+  for def in ${DEFINITIONS:-dir block}; do
+    echo "row $row: the $def definition" >&2
+    case $def in
+      dir) suite "$row" dir kubevol-driver.yaml "$focus_dir" ;;
+      block) suite "$row" block kubevol-block-driver.yaml "$focus_block" ;;
+      *) echo "unknown definition $def: want dir or block" >&2; exit 2 ;;
+    esac
+  done
   secs=$(( $(date +%s) - start ))
   echo "row $row: $secs s" >&2
   echo "$secs" >"$out/$row-seconds"
@@ -183,6 +192,10 @@ done
 table_rows=()
 for row in kubevol upstream; do
   [ -f "$out/$row-seconds" ] || continue
-  table_rows+=(-row "$row=dir:$out/$row-dir-junit.xml,block:$out/$row-block-junit.xml" -seconds "$row=$(cat "$out/$row-seconds")")
+  reports=
+  for def in dir block; do
+    [ -f "$out/$row-$def-junit.xml" ] && reports+=${reports:+,}$def:$out/$row-$def-junit.xml
+  done
+  table_rows+=(-row "$row=$reports" -seconds "$row=$(cat "$out/$row-seconds")")
 done
 go run "$root/hack/conformance/table" "${table_rows[@]}" | tee "$out/table.md"
