@@ -56,8 +56,10 @@ type env struct {
 	node      string
 	// topology is the node's segment of the driver's topology keys.
 	topology map[string]string
-	// root is the node agent's --root-dir on this machine, "" elsewhere.
-	root string
+	// root is the node agent's --root-dir on this machine, "" elsewhere; kubelet says that
+	// the process serving it is a real kubelet.
+	root    string
+	kubelet bool
 	// conn is a connection to the driver's socket when this host has it.
 	conn *csiclient.Conn
 	caps capabilities
@@ -152,6 +154,9 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 				break
 			}
 		}
+	}
+	if e.root != "" {
+		_, e.kubelet, _ = nodeProcess(e.root)
 	}
 	if o.StorageClass == "" {
 		if e.base, err = e.defaultClass(ctx); err != nil {
