@@ -11,7 +11,8 @@
 # kubevol-block-driver.yaml (the type: block class). Then one side-by-side table.
 # ROWS picks rows (default "kubevol upstream"); FOCUS_DIR and FOCUS_BLOCK narrow each
 # definition's specs (ginkgo regexps; FOCUS sets both); SKIP replaces the skipped ones;
-# TIMEOUT bounds each run (a timed-out run still reports); PROCS runs specs in parallel;
+# DEFINITIONS orders (or picks) the definitions (default "dir block"); TIMEOUT bounds each
+# ginkgo run (a timed-out run still reports); PROCS runs specs in parallel;
 # KEEP=1 keeps the logs of every component.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,12 +37,55 @@ stop_row() {
   sidecar_pids=()
   if [ -n "$up" ]; then kill -INT "$up" 2>/dev/null || true; wait "$up" 2>/dev/null || true; fi
   up=
-  # up keeps its volumes for its next start, so the loop devices of the volumes a spec left
-  # (a failed one does not delete its claims) stay attached: the run's state is thrown away.
-  losetup -a | sed -n "s|^\(/dev/loop[0-9]*\):.*($work/.*)\$|\1|p" | xargs -r losetup -d || true
+  # up keeps its volumes for its next start, so what the driver holds for the volumes a spec
+  # left (a failed one does not delete its claims) stays: the mounts of staged volumes outside
+  # up's runtime directory and the loop devices of block volumes. The run's state is thrown
+  # away, so they go, deepest mount first, then the loop devices backed by its images.
+  mounts_under "$work" | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" || true; done
+  local l
+  for l in $(loops_under "$work"); do
+    echo "detaching $l (a block volume still staged when up stopped)" >&2
+    losetup -d "$l" || true
+  done
 }
-# KEEP=1 keeps the run's directory (up's state and component logs, the sidecars' logs).
-trap 'stop_row; [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"' EXIT
+# mounts_under <dir>, loops_under <dir>: the mount points and the loop devices (by backing
+# file) under dir. The mount table escapes a space in a path as \040.
+mounts_under() { awk -v d="$1" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo; }
+loops_under() { losetup -a | sed -n "s|^\(/dev/loop[0-9]*\):.*($1/.*)\$|\1|p"; }
+# leftovers: what of the run is still on this machine once it stopped: a mount or loop device
+# under its directory, or a process whose command line names it (the shims and containerd
+# name their socket there; no command of this check has it in its own arguments). A
+# container's process names nothing of the run; up kills every process in its cgroups before
+# it exits, and the smoke test (test/e2e/up) checks that, and the sandboxes, network
+# namespaces and veths.
+leftovers() {
+  mounts_under "$work" | sed 's/^/mount /'
+  loops_under "$work" | sed 's/^/loop device /'
+  local f args
+  for f in /proc/[0-9]*/cmdline; do
+    args=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
+    case $args in *"$work"*) f=${f#/proc/}; echo "process ${f%/cmdline}: $args" ;; esac
+  done
+}
+finish() {
+  local rc=$? left
+  trap - EXIT INT TERM
+  stop_row
+  left=$(leftovers)
+  if [ -n "$left" ]; then
+    printf 'the run left, in %s:\n%s\n' "$work" "$left" >&2
+    exit 1
+  fi
+  if [ -n "${KEEP:-}" ]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+  exit "$rc"
+}
+# KEEP=1 keeps the run's directory (up's state and component logs, the sidecars' logs). Ctrl-C
+# must end the run: bash waits for ginkgo, which handles SIGINT and exits 1, and without a trap
+# bash would take that exit (`|| true`) for a finished suite and go on to the next definition
+# and row. With one, it ends at once and the EXIT trap stops the row.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap finish EXIT
 
 # start_up <row> <up args...>: kubevol up for a row, until its kubeconfig is written.
 start_up() {
@@ -130,10 +174,14 @@ for row in $rows; do
   kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" >/dev/null
   [ "$row" = upstream ] && start_upstream "$work/$row"
   start=$(date +%s)
-  echo "row $row: the dir definition" >&2
-  suite "$row" dir kubevol-driver.yaml "$focus_dir"
-  echo "row $row: the block definition" >&2
-  suite "$row" block kubevol-block-driver.yaml "$focus_block"
+  for def in ${DEFINITIONS:-dir block}; do
+    echo "row $row: the $def definition" >&2
+    case $def in
+      dir) suite "$row" dir kubevol-driver.yaml "$focus_dir" ;;
+      block) suite "$row" block kubevol-block-driver.yaml "$focus_block" ;;
+      *) echo "unknown definition $def: want dir or block" >&2; exit 2 ;;
+    esac
+  done
   secs=$(( $(date +%s) - start ))
   echo "row $row: $secs s" >&2
   echo "$secs" >"$out/$row-seconds"
@@ -144,6 +192,10 @@ done
 table_rows=()
 for row in kubevol upstream; do
   [ -f "$out/$row-seconds" ] || continue
-  table_rows+=(-row "$row=dir:$out/$row-dir-junit.xml,block:$out/$row-block-junit.xml" -seconds "$row=$(cat "$out/$row-seconds")")
+  reports=
+  for def in dir block; do
+    [ -f "$out/$row-$def-junit.xml" ] && reports+=${reports:+,}$def:$out/$row-$def-junit.xml
+  done
+  table_rows+=(-row "$row=$reports" -seconds "$row=$(cat "$out/$row-seconds")")
 done
 go run "$root/hack/conformance/table" "${table_rows[@]}" | tee "$out/table.md"

@@ -118,7 +118,7 @@ func (c *controller) planVolumeLocked(req *csi.CreateVolumeRequest, params volum
 	if err != nil {
 		return nil, "", err
 	}
-	size, err := volumeSize(req.GetCapacityRange(), max(floor, minSize(params.typ, params.fsType)))
+	size, err := volumeSize(req.GetCapacityRange(), max(floor, minSize(params.typ, capabilityFsType(params.fsType, req.GetVolumeCapabilities()))))
 	if err != nil {
 		return nil, "", err
 	}

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -189,6 +190,35 @@ func TestEphemeral(t *testing.T) {
 	}
 	if des, _ := os.ReadDir(filepath.Join(in.Config.StateDir, "ephemeral")); len(des) > 0 {
 		t.Errorf("ephemeral volumes left: %v", des)
+	}
+}
+
+// TestEphemeralReadOnly publishes read-only inline ephemeral volumes of both types, as
+// upstream's "should create read-only inline ephemeral volume" does: the new volume is
+// mounted and refuses writes. A block one's image is new, so it must be formatted before
+// its read-only mount (mount-utils will not format a disk it mounts read-only: "cannot
+// mount unformatted disk ... in read-only mode").
+func TestEphemeralReadOnly(t *testing.T) {
+	drivertest.RequireRoot(t)
+	in := drivertest.Start(t, driver.Config{})
+	for _, typ := range []string{"dir", "block"} {
+		target := in.Path("pods", "ro-"+typ)
+		id := "csi-ephemeral-ro-" + typ
+		_, err := in.Node.NodePublishVolume(ctxT(t), &csi.NodePublishVolumeRequest{VolumeId: id, TargetPath: target, VolumeCapability: mountCap(""),
+			Readonly: true, VolumeContext: map[string]string{driver.ContextEphemeral: "true", "type": typ, "size": "32Mi"}})
+		if err != nil {
+			t.Fatalf("read-only ephemeral %s: %v", typ, err)
+		}
+		err = os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644)
+		if !errors.Is(err, unix.EROFS) {
+			t.Errorf("write into the read-only ephemeral %s volume: %v, want EROFS", typ, err)
+		}
+		if _, err := in.Node.NodeUnpublishVolume(ctxT(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left, err := drivertest.Leftovers(in.Dir); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v %v", left, err)
 	}
 }
 

@@ -194,6 +194,20 @@ func (n *node) mountPublish(p *state.Publish) error {
 		return err
 	}
 	if p.Ephemeral && p.Device != "" {
+		if p.ReadOnly {
+			// The image is new and has no filesystem yet, and mount-utils never formats a
+			// disk it is to mount read-only ("cannot mount unformatted disk ... in read-only
+			// mode"): format it by a read-write mount first, then mount it read-only. The
+			// read-only mount is a mount of its own rather than a remount, so that it is
+			// read-only in every mount namespace it propagates to (a containerised driver's
+			// remount changes only its own namespace's copy).
+			if err := n.mounter.FormatAndMount(p.Device, p.TargetPath, p.FsType, withNoUUID(p.FsType, p.MountFlags)); err != nil {
+				return err
+			}
+			if err := n.mounter.Unmount(p.TargetPath); err != nil {
+				return err
+			}
+		}
 		return n.mounter.FormatAndMount(p.Device, p.TargetPath, p.FsType, withNoUUID(p.FsType, append(p.MountFlags, opts[1:]...)))
 	}
 	return n.mounter.Mount(p.StagingPath, p.TargetPath, "", append(opts, p.MountFlags...))

@@ -112,3 +112,28 @@ func TestSplitPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestXFSMinimumFromCapability: a block volume whose mount capability asks for xfs (what
+// the external-provisioner passes for a class's csi.storage.k8s.io/fstype, which it takes
+// out of the parameters) is made at least xfs's minimum size, and stages. A 1 MiB claim
+// used to give a 1 MiB image that mkfs.xfs refused at NodeStageVolume, in upstream's
+// Dynamic PV (xfs) multiVolume specs.
+func TestXFSMinimumFromCapability(t *testing.T) {
+	drivertest.RequireRoot(t)
+	in := drivertest.Start(t, driver.Config{})
+	c := clients{ctrl: in.Controller, node: in.Node}
+	resp, err := in.Controller.CreateVolume(ctxT(t), &csi.CreateVolumeRequest{Name: "xfs-small",
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}, VolumeCapabilities: []*csi.VolumeCapability{mountCap("xfs")},
+		Parameters: map[string]string{"type": "block"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetVolume().GetVolumeId()
+	if got := resp.GetVolume().GetCapacityBytes(); got < 16<<20 {
+		t.Errorf("xfs volume of a 1 MiB request has %d bytes, below what mkfs.xfs accepts", got)
+	}
+	staging := in.Path("staging")
+	c.stage(t, id, staging, mountCap("xfs"))
+	c.unstage(t, id, staging)
+	c.delete(t, id)
+}

@@ -52,7 +52,7 @@ func allCases() []*testCase {
 		{name: "data/large-files", host: true, run: largeFiles},
 		{name: "multi/volumes", host: true, run: multiVolume},
 		{name: "pv/fields", run: pvFields},
-		{name: "subpath", host: true, run: subPaths},
+		{name: "subpath", host: true, applies: subPathApplies, run: subPaths},
 		{name: "capacity/objects", applies: capacityApplies, run: capacityObjects},
 		{name: "ephemeral/inline-separate", host: true, applies: inlineApplies, run: inlineSeparate},
 		{name: "ephemeral/generic-block", run: genericBlock},

@@ -23,7 +23,7 @@ func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
 	var refused string
 	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		cur, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err == nil && podCondition(cur, volumesReady) == corev1.ConditionTrue {
+		if err == nil && volumesUp(cur) {
 			p = cur
 			return true, nil
 		}

@@ -49,12 +49,20 @@ func killNodeAgent(k *caseEnv) error {
 	return k.reuse(u, "data", "again")
 }
 
-// nodeAgentPID finds the `kubevol node` process serving root: the one whose --root-dir is
-// root, never another agent's.
+// nodeAgentPID finds the node process serving root: the one whose --root-dir is root, never
+// another node's. It is `kubevol node`, or on kubevol up --runtime containerd the real
+// kubelet (`kubevol-cluster kubelet`, or a `kubelet` binary), which up restarts alike and
+// which rebuilds its mounts from the pod directories as the node agent does.
 func nodeAgentPID(root string) (int, error) {
+	pid, _, err := nodeProcess(root)
+	return pid, err
+}
+
+// nodeProcess finds the node process serving root and says whether it is a kubelet.
+func nodeProcess(root string) (pid int, kubelet bool, err error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for _, ent := range entries {
 		var pid int
@@ -66,16 +74,20 @@ func nodeAgentPID(root string) (int, error) {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if len(args) < 2 || args[1] != "node" {
+		if len(args) < 2 {
+			continue
+		}
+		kubelet := args[1] == "kubelet" || filepath.Base(args[0]) == "kubelet"
+		if args[1] != "node" && !kubelet {
 			continue
 		}
 		for i, a := range args {
 			if (a == "--root-dir" && i+1 < len(args) && args[i+1] == root) || a == "--root-dir="+root {
-				return pid, nil
+				return pid, kubelet, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("no kubevol node process with --root-dir %s on this machine", root)
+	return 0, false, fmt.Errorf("no kubevol node or kubelet process with --root-dir %s on this machine", root)
 }
 
 func restartApplies(e *env) string {

@@ -13,6 +13,16 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
+// subPathApplies: a real kubelet bind-mounts a container's subPaths (volume-subpaths/) only
+// as it creates that container (kuberuntime's makeMounts, after the image is there), and
+// verify's pods run no container; the node agent mounts them with the volumes.
+func subPathApplies(e *env) string {
+	if e.kubelet {
+		return "the node is a kubelet: it mounts a subPath only as it creates the container, and verify's pods run none"
+	}
+	return ""
+}
+
 // subPaths: subPath volumeMounts as upstream's subPath cases: a directory, a file and a
 // read-only subPath are bind-mounted where the container would see them; the pod is torn
 // down after the subdirectory was removed under it; a subPath that is a symlink out of the

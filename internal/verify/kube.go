@@ -26,6 +26,16 @@ import (
 // kubelet has no such condition: it starts the containers instead).
 const volumesReady = "kubevol.io/VolumesReady"
 
+// volumesUp says that the node has set up every volume of the pod: the node agent's
+// condition, or, on a real kubelet, PodReadyToStartContainers. The kubelet's syncPod waits
+// for the pod's volumes to be attached and mounted (WaitForAttachAndMount) before it asks the
+// runtime for the sandbox, and the condition is True once the sandbox is up, so it is never
+// True before the volumes are.
+func volumesUp(p *corev1.Pod) bool {
+	return podCondition(p, volumesReady) == corev1.ConditionTrue ||
+		podCondition(p, corev1.PodReadyToStartContainers) == corev1.ConditionTrue
+}
+
 // waitTimeout bounds one wait of a case; the case's own timeout bounds the whole.
 const waitTimeout = 2 * time.Minute
 
@@ -87,7 +97,10 @@ func claimVolume(name, claim string) corev1.Volume {
 // pod creates a pod on the driver's node that mounts mounts and maps devices; mutate, if
 // set, adjusts it first. The node agent sets up its volumes; nothing runs in it.
 func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
-	c := corev1.Container{Name: "app", Image: "verify.kubevol.io/none"}
+	// Nothing runs in the pod. On a real kubelet the image is never pulled (no image of that
+	// name exists, and the node must not reach out for one): the container waits in
+	// ErrImageNeverPull, after the kubelet has set up the volumes.
+	c := corev1.Container{Name: "app", Image: "verify.kubevol.io/none", ImagePullPolicy: corev1.PullNever}
 	for _, v := range mounts {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
 	}
@@ -133,7 +146,7 @@ func (k *caseEnv) ready(pod *corev1.Pod) (*corev1.Pod, error) {
 		if cur, err = k.cs.CoreV1().Pods(k.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 			return false, nil
 		}
-		return podCondition(cur, volumesReady) == corev1.ConditionTrue, nil
+		return volumesUp(cur), nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("volumes of pod %s not ready: %w", pod.Name, err)

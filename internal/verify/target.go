@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,7 +14,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,8 +54,10 @@ type env struct {
 	node      string
 	// topology is the node's segment of the driver's topology keys.
 	topology map[string]string
-	// root is the node agent's --root-dir on this machine, "" elsewhere.
-	root string
+	// root is the node agent's --root-dir on this machine, "" elsewhere; kubelet says that
+	// the process serving it is a real kubelet.
+	root    string
+	kubelet bool
 	// conn is a connection to the driver's socket when this host has it.
 	conn *csiclient.Conn
 	caps capabilities
@@ -137,10 +137,24 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	}
 	// Only now: a kubevol up started just before creates its node directory after the API
 	// is ready, and the driver's registration proves its node agent has run.
-	if o.Kubeconfig == "" {
-		if st, err := os.Stat(filepath.Join(o.Dir, "node")); err == nil && st.IsDir() {
-			e.root = filepath.Join(o.Dir, "node")
+	switch {
+	case o.NodeRootDir != "":
+		if st, err := os.Stat(filepath.Join(o.NodeRootDir, "pods")); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--node-root-dir %s has no pods directory: not the root directory of a kubelet or node agent", o.NodeRootDir)
 		}
+		e.root = o.NodeRootDir
+	case o.Kubeconfig == "":
+		// The node agent's, or the real kubelet's of kubevol up --runtime containerd: both
+		// keep the kubelet's layout (pods/, plugins/, plugins_registry/) under their root.
+		for _, d := range []string{filepath.Join(o.Dir, "node"), filepath.Join(o.Dir, "runtime", "kubelet")} {
+			if st, err := os.Stat(d); err == nil && st.IsDir() {
+				e.root = d
+				break
+			}
+		}
+	}
+	if e.root != "" {
+		_, e.kubelet, _ = nodeProcess(e.root)
 	}
 	if o.StorageClass == "" {
 		if e.base, err = e.defaultClass(ctx); err != nil {
@@ -402,85 +416,6 @@ const (
 	// classOptions: Retain, with the mount options of the pv/fields case.
 	classOptions = "options"
 )
-
-// createClasses makes verify's StorageClasses: the base class's parameters with the binding
-// mode, reclaim policy and expansion each case needs.
-func (e *env) createClasses(ctx context.Context) error {
-	params := map[string]string{}
-	var mountOptions []string
-	if e.base != nil {
-		maps.Copy(params, e.base.Parameters)
-		mountOptions = e.base.MountOptions
-	}
-	blockParams := maps.Clone(params)
-	maps.Copy(blockParams, e.o.BlockParameters)
-	fsParams := maps.Clone(blockParams)
-	fsParams[fsTypeParameter] = "xfs"
-	wffc, immediate := storagev1.VolumeBindingWaitForFirstConsumer, storagev1.VolumeBindingImmediate
-	del, retain := corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRetain
-	var allowed []corev1.TopologySelectorTerm
-	if len(e.topology) > 0 {
-		var exprs []corev1.TopologySelectorLabelRequirement
-		for k, v := range e.topology {
-			exprs = append(exprs, corev1.TopologySelectorLabelRequirement{Key: k, Values: []string{v}})
-		}
-		allowed = []corev1.TopologySelectorTerm{{MatchLabelExpressions: exprs}}
-	}
-	for _, v := range []struct {
-		name    string
-		params  map[string]string
-		binding storagev1.VolumeBindingMode
-		reclaim corev1.PersistentVolumeReclaimPolicy
-		allowed []corev1.TopologySelectorTerm
-	}{
-		{classWFFC, params, wffc, del, nil},
-		{classImmediate, params, immediate, del, allowed},
-		{classRetain, params, immediate, retain, allowed},
-		{classBlock, blockParams, wffc, del, nil},
-		{classFS, fsParams, wffc, del, nil},
-		{classOptions, params, wffc, retain, nil},
-	} {
-		name := fmt.Sprintf("kubevol-verify-%s-%s", e.runID, v.name)
-		sc := &storagev1.StorageClass{
-			ObjectMeta:           metav1.ObjectMeta{Name: name, Labels: map[string]string{runLabel: e.runID}},
-			Provisioner:          e.driver,
-			Parameters:           v.params,
-			MountOptions:         mountOptions,
-			ReclaimPolicy:        &v.reclaim,
-			VolumeBindingMode:    &v.binding,
-			AllowVolumeExpansion: ptr(true),
-			AllowedTopologies:    v.allowed,
-		}
-		if v.name == classOptions {
-			sc.MountOptions = e.o.MountOptions
-		}
-		if _, err := e.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create StorageClass %s: %w", name, err)
-		}
-		e.classes[v.name] = name
-	}
-	return nil
-}
-
-// removeClasses deletes the StorageClasses and the VolumeSnapshotClass of the run.
-func (e *env) removeClasses() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var errs []error
-	for _, name := range e.classes {
-		if err := e.cs.StorageV1().StorageClasses().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
-	e.classes = map[string]string{}
-	for _, name := range e.snapshotClasses {
-		if err := e.dyn.Resource(snapshotClassGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-		}
-	}
-	e.snapshotClasses = nil
-	return errors.Join(errs...)
-}
 
 func (e *env) close() {
 	if e.conn != nil {

@@ -28,6 +28,11 @@ type Options struct {
 	// applicable.
 	Dir        string
 	Kubeconfig string
+	// NodeRootDir is the node's root directory on this machine (the kubelet's or node
+	// agent's --root-dir), when Kubeconfig names a cluster whose node runs here: the host
+	// cases then read the pods' volumes there. Without it, Dir's node agent (<Dir>/node) or
+	// kubelet (<Dir>/runtime/kubelet, kubevol up --runtime containerd) is used.
+	NodeRootDir string
 	// RestartDriver is a shell command that restarts the driver, for the restart case.
 	RestartDriver string
 	// MaxVolumesCommand is a shell command that makes the driver's NodeGetInfo report the
@@ -212,7 +217,7 @@ func (e *env) runCase(ctx context.Context, c *testCase) Result {
 
 func (e *env) applies(c *testCase) string {
 	if c.host && e.root == "" {
-		return "needs the node's host: not a kubevol up of this machine (--kubeconfig given, or no node directory under --dir)"
+		return "needs the node's host: not a kubevol up of this machine (--kubeconfig given without --node-root-dir, or no node directory under --dir)"
 	}
 	if c.applies != nil {
 		return c.applies(e)

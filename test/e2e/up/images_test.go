@@ -28,7 +28,8 @@ import (
 // kubelet mounts their projected tokens). A claim of the deployed StorageClass is then
 // provisioned by the containerised provisioner, attached by the containerised attacher and
 // mounted by the containerised node plugin into a pod that writes to it; no container logs
-// a 403, and nothing is left once the objects are deleted and up is interrupted.
+// a 403. Then `kubevol verify --kubeconfig` runs every case against the deployed driver
+// (verifyDeployed), and nothing is left once the objects are deleted and up is interrupted.
 func TestUpRunsShippedImages(t *testing.T) {
 	start := time.Now()
 	// up itself runs the same static binary: one build instead of two.
@@ -37,10 +38,12 @@ func TestUpRunsShippedImages(t *testing.T) {
 
 	dir := t.TempDir()
 	state := sharedStateDir(t)
-	r := startRuntimeUp(t, bin, dir, "images-e2e", "--image", archive)
+	// up's own snapshot-controller is left out: deploy/'s is the cluster's one, as on a
+	// cluster an operator deploys to (two would both act on every VolumeSnapshot).
+	r := startRuntimeUp(t, bin, dir, "images-e2e", "--image", archive, "--sidecars", "provisioner,attacher,resizer")
 	upReady := time.Now()
 	cfg, cs, node := r.cfg, r.cs, r.node
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	checkCtrRun(t, ctx, cfg, cs, node.Socket())
 	ctrRun := time.Now()
@@ -90,6 +93,9 @@ func TestUpRunsShippedImages(t *testing.T) {
 		_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
 		return err
 	})
+	verified := time.Now()
+	verifyDeployed(t, ctx, bin, dir, node.KubeletRootDir())
+	verifyTook := time.Since(verified)
 	if err := a.deleteAll(ctx, objs); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +103,9 @@ func TestUpRunsShippedImages(t *testing.T) {
 
 	r.interruptLeavesNothing(t, dir, state)
 	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
-	t.Logf("timings: images and binary %s, up with the images imported %s, ctr run of each sidecar %s, deploy/ applied until Ready %s, claim provisioned, attached and used %s, teardown %s, up stopped %s; total %s",
+	t.Logf("timings: images and binary %s, up with the images imported %s, ctr run of each sidecar %s, deploy/ applied until Ready %s, claim provisioned, attached and used %s, kubevol verify %s, teardown %s, up stopped %s; total %s",
 		round(built.Sub(start)), round(upReady.Sub(built)), round(ctrRun.Sub(upReady)), round(deployed.Sub(ctrRun)), round(used.Sub(deployed)),
-		round(removed.Sub(used)), round(time.Since(removed)), round(time.Since(start)))
+		round(verifyTook), round(removed.Sub(used)-verifyTook), round(time.Since(removed)), round(time.Since(start)))
 }
 
 // sharedStateDir is the host directory of the deployed driver's state (deploy/'s

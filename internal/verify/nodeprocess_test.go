@@ -1,0 +1,40 @@
+package verify
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// nodeProcess tells the real kubelet (kubevol up --runtime containerd's node) from kubevol's
+// node agent by its command line, and finds only the one serving the root it is given.
+func TestNodeProcessFindsAKubeletByItsRootDir(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "kubelet-root")
+	// A shell named kubelet, its --root-dir argument its $0: the command line of a kubelet
+	// binary serving root.
+	kubelet := filepath.Join(dir, "kubelet")
+	if err := os.Symlink("/bin/sh", kubelet); err != nil {
+		t.Fatal(err)
+	}
+	// The shell stays (a last command may replace it by exec): it waits for its sleep.
+	cmd := exec.Command(kubelet, "-c", "sleep 30 & wait", "--root-dir="+root)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The sleep goes with its shell: the whole process group.
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	pid, isKubelet, err := nodeProcess(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid != cmd.Process.Pid || !isKubelet {
+		t.Errorf("nodeProcess(%s) = %d, kubelet %v; want %d, kubelet true", root, pid, isKubelet, cmd.Process.Pid)
+	}
+	if _, _, err := nodeProcess(root + "-other"); err == nil {
+		t.Errorf("nodeProcess found a node process for a root nothing serves")
+	}
+}
