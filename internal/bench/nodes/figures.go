@@ -30,6 +30,8 @@ var Series = []string{
 // measured is what one run observed, raw; figures turns it into Series.
 type measured struct {
 	nodes, podsPerNode int
+	// complete: every phase was measured (the clean-up may still fail).
+	complete bool
 	// base0..base1 is the idle API server before any agent; started is once every agent
 	// serves; bound0 is before the first binding, mounted once every pod is mounted;
 	// idle0..idle1 is the idle window with everything mounted.

@@ -94,12 +94,15 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, n := range cfg.Nodes {
 		r := &run{cfg: cfg, nodeCount: n, cs: cs, admin: &admin, api: &apiServer{cs: cs, pid: cluster.APIServerPID}, out: cfg.Out}
 		m, err := r.measure(ctx)
+		// A run measured to the end keeps its figures when only its clean-up failed.
+		if m != nil && m.complete {
+			m.write(cfg.Out, cfg.Agents)
+			scaling.Upsert(report.ScalingRow{Group: fmt.Sprintf("%s, %d pods/node", cfg.Agents, cfg.PodsPerNode), X: float64(n), Values: m.figures()})
+		}
 		if err != nil {
 			runErr = fmt.Errorf("%d nodes: %w", n, err)
 			break
 		}
-		m.write(cfg.Out, cfg.Agents)
-		scaling.Upsert(report.ScalingRow{Group: fmt.Sprintf("%s, %d pods/node", cfg.Agents, cfg.PodsPerNode), X: float64(n), Values: m.figures()})
 	}
 	if len(scaling.Rows) == 0 {
 		return runErr
@@ -210,6 +213,7 @@ func (r *run) measure(ctx context.Context) (m *measured, err error) {
 			m.propagation = prop.Column(0)
 		}
 	}
+	m.complete = true
 	return m, nil
 }
 

@@ -1,6 +1,8 @@
-// Package verify runs `kubevol verify` as a driver author would in CI: one `kubevol up` with
-// kubevol's driver in five capability profiles attached as external drivers (`--driver`),
-// then `kubevol verify --driver NAME` against each, with JUnit output.
+// Package verify runs `kubevol verify` as a driver author would in CI: one `kubevol up
+// --nodes 2` with kubevol's driver in capability profiles attached as external drivers
+// (`--driver`), most on the first node only, some with one node instance per node
+// (`--driver unix:///…/{node}.sock`), then `kubevol verify --driver NAME` against each, with
+// JUnit output.
 package verify
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +27,11 @@ import (
 )
 
 const node = "verify-e2e"
+
+// nodes are the up's nodes (`--nodes 2`: the second is named after the first, docs/up.md).
+// The profiles of one socket run on the first only; their several-node cases are not
+// applicable.
+var nodes = []string{node, node + "-2"}
 
 // profile is one capability set of `kubevol driver`, as a third-party driver might have.
 type profile struct {
@@ -50,6 +58,10 @@ type profile struct {
 	config string
 	// timeout is the --timeout of a misbehaving profile's cases; "" means 40s.
 	timeout string
+	// perNode runs one instance of the driver per node, as docs/up.md tells a driver
+	// author: a controller with the first node's instance, and a node instance (--mode
+	// node over the controller's state directory) for each other node.
+	perNode bool
 }
 
 var profiles = []profile{
@@ -118,6 +130,22 @@ var profiles = []profile{
 	{name: "slowunstage", args: []string{"--fault", "NodeUnstageVolume:delay=30s,count=2"}, timeout: "20s", only: map[string]string{
 		"crash/deleted-while-down": "staging path",
 	}},
+	// Network volumes on both nodes, but each node instance publishes a tmpfs of its own
+	// instead of the volume: a write through one node's mount is not read through the
+	// other's, the rule multinode/rwx checks (ReadWriteMany across nodes).
+	{name: "rwxshadow", perNode: true, args: []string{"--fault", "NodePublishVolume:shadow"},
+		config: "  storageClass:\n    parameters: {placement: network}\n", only: map[string]string{
+			"multinode/rwx": "the other node's mount does not show pod on-a's write",
+		}},
+	// Network volumes with attach, but the controller's first six ControllerUnpublishVolume
+	// calls fail: the attacher retries at 1, 2, 4, 8 and 16 s, so the force-detach of the
+	// out-of-service node cannot complete before the 7th call, over a minute after the
+	// first, when the case's 40 s are long over (and the claim's deletion then succeeds,
+	// so nothing stays behind). multinode/out-of-service must fail at the detach.
+	{name: "stuckdetach", perNode: true, args: []string{"--attach-required", "--fault", "ControllerUnpublishVolume:error=INTERNAL,count=6"},
+		config: "  storageClass:\n    parameters: {placement: network}\n", only: map[string]string{
+			"multinode/out-of-service": "was not force-detached from the out-of-service node " + nodes[1],
+		}},
 }
 
 func driverName(p profile) string { return p.name + ".verify.kubevol.io" }
@@ -143,7 +171,7 @@ func TestVerifyProfiles(t *testing.T) {
 
 	// The drivers run first and outlive up, as a driver author's own driver does. The
 	// default profile runs under a loop that restarts it, so verify can restart it.
-	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--status-interval", "10s",
+	upArgs := []string{"up", "--dir", filepath.Join(tmp, "up"), "--node-name", node, "--nodes", strconv.Itoa(len(nodes)), "--status-interval", "10s",
 		// Each profile's run kills the node agent twice: up's restart backoff would double
 		// to a minute by the last profile.
 		"--restart-backoff-max", "2s"}
@@ -152,6 +180,21 @@ func TestVerifyProfiles(t *testing.T) {
 		dir := filepath.Join(tmp, p.name)
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			t.Fatal(err)
+		}
+		if p.perNode {
+			for i, n := range nodes {
+				args := []string{"driver", "--endpoint", "unix://" + filepath.Join(dir, n+".sock"), "--node-id", n,
+					"--state-dir", filepath.Join(dir, "state-"+n), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls-"+n+".jsonl")}
+				if i == 0 {
+					args = append(args, "--topology-nodes", strings.Join(nodes[1:], ","))
+				} else {
+					args = append(args, "--mode", "node", "--controller-state-dir", filepath.Join(dir, "state-"+nodes[0]))
+				}
+				start(t, bin, append(args, p.args...), filepath.Join(dir, "driver-"+n+".log"))
+			}
+			config += driverName(p) + ":\n" + p.config
+			upArgs = append(upArgs, "--driver", "unix://"+filepath.Join(dir, "{node}.sock"))
+			continue
 		}
 		args := append([]string{"driver", "--endpoint", "unix://" + filepath.Join(dir, "csi.sock"), "--node-id", node,
 			"--state-dir", filepath.Join(dir, "state"), "--drivername", driverName(p), "--call-log", filepath.Join(dir, "calls.jsonl")}, p.args...)
