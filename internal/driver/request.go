@@ -84,21 +84,19 @@ func parseParams(p map[string]string) (volumeParams, error) {
 	return vp, nil
 }
 
-// capabilityFsType is the filesystem a new volume will get: the class's fsType parameter, or
-// else the fs_type of a mount capability. The external-provisioner takes
-// csi.storage.k8s.io/fstype out of the parameters and passes it only as the capability's
-// fs_type, so without this an xfs volume of a 1 MiB claim was made 1 MiB and its stage
-// failed ("size 256 of data subvolume is too small").
+// capabilityFsType is the filesystem a new volume will get, by the rule NodeStageVolume
+// formats it with (fsTypeOf: a mount capability's fs_type before the class's fsType
+// parameter), so the volume is sized for the filesystem it will really have. The
+// external-provisioner takes csi.storage.k8s.io/fstype out of the parameters and passes it
+// only as the capability's fs_type, so sizing by the parameter alone made an xfs volume of a
+// 1 MiB claim 1 MiB, and its stage failed ("size 256 of data subvolume is too small").
 func capabilityFsType(param string, caps []*csi.VolumeCapability) string {
-	if param != "" {
-		return param
-	}
 	for _, c := range caps {
-		if fs := c.GetMount().GetFsType(); fs != "" {
-			return fs
+		if c.GetMount().GetFsType() != "" {
+			return fsTypeOf(c, param)
 		}
 	}
-	return ""
+	return fsTypeOf(nil, param)
 }
 
 // minSize is the smallest volume of a type and filesystem.
