@@ -111,7 +111,11 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		return lastErr == nil, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("no ready cluster behind %s within %s: %v (is kubevol up running with this --dir?)", kubeconfig, o.Wait, lastErr)
+		hint := "is kubevol up running with this --dir?"
+		if o.Kubeconfig != "" {
+			hint = "is the cluster of --kubeconfig up, and its server reachable from here?"
+		}
+		return nil, fmt.Errorf("no ready cluster behind %s within %s: %v (%s)", kubeconfig, o.Wait, lastErr, hint)
 	}
 	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
