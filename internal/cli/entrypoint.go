@@ -6,8 +6,11 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 )
 
 // entrypoints are the names the one kubevol binary answers to when it is started under
@@ -52,5 +55,81 @@ func mainContext(ctx context.Context, argv []string, stdout, stderr io.Writer) i
 	if cmd.Args == nil {
 		cmd.Args = noArgs
 	}
-	return runContext(ctx, cmd, argv[1:], stdout, stderr)
+	args, unknown := splitUnknownFlags(cmd, argv[1:])
+	warnUnknown(cmd, name, unknown)
+	return runContext(ctx, cmd, args, stdout, stderr)
+}
+
+// splitUnknownFlags takes out of args, for an entrypoint, the flags cmd does not define,
+// with the value that follows one given without "=" (an entrypoint takes no positional
+// argument, so a word after an unknown flag is its value). A manifest written for a newer
+// upstream sidecar than the version kubevol mirrors may pass a flag kubevol lacks; upstream's
+// binary would run, so kubevol's runs too, and warns (warnUnknown) instead of exiting 2 into
+// a crash loop. `kubevol <role>` stays strict: a typo there is a usage error.
+func splitUnknownFlags(cmd *cobra.Command, args []string) (kept, unknown []string) {
+	cmd.InitDefaultHelpFlag()
+	cmd.InitDefaultVersionFlag()
+	args = goFlagArgs(cmd, args)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(kept, args[i:]...), unknown
+		}
+		body, isLong := strings.CutPrefix(a, "--")
+		name, _, hasValue := strings.Cut(body, "=")
+		known := true
+		switch {
+		case isLong && name != "":
+			known = lookupFlag(cmd, name) != nil
+		case len(a) == 2 && a[0] == '-' && a[1] != '-':
+			known = lookupShorthand(cmd, a[1:]) != nil
+		}
+		if known {
+			kept = append(kept, a)
+			if f := flagOf(cmd, a); f != nil && f.NoOptDefVal == "" && !strings.Contains(a, "=") && i+1 < len(args) {
+				i++
+				kept = append(kept, args[i])
+			}
+			continue
+		}
+		unknown = append(unknown, a)
+		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			i++
+			unknown[len(unknown)-1] += " " + args[i]
+		}
+	}
+	return kept, unknown
+}
+
+// flagOf is the flag an argument sets (--name[=v] or -s), or nil for a value or an
+// attached shorthand value (-v5).
+func flagOf(cmd *cobra.Command, a string) *pflag.Flag {
+	if body, ok := strings.CutPrefix(a, "--"); ok {
+		name, _, _ := strings.Cut(body, "=")
+		return lookupFlag(cmd, name)
+	}
+	if len(a) == 2 && a[0] == '-' {
+		return lookupShorthand(cmd, a[1:])
+	}
+	return nil
+}
+
+// warnUnknown logs, once logging is set up, one warning line per flag splitUnknownFlags
+// took out (its value is not repeated: it may be a secret's path or a token).
+func warnUnknown(cmd *cobra.Command, name string, unknown []string) {
+	if len(unknown) == 0 {
+		return
+	}
+	prev := cmd.PersistentPreRunE
+	cmd.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if err := prev(c, args); err != nil {
+			return err
+		}
+		for _, u := range unknown {
+			flagName, _, _ := strings.Cut(u, "=")
+			flagName, _, _ = strings.Cut(flagName, " ")
+			klog.Warningf("Flag %s is not a flag of kubevol's %s (one of a newer upstream version?): ignored", flagName, name)
+		}
+		return nil
+	}
 }

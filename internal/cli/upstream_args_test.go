@@ -145,31 +145,67 @@ func TestUpstreamArgumentLists(t *testing.T) {
 	}
 }
 
-// Flags and gates no upstream version has exit 2 with one line that names them.
-func TestUnknownUpstreamFlagsExit2(t *testing.T) {
+// Gates no upstream version has, and values a flag cannot take, exit 2 with one line that
+// names them, as upstream's binaries do.
+func TestBadUpstreamValuesExit2(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	for _, tc := range []struct {
 		argv []string
 		want string
 	}{
-		{[]string{"csi-provisioner", "--max-grpc-log-length=100"}, "unknown flag: --max-grpc-log-length"},
-		{[]string{"csi-provisioner", "-no-such-flag"}, "unknown flag: --no-such-flag"},
 		{[]string{"csi-attacher", "--feature-gates=Topology=true"}, "unrecognized feature gate: Topology"},
 		{[]string{"csi-resizer", "--feature-gates=Bogus=true"}, "unrecognized feature gate: Bogus"},
-		{[]string{"csi-attacher", "--master=x"}, "unknown flag: --master"},
-		{[]string{"snapshot-controller", "--csi-address=/csi/csi.sock"}, "unknown flag: --csi-address"},
-		{[]string{"csi-snapshotter", "--retry-crd-interval-max=1m"}, "unknown flag: --retry-crd-interval-max"},
-		{[]string{"csi-snapshotter", "--snapshot-controller=false"}, "unknown flag: --snapshot-controller"},
 		{[]string{"csi-resizer", "--logging-format=yaml"}, `--logging-format "yaml"`},
 		{[]string{"snapshot-conversion-webhook", "--tls-private-key-file=/k"}, "--tls-cert-file must be specified"},
 		{[]string{"snapshot-conversion-webhook", "--tls-cert-file=/c", "--tls-private-key-file=/k", "--port=0"}, "--port 0"},
 		{[]string{"csi-resizer", "--log-json-info-buffer-size=lots"}, "--log-json-info-buffer-size"},
+		// kubevol's own command line stays strict: there a flag it lacks is a typo.
+		{[]string{"kubevol", "provisioner", "--no-such-flag"}, "unknown flag: --no-such-flag"},
+		{[]string{"kubevol", "attacher", "--master=x"}, "unknown flag: --master"},
 	} {
 		code, stderr, _ := validateArgs(t, tc.argv)
 		first, _, _ := strings.Cut(stderr, "\n")
 		if code != exitUsage || !strings.Contains(first, tc.want) {
 			t.Errorf("%v: exit %d, first line %q; want exit 2 and %q", tc.argv, code, first, tc.want)
 		}
+	}
+}
+
+// A flag an entrypoint lacks (a newer upstream version's, or another sidecar's) is ignored
+// with one warning line that names it and not its value; the flags around it still apply.
+func TestUnknownUpstreamFlagsWarn(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	for _, tc := range []struct {
+		argv []string
+		warn []string
+	}{
+		{[]string{"csi-provisioner", "--max-grpc-log-length=100", "--csi-address=/x/csi.sock"}, []string{"--max-grpc-log-length"}},
+		{[]string{"csi-provisioner", "-no-such-flag", "-v=3"}, []string{"--no-such-flag"}},
+		{[]string{"csi-attacher", "--master", "https://x", "--timeout", "20s"}, []string{"--master"}},
+		{[]string{"snapshot-controller", "--csi-address=/csi/csi.sock", "-x"}, []string{"--csi-address", "-x"}},
+		{[]string{"csi-snapshotter", "--retry-crd-interval-max=1m", "--snapshot-controller=false"}, []string{"--retry-crd-interval-max", "--snapshot-controller"}},
+		{[]string{"csi-resizer", "--new-secret-flag", "s3cr3t-value"}, []string{"--new-secret-flag"}},
+	} {
+		code, stderr, logs := validateArgs(t, tc.argv)
+		if code != exitOK {
+			t.Errorf("%v: exit %d: %s", tc.argv, code, stderr)
+			continue
+		}
+		for _, w := range tc.warn {
+			if n := strings.Count(logs, "Flag "+w+" is not a flag of kubevol's "+tc.argv[0]); n != 1 {
+				t.Errorf("%v: %d warnings name %s, want 1:\n%s", tc.argv, n, w, logs)
+			}
+		}
+		if strings.Contains(logs, "s3cr3t") || strings.Contains(logs, "https://x") {
+			t.Errorf("%v: a value of an unknown flag is logged:\n%s", tc.argv, logs)
+		}
+	}
+	// The known flags after an unknown one still parse.
+	cmd := newAttacherCommand()
+	setupRoot(cmd)
+	kept, unknown := splitUnknownFlags(cmd, []string{"-master", "x", "-timeout", "20s", "--", "-y"})
+	if strings.Join(kept, " ") != "--timeout 20s -- -y" || strings.Join(unknown, "|") != "--master x" {
+		t.Errorf("splitUnknownFlags = %q, %q", kept, unknown)
 	}
 }
 
