@@ -19,7 +19,11 @@ import (
 // DefaultPrefix is the registry prefix of the images: <prefix>/<name>:<tag>.
 const DefaultPrefix = "ghcr.io/kubevol"
 
-// NonRoot is the user the sidecar images run as, distroless's "nonroot" (65532:65532).
+// NonRoot is distroless's "nonroot" user (65532:65532), which deploy/ runs the sidecars as
+// (securityContext runAsUser/runAsGroup). The images themselves run as root, as upstream's
+// distroless/static images do: swapped into an existing driver's manifest that sets no
+// user, a sidecar must still connect to a driver socket only root may write (0755 root:root,
+// as the hostpath driver and others make theirs).
 const NonRoot = 65532
 
 // Binary is where the kubevol binary lives in every image; each entrypoint is a symlink to it
@@ -132,7 +136,9 @@ func (b *Builder) platformImage(r Role, p image.Platform) (v1.Image, error) {
 		"org.opencontainers.image.version": b.Version,
 		"org.opencontainers.image.source":  "https://github.com/kubevol/kubevol",
 	}
-	user := fmt.Sprintf("%d:%d", NonRoot, NonRoot)
+	// Every image runs as root unless its pod says otherwise (see NonRoot); the driver and
+	// node-agent images need it besides: mount(2), losetup and mkfs run as root.
+	const user = "0:0"
 	if r.Tools {
 		tools, pkgs, err := b.toolsLayer(p)
 		if err != nil {
@@ -140,8 +146,6 @@ func (b *Builder) platformImage(r Role, p image.Platform) (v1.Image, error) {
 		}
 		layers = append(layers, tools)
 		labels["io.kubevol.debian-packages"] = pkgs
-		// mount(2), losetup and mkfs need root (and the pod's privileges).
-		user = "0:0"
 	}
 	bin, err := b.binaryLayer(p)
 	if err != nil {

@@ -2,10 +2,13 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
@@ -54,6 +57,16 @@ func socketState(address string) string {
 		return err.Error()
 	case fi.Mode()&os.ModeSocket == 0:
 		return "the path exists but is not a socket"
+	}
+	// connect(2) needs write permission on the socket. Upstream's images run as root, so a
+	// driver's root-owned 0755 socket works for them and not for a non-root sidecar.
+	if err := unix.Access(strings.TrimPrefix(target, "unix://"), unix.W_OK); err != nil {
+		owner := ""
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf(", owner %d:%d", st.Uid, st.Gid)
+		}
+		return fmt.Sprintf("this process (uid %d, gid %d) may not connect to the socket (mode %v%s): run it as the socket's owner or group (securityContext runAsUser/runAsGroup)",
+			os.Getuid(), os.Getgid(), fi.Mode().Perm(), owner)
 	}
 	return "the driver does not answer Probe yet, or is not ready"
 }

@@ -2,8 +2,13 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,5 +68,58 @@ func TestWaitForDriverSaysWhyUntilTheSocketAppears(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("did not connect once the driver served")
+	}
+}
+
+// A socket this process may not connect to (a root-owned 0755 socket, as some drivers make
+// theirs, and a sidecar running as non-root) is named as the reason, with what to change.
+func TestSocketStateNamesAPermissionProblem(t *testing.T) {
+	if path := os.Getenv("KUBEVOL_SOCKETSTATE"); path != "" {
+		fmt.Print(socketState(path))
+		os.Exit(0)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a socket another user may not connect to")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir makes both 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(dir, "csi.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(sock, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary, copied where the other user may run it.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "wait.test")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestSocketStateNamesAPermissionProblem$")
+	cmd.Env = append(os.Environ(), "KUBEVOL_SOCKETSTATE="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if s := string(out); !strings.Contains(s, "uid 65532, gid 65532") || !strings.Contains(s, "may not connect") || !strings.Contains(s, "owner 0:0") {
+		t.Errorf("socketState as 65532 = %q", s)
+	}
+	if s := socketState(sock); strings.Contains(s, "may not connect") {
+		t.Errorf("socketState as root = %q", s)
 	}
 }
