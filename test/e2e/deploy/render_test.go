@@ -246,6 +246,21 @@ spec:
 ---
 apiVersion: apps/v1
 kind: Deployment
+metadata: {name: mirrored}
+spec:
+  selector: {matchLabels: {app: mirrored}}
+  template:
+    metadata: {labels: {app: mirrored}}
+    spec:
+      containers:
+        - {name: csi-attacher, image: "public.ecr.aws/csi-components/csi-attacher:v4.10.0-eksbuild.3"}
+        - {name: csi-snapshotter, image: "mcr.microsoft.com/oss/v2/kubernetes-csi/csi-snapshotter:v8.3.0"}
+        - {name: csi-resizer, image: "mcr.microsoft.com/oss/kubernetes-csi/csi-resizer:v1.9.0"}
+        - {name: csi-provisioner, image: "docker.io/longhornio/csi-provisioner:v5.3.0"}
+        - {name: livenessprobe, image: "public.ecr.aws/csi-components/livenessprobe:v2.19.0-eksbuild.7"}
+---
+apiVersion: apps/v1
+kind: Deployment
 metadata: {name: unrelated}
 spec:
   selector: {matchLabels: {app: x}}
@@ -268,7 +283,87 @@ spec:
 	if args := ss["csi-resizer"]["args"].([]any); len(args) != 2 || args[1] != "-csi-address=/csi/csi.sock" {
 		t.Errorf("args changed: %v", args)
 	}
+	// The mirrors the EKS add-ons, Azure and Longhorn pull the sidecars from.
+	m := containers(t, find(objs, "Deployment", "mirrored"))
+	for _, n := range []string{"csi-attacher", "csi-snapshotter", "csi-resizer", "csi-provisioner"} {
+		if m[n]["image"] != "ghcr.io/kubevol/"+n+":latest" {
+			t.Errorf("mirrored %s not swapped: %v", n, m[n]["image"])
+		}
+	}
+	if m["livenessprobe"]["image"] != "public.ecr.aws/csi-components/livenessprobe:v2.19.0-eksbuild.7" {
+		t.Errorf("livenessprobe swapped: %v", m["livenessprobe"]["image"])
+	}
 	if u := containers(t, find(objs, "Deployment", "unrelated")); len(u) != 1 || u["app"]["image"] != "example/app:v1" {
 		t.Errorf("unrelated workload changed: %v", u)
+	}
+}
+
+// The by-container-name recipe of docs/images.md: a replacement per sidecar sets the image of
+// the named container of the named controller, whatever registry it came from, and the
+// local-config ConfigMap that carries the images is not rendered.
+func TestSwapByContainerName(t *testing.T) {
+	recipe := `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [driver.yaml]
+configMapGenerator:
+  - name: kubevol-sidecar-images
+    options: {annotations: {config.kubernetes.io/local-config: "true"}, disableNameSuffixHash: true}
+    literals:
+      - csi-provisioner=ghcr.io/kubevol/csi-provisioner:v0.1.0
+      - csi-attacher=ghcr.io/kubevol/csi-attacher:v0.1.0
+replacements:
+  - source: {kind: ConfigMap, name: kubevol-sidecar-images, fieldPath: data.csi-provisioner}
+    targets:
+      - select: {kind: Deployment, name: ebs-csi-controller}
+        fieldPaths:
+          - spec.template.spec.containers.[name=csi-provisioner].image
+  - source: {kind: ConfigMap, name: kubevol-sidecar-images, fieldPath: data.csi-attacher}
+    targets:
+      - select: {kind: Deployment, name: ebs-csi-controller}
+        fieldPaths:
+          - spec.template.spec.containers.[name=csi-attacher].image
+`
+	doc, err := os.ReadFile(filepath.Join(deployDir(t), "..", "docs", "images.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), recipe[strings.Index(recipe, "configMapGenerator:"):]) {
+		t.Fatal("docs/images.md no longer shows this recipe")
+	}
+	dir := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ebs-csi-controller}
+spec:
+  selector: {matchLabels: {app: ebs}}
+  template:
+    metadata: {labels: {app: ebs}}
+    spec:
+      containers:
+        - {name: ebs-plugin, image: "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.40.0"}
+        - {name: csi-provisioner, image: "my-mirror.example/sidecars/provisioner:v6.3.0"}
+        - {name: csi-attacher, image: "my-mirror.example/sidecars/attacher:v4.10.0"}
+`})
+	objs := render(t, dir)
+	if len(objs) != 1 {
+		t.Fatalf("rendered %d objects, want the Deployment only", len(objs))
+	}
+	c := containers(t, find(objs, "Deployment", "ebs-csi-controller"))
+	if c["csi-provisioner"]["image"] != "ghcr.io/kubevol/csi-provisioner:v0.1.0" || c["csi-attacher"]["image"] != "ghcr.io/kubevol/csi-attacher:v0.1.0" ||
+		c["ebs-plugin"]["image"] != "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.40.0" {
+		t.Errorf("containers %v", c)
+	}
+	// A controller without one of the named containers fails the build, not silently.
+	missing := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ebs-csi-controller}
+spec:
+  selector: {matchLabels: {app: ebs}}
+  template:
+    metadata: {labels: {app: ebs}}
+    spec:
+      containers: [{name: csi-provisioner, image: "x/provisioner:v6"}]
+`})
+	if _, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), missing); err == nil {
+		t.Error("a controller without csi-attacher rendered without an error")
 	}
 }
