@@ -28,6 +28,22 @@ func (t mountTable) at(p string) *mount.MountInfo {
 	return nil
 }
 
+// below returns the mount under the topmost one whose mount point is p (two stacked at p),
+// or nil.
+func (t mountTable) below(p string) *mount.MountInfo {
+	p = filepath.Clean(p)
+	seen := false
+	for i := len(t) - 1; i >= 0; i-- {
+		if t[i].MountPoint == p {
+			if seen {
+				return &t[i]
+			}
+			seen = true
+		}
+	}
+	return nil
+}
+
 // containing returns the mount that holds p: the one with the longest mount point that is
 // p or a parent of p (the last one listed wins when mounts are stacked).
 func (t mountTable) containing(p string) *mount.MountInfo {

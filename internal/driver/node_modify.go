@@ -2,10 +2,13 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubevol/kubevol/internal/driver/state"
 )
 
 // readOnlyVolume reports whether the volume's mutable parameters make it read-only, as the
@@ -34,12 +37,44 @@ func (n *node) applyMutable(ctx context.Context, id string, mutable map[string]s
 		if slices.Contains(mi.MountOptions, "ro") == ro {
 			continue
 		}
-		if err := remountBind(p.TargetPath, mi.MountOptions, ro); err != nil {
+		if err := n.rebind(table, p.TargetPath, publishSource(p), mi.MountOptions, ro); err != nil {
 			return fmt.Errorf("remount %s: %w", p.TargetPath, err)
 		}
 		klogFrom(ctx, n.log).V(2).Info("Remounted a publish for its new parameters", "volumeID", id, "target", p.TargetPath, "readOnly", ro)
 	}
 	return nil
+}
+
+// publishSource is what a publish binds at its target.
+func publishSource(p state.Publish) string {
+	if p.Block {
+		return p.Device
+	}
+	return p.StagingPath
+}
+
+// rebind makes the bind mount at target read-only or read-write again. A remount changes
+// only this mount namespace's copy of the mount, so a driver in a container (its target
+// directory shared with the host's, Bidirectional) would leave the host's copy, the one
+// the kubelet gives new containers, as it was. Read-only is therefore a read-only clone of
+// source stacked on the mount (bindReadOnly), which propagates; read-write again is that
+// clone unmounted, an unmount propagating too. A mount not stacked so (a kernel without
+// open_tree, or a read-only publish from before) is remounted in place.
+func (n *node) rebind(table mountTable, target, source string, opts []string, ro bool) error {
+	var others []string
+	for _, o := range opts {
+		if _, ok := perMountFlags[o]; ok {
+			others = append(others, o)
+		}
+	}
+	if ro {
+		if err := bindReadOnly(source, target, append([]string{"ro"}, others...)); !errors.Is(err, errNoBindAttrs) {
+			return err
+		}
+	} else if below := table.below(target); below != nil && !slices.Contains(below.MountOptions, "ro") {
+		return n.mounter.Unmount(target)
+	}
+	return remountBind(target, opts, ro)
 }
 
 // perMountFlags are the mountinfo per-mount options a bind remount must repeat.

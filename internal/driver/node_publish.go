@@ -188,7 +188,7 @@ func (n *node) mountPublish(p *state.Publish) error {
 			return err
 		}
 		_ = f.Close()
-		return n.mounter.Mount(p.Device, p.TargetPath, "", opts)
+		return n.bind(p.Device, p.TargetPath, opts[1:])
 	}
 	if err := os.MkdirAll(p.TargetPath, 0o750); err != nil {
 		return err
@@ -210,7 +210,16 @@ func (n *node) mountPublish(p *state.Publish) error {
 		}
 		return n.mounter.FormatAndMount(p.Device, p.TargetPath, p.FsType, withNoUUID(p.FsType, append(p.MountFlags, opts[1:]...)))
 	}
-	return n.mounter.Mount(p.StagingPath, p.TargetPath, "", append(opts, p.MountFlags...))
+	return n.bind(p.StagingPath, p.TargetPath, append(opts[1:], p.MountFlags...))
+}
+
+// bind bind-mounts source at target with opts besides "bind"; a read-only one is read-only
+// wherever it propagates (bindReadOnly).
+func (n *node) bind(source, target string, opts []string) error {
+	if err := bindReadOnly(source, target, opts); !errors.Is(err, errNoBindAttrs) {
+		return err
+	}
+	return n.mounter.Mount(source, target, "", append([]string{"bind"}, opts...))
 }
 
 // teardownPublish undoes a publish, complete or not: unmount, remove the target, and for an
