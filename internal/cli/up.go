@@ -85,7 +85,7 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.DurationVar(&o.backoffMax, "restart-backoff-max", up.DefaultBackoff.Max, "longest wait before a component that exited is restarted (the wait starts at 1s and doubles)")
 	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
 	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
-	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image and its nginx image (of Debian's nginx package; busybox and the sandbox image are always there)")
+	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image, its nginx image (of Debian's nginx package) and its glibc-dns-testing image (busybox and glibc's getent; busybox and the sandbox image are always there)")
 	f.StringSliceVar(&o.sidecars, "sidecars", up.BuiltinSidecars, "the kubevol sidecars to run for the built-in driver (some of "+strings.Join(up.BuiltinSidecars, ",")+"; snapshotter is both the snapshot-controller and the csi-snapshotter); leave one out to run another implementation of it against the driver, as make conformance runs upstream's provisioner and snapshotter")
 	f.BoolVar(&o.buildOnly, "build-only", false, "build the control-plane binary if it is missing, print its path and exit")
 	return cmd

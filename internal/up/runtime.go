@@ -111,8 +111,8 @@ func (s *Stack) importImages(ctx context.Context, node *kubeletnode.Node) error 
 }
 
 // e2eArchives are the archives of the e2e suite's agnhost image (agnhost built and cached
-// like the control plane) and nginx image (Debian's nginx), written next to the agnhost
-// binary, once per binary.
+// like the control plane), nginx image (Debian's nginx) and glibc-dns-testing image (the
+// storage suite's multiVolume pods), written next to the agnhost binary, once per binary.
 func (s *Stack) e2eArchives(ctx context.Context) ([]string, error) {
 	bin, err := localcluster.EnsureAgnhost(ctx, s.opts.Progress)
 	if err != nil {
@@ -132,7 +132,11 @@ func (s *Stack) e2eArchives(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginx image: %w", err)
 	}
-	return []string{agnhost, nginx}, nil
+	glibc, err := cachedArchive(bin+"-glibc-dns-testing.tar", kubeletnode.GlibcDNSTestingImages)
+	if err != nil {
+		return nil, fmt.Errorf("glibc-dns-testing image: %w", err)
+	}
+	return []string{agnhost, nginx, glibc}, nil
 }
 
 // cachedArchive writes the images of build to archive unless it is there already.
