@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
@@ -27,7 +28,7 @@ const (
 	reasonAttachFailed = "AttachFailed"
 	reasonDetachFailed = "DetachFailed"
 	// reasonWriteFailed: the API server refused one of the attacher's writes.
-	reasonWriteFailed = "WriteFailed"
+	reasonWriteFailed = controller.ReasonWriteFailed
 )
 
 // syncVA brings one VolumeAttachment to its desired state: attached while it lives,
@@ -183,7 +184,7 @@ func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment)
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return c.writeFailed(ctx, va, "remove the finalizer of the VolumeAttachment", err)
+		return c.writeFailed(ctx, va, "volumeattachments", "remove the finalizer of the VolumeAttachment", err)
 	}
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)
@@ -261,7 +262,7 @@ func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttac
 	cur.Annotations[nodeIDAnnotation] = nodeID
 	out, err := c.patchVA(ctx, va, cur, "")
 	if err != nil {
-		return nil, c.writeFailed(ctx, va, "add the finalizer and node ID to the VolumeAttachment", err)
+		return nil, c.writeFailed(ctx, va, "volumeattachments", "add the finalizer and node ID to the VolumeAttachment", err)
 	}
 	return out, nil
 }
@@ -273,7 +274,7 @@ func (c *Controller) addPVFinalizer(ctx context.Context, va *storagev1.VolumeAtt
 	cur := pv.DeepCopy()
 	cur.Finalizers = append(cur.Finalizers, c.finalizer())
 	if err := c.patchPV(ctx, pv, cur); err != nil {
-		return c.writeFailed(ctx, va, fmt.Sprintf("add the finalizer to PersistentVolume %s", pv.Name), err)
+		return c.writeFailed(ctx, va, "persistentvolumes", fmt.Sprintf("add the finalizer to PersistentVolume %s", pv.Name), err)
 	}
 	return nil
 }
@@ -304,22 +305,19 @@ func (c *Controller) patchPV(ctx context.Context, old, cur *corev1.PersistentVol
 	return err
 }
 
-// writeFailed reports an API write the server refused (403 under a role without the
-// verb, a conflict, a webhook): one line at the default verbosity that names the object
-// and the write, and a Warning event on the VolumeAttachment. The key is retried with the
-// queue's backoff, so both repeat no faster than that.
-func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, what string, err error) error {
-	err = fmt.Errorf("cannot %s: %w", what, err)
-	klog.FromContext(ctx).Error(err, "API write refused; will retry with backoff", "volumeAttachment", va.Name)
-	c.recorder.Event(va, corev1.EventTypeWarning, reasonWriteFailed, err.Error())
-	return err
+// writeFailed reports a write of va (or, for the PV finalizer, of its PV) that the API
+// server refused (controller.WriteFailed): one line at the default verbosity and a Warning
+// event on the VolumeAttachment, repeated no faster than the queue's backoff. what says
+// which write it was; resource is the one patched.
+func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, resource, what string, err error) error {
+	return controller.WriteFailed(ctx, c.recorder, va, "patch", resource, fmt.Errorf("%s: %w", what, err))
 }
 
 // markAttached and the error recorders update va in place, resourceVersion included, so the
 // caller knows which version its last write produced.
 func (c *Controller) markAttached(ctx context.Context, va *storagev1.VolumeAttachment, metadata map[string]string) error {
 	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}); err != nil {
-		return c.writeFailed(ctx, va, "mark the VolumeAttachment attached", err)
+		return c.writeFailed(ctx, va, "volumeattachments/status", "mark the VolumeAttachment attached", err)
 	}
 	return nil
 }
@@ -362,7 +360,7 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	st := *va.Status.DeepCopy()
 	st.AttachError = volumeError(cause)
 	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
-		_ = c.writeFailed(ctx, va, "save status.attachError", err)
+		_ = c.writeFailed(ctx, va, "volumeattachments/status", "save status.attachError", err)
 	}
 	return cause
 }
@@ -373,7 +371,7 @@ func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	st := *va.Status.DeepCopy()
 	st.DetachError = volumeError(cause)
 	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
-		_ = c.writeFailed(ctx, va, "save status.detachError", err)
+		_ = c.writeFailed(ctx, va, "volumeattachments/status", "save status.detachError", err)
 	}
 	return cause
 }

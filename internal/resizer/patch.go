@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -38,7 +39,7 @@ func (c *Controller) patchClaimStatus(ctx context.Context, old, cur *corev1.Pers
 func (c *Controller) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pt types.PatchType, data []byte) (*corev1.PersistentVolumeClaim, error) {
 	saved, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, pt, data, metav1.PatchOptions{}, "status")
 	if err != nil {
-		return nil, err
+		return nil, controller.WriteFailed(ctx, c.recorder, pvc, "patch", "persistentvolumeclaims/status", err)
 	}
 	if saved.ResourceVersion != pvc.ResourceVersion {
 		c.superseded.add(pvc.Namespace+"/"+pvc.Name, pvc.ResourceVersion)
@@ -52,7 +53,7 @@ func (c *Controller) patchClaim(ctx context.Context, pvc *corev1.PersistentVolum
 func (c *Controller) writePV(ctx context.Context, pv *corev1.PersistentVolume, pt types.PatchType, data []byte) (*corev1.PersistentVolume, error) {
 	saved, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, pt, data, metav1.PatchOptions{})
 	if err != nil {
-		return nil, err
+		return nil, controller.WriteFailed(ctx, c.recorder, pv, "patch", "persistentvolumes", err)
 	}
 	if saved.ResourceVersion != pv.ResourceVersion {
 		c.superseded.add(pvKey(pv.Name), pv.ResourceVersion)

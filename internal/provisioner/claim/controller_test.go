@@ -26,6 +26,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
@@ -366,4 +367,33 @@ func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.Persis
 		f.t.Fatal(err)
 	}
 	return out
+}
+
+// A PV create the API server refuses is one default-level line and a Warning event on the
+// claim naming the write, on every retry the queue's backoff allows; the volume stays in
+// the journal for the retry.
+func TestRefusedPVCreateWarns(t *testing.T) {
+	f := newFixture(t)
+	f.cs.PrependReactor("create", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", errors.New("RBAC: create not allowed"))
+	})
+	f.claim("refused")
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			if !strings.HasPrefix(e, "Warning "+controller.ReasonWriteFailed) {
+				continue
+			}
+			if !strings.Contains(e, "cannot create persistentvolumes") || !strings.Contains(e, "forbidden") {
+				t.Errorf("event %q, want one naming the refused create and the cause", e)
+			}
+			if f.journal.Len() != 1 {
+				t.Errorf("journal holds %d records, want the created volume's", f.journal.Len())
+			}
+			return
+		case <-deadline:
+			t.Fatal("no WriteFailed event on the claim")
+		}
+	}
 }

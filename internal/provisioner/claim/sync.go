@@ -223,7 +223,11 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 		return nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		logger.Error(err, "Saving the PersistentVolume failed; will retry (the volume stays recorded in the intent journal)")
+		if controller.Refused(err) {
+			err = controller.WriteFailed(ctx, c.cfg.Recorder, claim, "create", "persistentvolumes", err)
+		} else {
+			logger.Error(err, "Saving the PersistentVolume failed; will retry (the volume stays recorded in the intent journal)")
+		}
 		return fmt.Errorf("create PersistentVolume %s: %w", pv.Name, err)
 	}
 	existing, gerr := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
@@ -285,6 +289,7 @@ func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVol
 	delete(cur.Annotations, pvspec.AnnSelectedNode)
 	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
+		err = controller.WriteFailed(ctx, c.cfg.Recorder, claim, "update", "persistentvolumeclaims", err)
 		return fmt.Errorf("reschedule: remove %s: %w", pvspec.AnnSelectedNode, err)
 	}
 	klog.FromContext(ctx).Info("Asked the scheduler to pick another node", "node", claim.Annotations[pvspec.AnnSelectedNode], "cause", cause)

@@ -12,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -31,6 +33,39 @@ type Client[T any] interface {
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// Reporting returns cl with every write the API server refuses (controller.Refused)
+// reported on the content on: one default-level line naming the write and a Warning event,
+// as often as the queue's backoff retries it. resource is the plural name the writes go
+// to, e.g. "volumesnapshotcontents".
+func Reporting[T any](cl Client[T], rec record.EventRecorder, on runtime.Object, resource string) Client[T] {
+	return reporting[T]{Client: cl, rec: rec, on: on, resource: resource}
+}
+
+type reporting[T any] struct {
+	Client[T]
+	rec      record.EventRecorder
+	on       runtime.Object
+	resource string
+}
+
+func (r reporting[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
+	out, err := r.Client.Update(ctx, obj, opts)
+	return out, controller.WriteFailed(ctx, r.rec, r.on, "update", r.resource, err)
+}
+
+func (r reporting[T]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
+	out, err := r.Client.Patch(ctx, name, pt, data, opts, subresources...)
+	resource := r.resource
+	for _, sub := range subresources {
+		resource += "/" + sub
+	}
+	return out, controller.WriteFailed(ctx, r.rec, r.on, "patch", resource, err)
+}
+
+func (r reporting[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return controller.WriteFailed(ctx, r.rec, r.on, "delete", r.resource, r.Client.Delete(ctx, name, opts))
 }
 
 // Annotate sets the annotation key to "yes" (on) or removes it (the being-created and

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
@@ -40,7 +41,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	contentGone := content == nil
 	if content != nil {
 		if content.Annotations[snapshotter.AnnBeingDeleted] != "yes" {
-			if content, err = contentwrite.Annotate(ctx, c.contentClient(), content, snapshotter.AnnBeingDeleted, true); err != nil {
+			if content, err = contentwrite.Annotate(ctx, c.contentClient(content), content, snapshotter.AnnBeingDeleted, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil // gone meanwhile: the next sync sees it
 				}
@@ -48,7 +49,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 			}
 		}
 		if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && content.DeletionTimestamp == nil {
-			if err := contentwrite.Delete(ctx, c.contentClient(), content); err != nil {
+			if err := contentwrite.Delete(ctx, c.contentClient(content), content); err != nil {
 				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete VolumeSnapshotContent %s: %v", content.Name, err)
 				return err
 			}
@@ -78,6 +79,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
+		err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots", err)
 		return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	if !keepBound { // the controller's last finalizer is gone

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
@@ -177,6 +178,8 @@ func (c *Controller) createContent(ctx context.Context, vs *snapv1.VolumeSnapsho
 		out, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
+		// c.fail records the event; the line names the refused create.
+		_ = kvcontroller.WriteFailed(ctx, nil, vs, "create", "volumesnapshotcontents", err)
 		return nil, c.fail(ctx, vs, reasonCreateContent, fmt.Sprintf("failed to create VolumeSnapshotContent %s: %v", name, err))
 	}
 	c.recorder.Eventf(vs, corev1.EventTypeNormal, reasonCreating, "Waiting for a snapshot %s/%s to be created by the CSI driver.", vs.Namespace, vs.Name)
@@ -223,7 +226,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vs *snapv1.VolumeSnaps
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Set the default snapshot class", "class", defaults[0])
 	}
-	return err
+	return kvcontroller.WriteFailed(ctx, c.recorder, vs, "update", "volumesnapshots", err)
 }
 
 // class returns a VolumeSnapshotClass from the cache, else from the API.
@@ -238,15 +241,16 @@ func (c *Controller) class(ctx context.Context, name string) (*snapv1.VolumeSnap
 // content returns a content from the cache, else from the API (a content this controller
 // created a moment ago may not be cached yet), or nil when it does not exist.
 func (c *Controller) content(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error) {
-	content, err := snapshotter.Get(ctx, c.contents, c.contentClient(), name)
+	content, err := snapshotter.Get(ctx, c.contents, c.cfg.Snap.SnapshotV1().VolumeSnapshotContents(), name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	return content, err
 }
 
-func (c *Controller) contentClient() contentwrite.Client[*snapv1.VolumeSnapshotContent] {
-	return c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()
+// contentClient is the client of the writes to content, each refusal reported on it.
+func (c *Controller) contentClient(content *snapv1.VolumeSnapshotContent) contentwrite.Client[*snapv1.VolumeSnapshotContent] {
+	return contentwrite.Reporting(contentwrite.Client[*snapv1.VolumeSnapshotContent](c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()), c.recorder, content, "volumesnapshotcontents")
 }
 
 // syncPreProvisioned binds a snapshot to the content an administrator made for it.
@@ -273,6 +277,7 @@ func (c *Controller) syncPreProvisioned(ctx context.Context, vs *snapv1.VolumeSn
 			content.Spec.VolumeSnapshotClassName = vs.Spec.VolumeSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+			err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshotcontents", err)
 			return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned content", "content", name)
@@ -289,7 +294,7 @@ func (c *Controller) bind(ctx context.Context, vs *snapv1.VolumeSnapshot, conten
 	}
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound) {
 		var err error
-		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(), content, snapshotter.FinalizerContentBound); err != nil {
+		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(content), content, snapshotter.FinalizerContentBound); err != nil {
 			return err
 		}
 	}
@@ -342,6 +347,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	vs.Status = st
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
 	if err != nil {
+		err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots/status", err)
 		return nil, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
@@ -369,6 +375,7 @@ func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapsho
 		return vs, nil
 	}
 	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
+	err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots", err)
 	return out, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
 }
 
@@ -391,7 +398,7 @@ func (c *Controller) fail(ctx context.Context, vs *snapv1.VolumeSnapshot, reason
 	}
 	vs.Status = st
 	if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
-		return err
+		return kvcontroller.WriteFailed(ctx, c.recorder, vs, "update", "volumesnapshots/status", err)
 	}
 	return fmt.Errorf("%w: %s", errRetry, msg)
 }

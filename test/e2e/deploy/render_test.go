@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,7 +139,7 @@ func TestOverlaySetsNamespaceImagesAndDriverName(t *testing.T) {
 		"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: storage
-resources: [DEPLOY, name.yaml]
+resources: [DEPLOY, DEPLOY/node, name.yaml]
 components: [DEPLOY/driver-name]
 images:
   - {name: ghcr.io/kubevol/kubevol-driver, newName: registry.example/me/kubevol-driver, newTag: v9}
@@ -196,6 +197,45 @@ data: {name: local.example.com}
 	}
 	if c := containers(t, find(objs, "Deployment", "kubevol-provisioner"))["driver"]; !strings.Contains(toString(c["env"]), "local.example.com") {
 		t.Errorf("controller driver env %v", c["env"])
+	}
+	// No argument or env value keeps the base's namespace: the approver names the node
+	// agents' ServiceAccount through its own namespace, which the kubelet expands.
+	for _, o := range objs {
+		if _, ok, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers"); !ok {
+			continue
+		}
+		for name, c := range containers(t, o) {
+			var words []string
+			for _, field := range []string{"command", "args"} {
+				list, _, _ := unstructured.NestedStringSlice(c, field)
+				words = append(words, list...)
+			}
+			if env, ok := c["env"].([]any); ok {
+				words = append(words, toString(env))
+			}
+			for _, w := range words {
+				if strings.Contains(w, "kubevol-system") {
+					t.Errorf("%s %s container %s: %q names kubevol-system", o.GetKind(), o.GetName(), name, w)
+				}
+			}
+		}
+	}
+	approver := containers(t, find(objs, "Deployment", "kubevol-provisioner"))["csr-approver"]
+	if args, _, _ := unstructured.NestedStringSlice(approver, "args"); !slices.Contains(args, "--service-account=$(POD_NAMESPACE):kubevol-node") {
+		t.Errorf("csr-approver args %v, want the node agents' ServiceAccount in $(POD_NAMESPACE)", args)
+	}
+	var fromPod bool
+	env, _, _ := unstructured.NestedSlice(approver, "env")
+	for _, e := range env {
+		m := e.(map[string]any)
+		path, _, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath")
+		fromPod = fromPod || m["name"] == "POD_NAMESPACE" && path == "metadata.namespace"
+	}
+	if !fromPod {
+		t.Errorf("csr-approver env %v, want POD_NAMESPACE from metadata.namespace", env)
+	}
+	if sa := find(objs, "ServiceAccount", "kubevol-node"); sa == nil || sa.GetNamespace() != "storage" {
+		t.Errorf("the node agents' ServiceAccount %v, want it in the overlay's namespace", sa)
 	}
 }
 
