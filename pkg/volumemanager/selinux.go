@@ -51,7 +51,9 @@ func seLinuxFileLabel(o *v1.SELinuxOptions) string {
 }
 
 // containerSELinuxOptions are, for each pod volume, the effective SELinux options of every
-// container that mounts it (the container's own options replace the pod's).
+// container that mounts it (the container's own options replace the pod's). A container
+// with no options at all, neither its own nor the pod's, does not count, as upstream's
+// GetPodVolumeNames: it does not take part in the label choice.
 func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 	var podOpts *v1.SELinuxOptions
 	if sc := pod.Spec.SecurityContext; sc != nil {
@@ -62,6 +64,9 @@ func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 		opts := podOpts
 		if c.SecurityContext != nil && c.SecurityContext.SELinuxOptions != nil {
 			opts = c.SecurityContext.SELinuxOptions
+		}
+		if opts == nil {
+			return
 		}
 		for _, vm := range c.VolumeMounts {
 			out[vm.Name] = append(out[vm.Name], opts)

@@ -72,6 +72,7 @@ func TestChooseSELinux(t *testing.T) {
 		{"inline volume", true, supporting, inline, seLinuxPod("u", nil, "s0:c1,c2"), "", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"no level", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, ""), "", "", ""},
 		{"host without SELinux", false, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "s0:c1,c2"), "", "", ""},
+		{"a container without options does not count", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "", "s0:c1,c2", ""), "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"containers disagree", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "", "s0:c1,c2", "s0:c3,c4"), "", "",
 			"multiple SELinux labels found: system_u:object_r:container_file_t:s0:c1,c2,system_u:object_r:container_file_t:s0:c3,c4"},
 		{"containers disagree on an inline volume: warning only", true, supporting, inline, seLinuxPod("u", nil, "", "s0:c1,c2", "s0:c3,c4"), "", "", ""},
