@@ -105,8 +105,10 @@ func seLinuxPluginName(plugin string, spec *volume.Spec) string {
 type seLinuxChoice struct {
 	// mount is the label passed as -o context, "" for none.
 	mount string
-	// original is the containers' label whether or not it is used for the mount: two pods
-	// sharing a volume must agree on it.
+	// original is the label the pod would mount the volume with if the volume were a PV
+	// (upstream's SELinuxMountLabel): the containers' label, "" when the pod asks for
+	// seLinuxChangePolicy Recursive or the plugin has no context mounts. Two pods sharing a
+	// volume must agree on it, so a Recursive and a MountOption pod conflict.
 	original string
 	// supported: the plugin can mount the volume with a context.
 	supported bool
@@ -145,11 +147,14 @@ func (m *Manager) chooseSELinux(plugin volume.Plugin, spec *volume.Spec, opts []
 	for l := range labels {
 		c.original = l
 	}
-	c.mount = c.original
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.SELinuxChangePolicy != nil && *sc.SELinuxChangePolicy == v1.SELinuxChangePolicyRecursive {
-		c.mount = "" // the pod asks for the runtime's recursive relabel
+		c.original = "" // the pod asks for the runtime's recursive relabel
 	}
-	if !c.supported || spec.PersistentVolume == nil {
+	if !c.supported {
+		c.original = ""
+	}
+	c.mount = c.original
+	if spec.PersistentVolume == nil {
 		c.mount = ""
 	}
 	return c, nil
