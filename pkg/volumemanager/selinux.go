@@ -82,9 +82,12 @@ func seLinuxAccessMode(spec *volume.Spec) string {
 		return "inline"
 	}
 	modes := spec.PersistentVolume.Spec.AccessModes
-	for _, m := range []v1.PersistentVolumeAccessMode{v1.ReadWriteMany, v1.ReadOnlyMany, v1.ReadWriteOnce, v1.ReadWriteOncePod} {
-		if slices.Contains(modes, m) {
-			return string(m)
+	for _, m := range []struct {
+		mode  v1.PersistentVolumeAccessMode
+		label string
+	}{{v1.ReadWriteMany, "RWX"}, {v1.ReadOnlyMany, "ROX"}, {v1.ReadWriteOnce, "RWO"}, {v1.ReadWriteOncePod, "RWOP"}} {
+		if slices.Contains(modes, m.mode) {
+			return m.label
 		}
 	}
 	return ""

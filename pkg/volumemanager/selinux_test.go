@@ -84,7 +84,7 @@ func TestChooseSELinux(t *testing.T) {
 			if err == nil || err.Error() != tc.err {
 				t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
 			}
-			if v := testutil.ToFloat64(m.seLinuxMetrics.podMismatchErrors.WithLabelValues("ReadWriteOncePod")); v != 1 {
+			if v := testutil.ToFloat64(m.seLinuxMetrics.podMismatchErrors.WithLabelValues("RWOP")); v != 1 {
 				t.Errorf("%s: pod_context_mismatch_errors_total = %v", tc.name, v)
 			}
 			continue
@@ -124,7 +124,7 @@ func TestSELinuxConflictBetweenPods(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("conflict: %v, want %s", err, want)
 	}
-	if v := testutil.ToFloat64(m.seLinuxMetrics.volumeMismatchErrors.WithLabelValues("test/shared", "ReadWriteOnce")); v != 1 {
+	if v := testutil.ToFloat64(m.seLinuxMetrics.volumeMismatchErrors.WithLabelValues("test/shared", "RWO")); v != 1 {
 		t.Errorf("volume_context_mismatch_errors_total = %v", v)
 	}
 	// The pod itself is no conflict with its own earlier entry.
@@ -168,6 +168,26 @@ func TestSELinuxConflictBetweenPolicies(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		case tc.want != "" && (err == nil || err.Error() != tc.want):
 			t.Errorf("%s: error %v, want %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+// The access_mode label of the SELinux metrics has upstream's values (getVolumeAccessMode):
+// the broadest of the PV's modes, abbreviated, or "inline".
+func TestSELinuxAccessMode(t *testing.T) {
+	for _, tc := range []struct {
+		spec *volume.Spec
+		want string
+	}{
+		{volume.SpecFromVolume(&v1.Volume{Name: "data"}), "inline"},
+		{rwoSpec(v1.ReadWriteOncePod), "RWOP"},
+		{rwoSpec(v1.ReadWriteOnce, v1.ReadWriteOncePod), "RWO"},
+		{rwoSpec(v1.ReadOnlyMany, v1.ReadWriteOnce), "ROX"},
+		{rwoSpec(v1.ReadWriteOnce, v1.ReadWriteMany, v1.ReadOnlyMany), "RWX"},
+		{rwoSpec(), ""},
+	} {
+		if got := seLinuxAccessMode(tc.spec); got != tc.want {
+			t.Errorf("%s %v: access_mode %q, want %q", tc.spec.Name(), tc.want, got, tc.want)
 		}
 	}
 }
