@@ -66,20 +66,30 @@ func TestEmptyDirHugePages(t *testing.T) {
 		return p
 	}
 	for _, tc := range []struct {
-		name   string
-		medium v1.StorageMedium
-		sizes  []string
-		want   string // page size in the mount options, or the error
+		name     string
+		medium   v1.StorageMedium
+		sizes    []string
+		podSizes []string // pod-level spec.resources.requests (PodLevelResources)
+		want     string   // page size in the mount options, or the error
 	}{
-		{"plain", v1.StorageMediumHugePages, []string{"2Mi"}, "pagesize=2M"},
-		{"sized", "HugePages-2Mi", []string{"2Mi", "1Gi"}, "pagesize=2M"},
-		{"no request", v1.StorageMediumHugePages, nil, "there is no resource request for huge pages"},
-		{"sized without its request", "HugePages-1Gi", []string{"2Mi"}, "there is no resource request for huge pages"},
-		{"two sizes", v1.StorageMediumHugePages, []string{"2Mi", "1Gi"}, "can't be used if container requests multiple huge page sizes"},
+		{"plain", v1.StorageMediumHugePages, []string{"2Mi"}, nil, "pagesize=2M"},
+		{"sized", "HugePages-2Mi", []string{"2Mi", "1Gi"}, nil, "pagesize=2M"},
+		{"no request", v1.StorageMediumHugePages, nil, nil, "there is no resource request for huge pages"},
+		{"sized without its request", "HugePages-1Gi", []string{"2Mi"}, nil, "there is no resource request for huge pages"},
+		{"two sizes", v1.StorageMediumHugePages, []string{"2Mi", "1Gi"}, nil, "can't be used if container requests multiple huge page sizes"},
+		{"pod level", v1.StorageMediumHugePages, nil, []string{"2Mi"}, "pagesize=2M"},
+		{"sized, pod level", "HugePages-2Mi", nil, []string{"2Mi"}, "pagesize=2M"},
+		{"pod level and another container size", v1.StorageMediumHugePages, []string{"1Gi"}, []string{"2Mi"}, "can't be used if container requests multiple huge page sizes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := hp("hp", tc.medium)
 			pod := requests(testPod(vol), tc.sizes...)
+			if tc.podSizes != nil {
+				pod.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{}}
+				for _, s := range tc.podSizes {
+					pod.Spec.Resources.Requests[v1.ResourceName("hugepages-"+s)] = resource.MustParse("2Mi")
+				}
+			}
 			spec := volume.SpecFromVolume(&vol)
 			p, _ := e.pm.FindBySpec(spec)
 			m, err := p.NewMounter(spec, pod)
