@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -66,12 +67,20 @@ func run(ctx context.Context, client kubernetes.Interface, nodeName, rootDir str
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The CSIDriver cache for the periodic refresh of each driver's allocatable count
+	// (CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds), as the kubelet's CSINode updater.
+	factory := informers.NewSharedInformerFactory(client, 0)
+	csiDrivers := factory.Storage().V1().CSIDrivers().Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	factory.WaitForCacheSync(ctx.Done())
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := drivers.Watch(ctx, paths.PluginRegistryDir()); err != nil {
 			klog.FromContext(ctx).Error(err, "No CSI driver can register")
 		}
 	})
+	wg.Go(func() { drivers.RunAllocatableUpdates(ctx, csiDrivers) })
 	wg.Go(func() { inUse.Run(ctx, m) })
 	wg.Go(func() { pods.Run(ctx) })
 	// A runtime finds where each pod's volumes are in m.ActualState().Volumes() (MountPath of

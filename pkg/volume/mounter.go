@@ -32,14 +32,15 @@ func (m *sysMounter) MountSensitiveWithoutSystemd(source, target, fstype string,
 		return m.Interface.MountSensitiveWithoutSystemd(source, target, fstype, options, sensitive)
 	}
 	if flags&unix.MS_BIND != 0 {
-		// A bind mount ignores every flag but MS_REC at first; read-only needs a remount.
+		// A bind mount ignores every flag but MS_REC at first; ro, nosuid, nodev and noexec
+		// need a remount (as mount-utils' bind,remount).
 		if err := unix.Mount(source, target, "", flags&(unix.MS_BIND|unix.MS_REC), ""); err != nil {
 			return fmt.Errorf("bind mount %s at %s: %w", source, target, err)
 		}
-		if flags&unix.MS_RDONLY != 0 {
-			if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		if perMount := flags &^ (unix.MS_BIND | unix.MS_REC); perMount != 0 {
+			if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|perMount, ""); err != nil {
 				_ = unix.Unmount(target, 0)
-				return fmt.Errorf("remount %s read-only: %w", target, err)
+				return fmt.Errorf("remount %s with %v: %w", target, options, err)
 			}
 		}
 		return nil

@@ -38,7 +38,8 @@ type DesiredVolume struct {
 	// SELinuxLabel is the SELinux context the volume is mounted with for the pod
 	// (-o context=...), "" for none.
 	SELinuxLabel string
-	// seLinuxOriginal is the pod's containers' label for the volume, used or not; pods
+	// seLinuxOriginal is the label the pod would mount the volume with ("" for
+	// seLinuxChangePolicy Recursive), whether or not the volume type allows it; pods
 	// sharing the volume must agree on it.
 	seLinuxOriginal string
 	// RequestTime is when the volume was first wanted by the pod, for

@@ -86,7 +86,7 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 				if infeasible(err) {
 					st = v1.PersistentVolumeClaimNodeResizeInfeasible
 				}
-				err = fmt.Errorf("MountVolume.NodeExpandVolume failed for volume %q: %w", outer, err)
+				err = volumeError("MountVolume.NodeExpandVolume failed", outer, err)
 				if serr := m.setClaimResizeStatus(ctx, pvc, st, err.Error()); serr != nil {
 					logger.Error(serr, "Cannot record the failed expansion in the claim", "pvc", klog.KObj(pvc))
 				}

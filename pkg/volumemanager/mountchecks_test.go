@@ -2,6 +2,7 @@ package volumemanager
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -33,8 +34,26 @@ func TestNodeAffinityUsesTheCurrentPV(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}}
 	dv := DesiredVolume{Name: "test/pv", Spec: volume.SpecFromPersistentVolume(stale, false), OuterNames: []string{"data"}}
 	err := m.checkBeforeMount(ctx, pod, dv)
-	if err == nil || err.Error() != `MountVolume.NodeAffinity check failed for volume "data": no matching NodeSelectorTerms` {
+	if err == nil || err.Error() != `MountVolume.NodeAffinity check failed for volume "data" : no matching NodeSelectorTerms` {
 		t.Fatalf("check with the PV now in zone b: %v", err)
+	}
+	// A block volume's check is MapVolume's; its event is still FailedMount, as upstream.
+	blockPV := affinityPV("pv", "a", v1.ReadWriteOnce)
+	blockMode := v1.PersistentVolumeBlock
+	blockPV.Spec.VolumeMode = &blockMode
+	bdv := DesiredVolume{Name: "test/pv", Spec: volume.SpecFromPersistentVolume(blockPV, false), OuterNames: []string{"data"}}
+	err = m.checkBeforeMount(ctx, pod, bdv)
+	if err == nil || err.Error() != `MapVolume.NodeAffinity check failed for volume "data" : no matching NodeSelectorTerms` {
+		t.Fatalf("block volume, check with the PV now in zone b: %v", err)
+	}
+	if r := failedMountReason(opsOf(true), err); r != "FailedMount" {
+		t.Errorf("event reason of a block volume's node affinity failure: %s, want FailedMount", r)
+	}
+	if r := failedMountReason(opsOf(true), errors.New("map failed")); r != "FailedMapVolume" {
+		t.Errorf("event reason of a block volume's map failure: %s, want FailedMapVolume", r)
+	}
+	if r := failedMountReason(opsOf(false), err); r != "FailedMount" {
+		t.Errorf("event reason of a filesystem volume's failure: %s, want FailedMount", r)
 	}
 	_, _ = client.CoreV1().PersistentVolumes().Update(ctx, affinityPV("pv", "a", v1.ReadWriteOnce), metav1.UpdateOptions{})
 	dv.Spec = volume.SpecFromPersistentVolume(affinityPV("pv", "b", v1.ReadWriteOnce), false)
@@ -66,8 +85,21 @@ func TestReadWriteOncePodRefusal(t *testing.T) {
 			t.Errorf("%v: the pod that has it mounted is refused: %v", tc.modes, err)
 		}
 		err := m.checkBeforeMount(ctx, second, dv)
-		if tc.refuse != (err != nil) || (err != nil && !strings.Contains(err.Error(), "volume uses the ReadWriteOncePod access mode and is already in use by another pod")) {
+		const want = `MountVolume.SetUp failed for volume "data" : volume uses the ReadWriteOncePod access mode and is already in use by another pod`
+		if tc.refuse != (err != nil) || (err != nil && err.Error() != want) {
 			t.Errorf("%v: second pod: %v, want refused %v", tc.modes, err, tc.refuse)
+		}
+		if tc.refuse {
+			// A block volume's refusal is MapVolume.SetUpDevice's, as upstream.
+			blockMode := v1.PersistentVolumeBlock
+			bpv := pv.DeepCopy()
+			bpv.Spec.VolumeMode = &blockMode
+			bdv := dv
+			bdv.Spec = volume.SpecFromPersistentVolume(bpv, false)
+			err := m.checkBeforeMount(ctx, second, bdv)
+			if err == nil || err.Error() != strings.Replace(want, "MountVolume.SetUp", "MapVolume.SetUpDevice", 1) {
+				t.Errorf("%v: second pod, block: %v", tc.modes, err)
+			}
 		}
 		m.asw.setMountState(MountedVolume{Name: dv.Name, PodUID: "u1", State: VolumeNotMounted})
 		if err := m.checkBeforeMount(ctx, second, dv); err != nil {

@@ -20,14 +20,48 @@ const (
 	opUnmountDevice = "unmount_device"
 )
 
-// opNames are the operation names, and the prefixes of their errors, of a filesystem or a
-// block volume, as upstream.
-type opNames struct{ mount, unmount, unmountDevice, setUp, tearDown string }
+// opNames are the operation names, the prefixes of their errors and the reason of the
+// event of a failed mount, of a filesystem or a block volume, as upstream.
+type opNames struct {
+	mount, unmount, unmountDevice string
+	// Error prefixes: the pod SetUp (or map), its teardown, the node affinity check, the
+	// wait for the attach, the device's staging, and the ReadWriteOncePod refusal.
+	setUp, tearDown, nodeAffinity, waitForAttach, mountDevice, inUse string
+	// failedEvent is the reason of the Warning event of a failed mount or map.
+	failedEvent string
+}
 
 var (
-	fsOps    = opNames{opMount, opUnmount, opUnmountDevice, "MountVolume.SetUp", "UnmountVolume.TearDown"}
-	blockOps = opNames{"map_volume", "unmap_volume", "unmap_device", "MapVolume.MapPodDevice", "UnmapVolume.UnmapPodDevice"}
+	fsOps = opNames{opMount, opUnmount, opUnmountDevice,
+		"MountVolume.SetUp failed", "UnmountVolume.TearDown failed", "MountVolume.NodeAffinity check failed",
+		"MountVolume.WaitForAttach failed", "MountVolume.MountDevice failed", "MountVolume.SetUp failed",
+		"FailedMount"}
+	blockOps = opNames{"map_volume", "unmap_volume", "unmap_device",
+		"MapVolume.MapPodDevice failed", "UnmapVolume.UnmapPodDevice failed", "MapVolume.NodeAffinity check failed",
+		"MapVolume.WaitForAttach failed", "MapVolume.SetUpDevice failed", "MapVolume.SetUpDevice failed",
+		"FailedMapVolume"}
 )
+
+// volumeError is the kubelet's text of a failed volume operation (upstream generateVolumeMsg
+// with errSuffix): `<what> for volume "<outer>" : <err>`, a space before the colon.
+func volumeError(what, outer string, err error) error {
+	return fmt.Errorf("%s for volume %q : %w", what, outer, err)
+}
+
+// nodeAffinityError marks a failed node affinity check: upstream posts it as FailedMount
+// even for a block volume, whose other failures are FailedMapVolume.
+type nodeAffinityError struct{ err error }
+
+func (e nodeAffinityError) Error() string { return e.err.Error() }
+func (e nodeAffinityError) Unwrap() error { return e.err }
+
+// failedMountReason is the reason of the Warning event of a mount (or map) that failed with err.
+func failedMountReason(ops opNames, err error) string {
+	if errors.As(err, new(nodeAffinityError)) {
+		return "FailedMount"
+	}
+	return ops.failedEvent
+}
 
 func opsOf(block bool) opNames {
 	if block {
@@ -84,7 +118,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			args := mounterArgs(pod)
 			args.SELinuxLabel = dv.SELinuxLabel
 			if err := mounter.SetUp(ctx, args); err != nil {
-				return fmt.Errorf("%s failed for volume %q: %w", ops.setUp, outer, err)
+				return volumeError(ops.setUp, outer, err)
 			}
 			if r, ok := mounter.(volume.Refresher); ok {
 				if d := r.RefreshAfter(); d > 0 {
@@ -124,7 +158,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				m.rejectForAttachLimit(ctx, pod, dv.Name, outer, err)
 			default:
 				m.records.setOpError(uid, dv.Name, err.Error())
-				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
+				m.recorder.Event(pod, v1.EventTypeWarning, failedMountReason(ops, err), err.Error())
 				logger.Error(err, "Volume mount failed")
 				if volume.IsUncertain(err) {
 					mv.State = VolumeMountUncertain
@@ -204,7 +238,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		}
 		av.DevicePath, err = attacher.WaitForAttach(ctx, dv.Spec, av.DevicePath, pod)
 		if err != nil {
-			return "", fmt.Errorf("MountVolume.WaitForAttach failed for volume %q: %w", dv.OuterNames[0], err)
+			return "", volumeError(opsOf(dv.Spec.Block()).waitForAttach, dv.OuterNames[0], err)
 		}
 	}
 	m.asw.markAttached(av)
@@ -233,7 +267,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		case av.DeviceState == DeviceMountUncertain:
 			m.asw.setDeviceState(dv.Name, DeviceNotMounted, "")
 		}
-		return "", fmt.Errorf("MountVolume.MountDevice failed for volume %q: %w", dv.OuterNames[0], err)
+		return "", volumeError(opsOf(dv.Spec.Block()).mountDevice, dv.OuterNames[0], err)
 	}
 	m.asw.setDeviceState(dv.Name, DeviceMounted, path)
 	return av.DevicePath, nil
@@ -255,7 +289,7 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 				return err
 			}
 			if err := u.TearDown(ctx); err != nil {
-				return fmt.Errorf("%s failed for volume %q: %w", ops.tearDown, mv.SpecName, err)
+				return volumeError(ops.tearDown, mv.SpecName, err)
 			}
 			return nil
 		},

@@ -51,7 +51,9 @@ func seLinuxFileLabel(o *v1.SELinuxOptions) string {
 }
 
 // containerSELinuxOptions are, for each pod volume, the effective SELinux options of every
-// container that mounts it (the container's own options replace the pod's).
+// container that mounts it (the container's own options replace the pod's). A container
+// with no options at all, neither its own nor the pod's, does not count, as upstream's
+// GetPodVolumeNames: it does not take part in the label choice.
 func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 	var podOpts *v1.SELinuxOptions
 	if sc := pod.Spec.SecurityContext; sc != nil {
@@ -62,6 +64,9 @@ func containerSELinuxOptions(pod *v1.Pod) map[string][]*v1.SELinuxOptions {
 		opts := podOpts
 		if c.SecurityContext != nil && c.SecurityContext.SELinuxOptions != nil {
 			opts = c.SecurityContext.SELinuxOptions
+		}
+		if opts == nil {
+			return
 		}
 		for _, vm := range c.VolumeMounts {
 			out[vm.Name] = append(out[vm.Name], opts)
@@ -77,9 +82,12 @@ func seLinuxAccessMode(spec *volume.Spec) string {
 		return "inline"
 	}
 	modes := spec.PersistentVolume.Spec.AccessModes
-	for _, m := range []v1.PersistentVolumeAccessMode{v1.ReadWriteMany, v1.ReadOnlyMany, v1.ReadWriteOnce, v1.ReadWriteOncePod} {
-		if slices.Contains(modes, m) {
-			return string(m)
+	for _, m := range []struct {
+		mode  v1.PersistentVolumeAccessMode
+		label string
+	}{{v1.ReadWriteMany, "RWX"}, {v1.ReadOnlyMany, "ROX"}, {v1.ReadWriteOnce, "RWO"}, {v1.ReadWriteOncePod, "RWOP"}} {
+		if slices.Contains(modes, m.mode) {
+			return m.label
 		}
 	}
 	return ""
@@ -100,8 +108,10 @@ func seLinuxPluginName(plugin string, spec *volume.Spec) string {
 type seLinuxChoice struct {
 	// mount is the label passed as -o context, "" for none.
 	mount string
-	// original is the containers' label whether or not it is used for the mount: two pods
-	// sharing a volume must agree on it.
+	// original is the label the pod would mount the volume with if the volume were a PV
+	// (upstream's SELinuxMountLabel): the containers' label, "" when the pod asks for
+	// seLinuxChangePolicy Recursive or the plugin has no context mounts. Two pods sharing a
+	// volume must agree on it, so a Recursive and a MountOption pod conflict.
 	original string
 	// supported: the plugin can mount the volume with a context.
 	supported bool
@@ -140,11 +150,14 @@ func (m *Manager) chooseSELinux(plugin volume.Plugin, spec *volume.Spec, opts []
 	for l := range labels {
 		c.original = l
 	}
-	c.mount = c.original
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.SELinuxChangePolicy != nil && *sc.SELinuxChangePolicy == v1.SELinuxChangePolicyRecursive {
-		c.mount = "" // the pod asks for the runtime's recursive relabel
+		c.original = "" // the pod asks for the runtime's recursive relabel
 	}
-	if !c.supported || spec.PersistentVolume == nil {
+	if !c.supported {
+		c.original = ""
+	}
+	c.mount = c.original
+	if spec.PersistentVolume == nil {
 		c.mount = ""
 	}
 	return c, nil

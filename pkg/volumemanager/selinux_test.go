@@ -67,11 +67,12 @@ func TestChooseSELinux(t *testing.T) {
 		{"pod level, RWOP", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "s0:c1,c2"), "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"RWX too (SELinuxMount)", true, supporting, rwoSpec(v1.ReadWriteMany), seLinuxPod("u", &mountOption, "s0:c1,c2"), "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"container level wins", true, supporting, rwoSpec(v1.ReadWriteOnce), seLinuxPod("u", nil, "s0:c1,c2", "s0:c3,c4"), "system_u:object_r:container_file_t:s0:c3,c4", "system_u:object_r:container_file_t:s0:c3,c4", ""},
-		{"Recursive policy", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", &recursive, "s0:c1,c2"), "", "system_u:object_r:container_file_t:s0:c1,c2", ""},
-		{"plugin without support", true, other, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "s0:c1,c2"), "", "system_u:object_r:container_file_t:s0:c1,c2", ""},
+		{"Recursive policy", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", &recursive, "s0:c1,c2"), "", "", ""},
+		{"plugin without support", true, other, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "s0:c1,c2"), "", "", ""},
 		{"inline volume", true, supporting, inline, seLinuxPod("u", nil, "s0:c1,c2"), "", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"no level", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, ""), "", "", ""},
 		{"host without SELinux", false, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "s0:c1,c2"), "", "", ""},
+		{"a container without options does not count", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "", "s0:c1,c2", ""), "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c1,c2", ""},
 		{"containers disagree", true, supporting, rwoSpec(v1.ReadWriteOncePod), seLinuxPod("u", nil, "", "s0:c1,c2", "s0:c3,c4"), "", "",
 			"multiple SELinux labels found: system_u:object_r:container_file_t:s0:c1,c2,system_u:object_r:container_file_t:s0:c3,c4"},
 		{"containers disagree on an inline volume: warning only", true, supporting, inline, seLinuxPod("u", nil, "", "s0:c1,c2", "s0:c3,c4"), "", "", ""},
@@ -83,7 +84,7 @@ func TestChooseSELinux(t *testing.T) {
 			if err == nil || err.Error() != tc.err {
 				t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
 			}
-			if v := testutil.ToFloat64(m.seLinuxMetrics.podMismatchErrors.WithLabelValues("ReadWriteOncePod")); v != 1 {
+			if v := testutil.ToFloat64(m.seLinuxMetrics.podMismatchErrors.WithLabelValues("RWOP")); v != 1 {
 				t.Errorf("%s: pod_context_mismatch_errors_total = %v", tc.name, v)
 			}
 			continue
@@ -123,7 +124,7 @@ func TestSELinuxConflictBetweenPods(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("conflict: %v, want %s", err, want)
 	}
-	if v := testutil.ToFloat64(m.seLinuxMetrics.volumeMismatchErrors.WithLabelValues("test/shared", "ReadWriteOnce")); v != 1 {
+	if v := testutil.ToFloat64(m.seLinuxMetrics.volumeMismatchErrors.WithLabelValues("test/shared", "RWO")); v != 1 {
 		t.Errorf("volume_context_mismatch_errors_total = %v", v)
 	}
 	// The pod itself is no conflict with its own earlier entry.
@@ -133,5 +134,60 @@ func TestSELinuxConflictBetweenPods(t *testing.T) {
 	cn, _ := m.chooseSELinux(&seLinuxPlugin{}, spec, containerSELinuxOptions(differs)["data"], differs)
 	if err := m.seLinuxConflict(name, "test/shared", spec, differs.UID, cn); err != nil {
 		t.Errorf("plugin without context mounts: %v", err)
+	}
+}
+
+// A pod with seLinuxChangePolicy Recursive and a pod with MountOption (same level) sharing
+// a volume conflict, in either order: the kubelet compares the label each pod mounts with
+// ("" for Recursive), not the containers' label (upstream csi-mock "should not mount ... with
+// different policy").
+func TestSELinuxConflictBetweenPolicies(t *testing.T) {
+	recursive, mountOption := v1.SELinuxChangePolicyRecursive, v1.SELinuxChangePolicyMountOption
+	const label = "system_u:object_r:container_file_t:s0:c1,c2"
+	for _, tc := range []struct {
+		name          string
+		first, second *v1.PodSELinuxChangePolicy
+		want          string
+	}{
+		{"MountOption then Recursive", &mountOption, &recursive, `conflicting SELinux labels of volume pv: "` + label + `" and ""`},
+		{"Recursive then MountOption", &recursive, &mountOption, `conflicting SELinux labels of volume pv: "" and "` + label + `"`},
+		{"Recursive then Recursive", &recursive, &recursive, ""},
+	} {
+		m := &Manager{dsw: newDesiredState(), seLinuxEnabled: true, seLinuxMetrics: newSELinuxMetrics(prometheus.NewRegistry())}
+		spec := rwoSpec(v1.ReadWriteOnce)
+		name := v1.UniqueVolumeName("test/shared/pv")
+		plugin := &seLinuxPlugin{supports: true}
+		first := seLinuxPod("a", tc.first, "s0:c1,c2")
+		c1, _ := m.chooseSELinux(plugin, spec, containerSELinuxOptions(first)["data"], first)
+		m.dsw.setPod(first, []DesiredVolume{{Name: name, Spec: spec, OuterNames: []string{"data"}, SELinuxLabel: c1.mount, seLinuxOriginal: c1.original}}, nil)
+		second := seLinuxPod("b", tc.second, "s0:c1,c2")
+		c2, _ := m.chooseSELinux(plugin, spec, containerSELinuxOptions(second)["data"], second)
+		err := m.seLinuxConflict(name, "test/shared", spec, second.UID, c2)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
+			t.Errorf("%s: error %v, want %s", tc.name, err, tc.want)
+		}
+	}
+}
+
+// The access_mode label of the SELinux metrics has upstream's values (getVolumeAccessMode):
+// the broadest of the PV's modes, abbreviated, or "inline".
+func TestSELinuxAccessMode(t *testing.T) {
+	for _, tc := range []struct {
+		spec *volume.Spec
+		want string
+	}{
+		{volume.SpecFromVolume(&v1.Volume{Name: "data"}), "inline"},
+		{rwoSpec(v1.ReadWriteOncePod), "RWOP"},
+		{rwoSpec(v1.ReadWriteOnce, v1.ReadWriteOncePod), "RWO"},
+		{rwoSpec(v1.ReadOnlyMany, v1.ReadWriteOnce), "ROX"},
+		{rwoSpec(v1.ReadWriteOnce, v1.ReadWriteMany, v1.ReadOnlyMany), "RWX"},
+		{rwoSpec(), ""},
+	} {
+		if got := seLinuxAccessMode(tc.spec); got != tc.want {
+			t.Errorf("%s %v: access_mode %q, want %q", tc.spec.Name(), tc.want, got, tc.want)
+		}
 	}
 }

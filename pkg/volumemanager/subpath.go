@@ -82,6 +82,11 @@ func (m *Manager) ensureSubpaths(ctx context.Context, pod *v1.Pod, volumes []Des
 		if err != nil {
 			continue
 		}
+		if mounter.Path() == "" {
+			// No directory on the node (an image volume): the runtime applies the
+			// subPath, as upstream's kubelet leaves an image volume's subPath to it.
+			continue
+		}
 		for _, outer := range dv.OuterNames {
 			byOuter[outer] = vol{mounter.Path(), dv.Spec.Name()}
 		}

@@ -56,3 +56,26 @@ func TestSubpaths(t *testing.T) {
 		t.Error("subPath mount left after teardown")
 	}
 }
+
+// An image volume's subPath is the runtime's (the image is mounted by it, upstream
+// kubelet_pods.go hands it the subPath): the manager prepares nothing for it, and above all
+// does not resolve the subPath against its own working directory (the plugin's Path is "").
+func TestImageVolumeSubpathIsTheRuntimes(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	h := newHarness(t)
+	h.start()
+	p := pod("img", "uid-img", v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "example.com/data:1"}}})
+	p.Spec.Containers[0].VolumeMounts[0].SubPath = "made/here"
+	h.create(p)
+	h.eventually("image pod ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-img"] == 1 }) })
+	if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+		t.Errorf("subPath prepared in the working directory: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(h.root, "pods/uid-img/volume-subpaths")); err == nil {
+		t.Error("volume-subpaths made for an image volume")
+	}
+	if mps, _ := h.mounter.List(); len(mps) != 0 {
+		t.Errorf("mounts %+v", mps)
+	}
+}

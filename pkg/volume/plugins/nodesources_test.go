@@ -6,12 +6,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/mount-utils"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/local"
@@ -66,20 +71,30 @@ func TestEmptyDirHugePages(t *testing.T) {
 		return p
 	}
 	for _, tc := range []struct {
-		name   string
-		medium v1.StorageMedium
-		sizes  []string
-		want   string // page size in the mount options, or the error
+		name     string
+		medium   v1.StorageMedium
+		sizes    []string
+		podSizes []string // pod-level spec.resources.requests (PodLevelResources)
+		want     string   // page size in the mount options, or the error
 	}{
-		{"plain", v1.StorageMediumHugePages, []string{"2Mi"}, "pagesize=2M"},
-		{"sized", "HugePages-2Mi", []string{"2Mi", "1Gi"}, "pagesize=2M"},
-		{"no request", v1.StorageMediumHugePages, nil, "there is no resource request for huge pages"},
-		{"sized without its request", "HugePages-1Gi", []string{"2Mi"}, "there is no resource request for huge pages"},
-		{"two sizes", v1.StorageMediumHugePages, []string{"2Mi", "1Gi"}, "can't be used if container requests multiple huge page sizes"},
+		{"plain", v1.StorageMediumHugePages, []string{"2Mi"}, nil, "pagesize=2M"},
+		{"sized", "HugePages-2Mi", []string{"2Mi", "1Gi"}, nil, "pagesize=2M"},
+		{"no request", v1.StorageMediumHugePages, nil, nil, "there is no resource request for huge pages"},
+		{"sized without its request", "HugePages-1Gi", []string{"2Mi"}, nil, "there is no resource request for huge pages"},
+		{"two sizes", v1.StorageMediumHugePages, []string{"2Mi", "1Gi"}, nil, "can't be used if container requests multiple huge page sizes"},
+		{"pod level", v1.StorageMediumHugePages, nil, []string{"2Mi"}, "pagesize=2M"},
+		{"sized, pod level", "HugePages-2Mi", nil, []string{"2Mi"}, "pagesize=2M"},
+		{"pod level and another container size", v1.StorageMediumHugePages, []string{"1Gi"}, []string{"2Mi"}, "can't be used if container requests multiple huge page sizes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vol := hp("hp", tc.medium)
 			pod := requests(testPod(vol), tc.sizes...)
+			if tc.podSizes != nil {
+				pod.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{}}
+				for _, s := range tc.podSizes {
+					pod.Spec.Resources.Requests[v1.ResourceName("hugepages-"+s)] = resource.MustParse("2Mi")
+				}
+			}
 			spec := volume.SpecFromVolume(&vol)
 			p, _ := e.pm.FindBySpec(spec)
 			m, err := p.NewMounter(spec, pod)
@@ -291,5 +306,49 @@ func TestLocalBlockDevice(t *testing.T) {
 	if _, _, err := e.localSetUp(t, volume.SpecFromPersistentVolume(localPV("pv-dirblk", t.TempDir(), true), false), pod); err == nil ||
 		!strings.Contains(err.Error(), "needs a block device") {
 		t.Errorf("Block mode on a directory: %v", err)
+	}
+}
+
+// A local PV's mountOptions are added to the pod's bind mount (upstream JoinMountOptions with
+// "bind"), and its fsGroup is applied by the first pod only: a second pod sharing the
+// volume with another fsGroup does not change the volume's group (upstream local plugin).
+func TestLocalDirectorySharedByPods(t *testing.T) {
+	e := newEnv(t, true)
+	dir := t.TempDir()
+	pv := localPV("pv-shared", dir, false)
+	pv.Spec.MountOptions = []string{"noexec"}
+	spec := volume.SpecFromPersistentVolume(pv, false)
+	p, _ := e.pm.FindBySpec(spec)
+	var mounted []volume.Mounter
+	defer func() {
+		for _, m := range mounted {
+			_ = mount.CleanupMountPoint(m.Path(), mount.New(""), false)
+		}
+	}()
+	setUp := func(uid types.UID, group int64) volume.Mounter {
+		t.Helper()
+		pod := testPod()
+		pod.UID = uid
+		m, err := p.NewMounter(spec, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetUp(context.Background(), volume.MounterArgs{FsGroup: ptr(group)}); err != nil {
+			t.Fatal(err)
+		}
+		mounted = append(mounted, m)
+		return m
+	}
+	first := setUp("uid-1", 1000)
+	if fields := strings.Fields(mountOf(t, first.Path())); len(fields) < 6 || !slices.Contains(strings.Split(fields[5], ","), "noexec") {
+		t.Errorf("bind mount of %s: %v, want the PV's mount option noexec", first.Path(), fields)
+	}
+	setUp("uid-2", 2000)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Gid != 1000 {
+		t.Errorf("volume group %d after a second pod with fsGroup 2000, want the first pod's 1000", st.Gid)
 	}
 }

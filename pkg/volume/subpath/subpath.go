@@ -24,8 +24,13 @@ var ErrEscapes = errors.New("subPath escapes the volume")
 
 // Prepare bind-mounts <volumePath>/<subPath> at target, creating the subPath as a
 // directory inside the volume if it does not exist (kubelet behaviour). target is created
-// as a file or directory to match. An existing mount at target is left as is.
+// as a file or directory to match. An existing mount at target is left as is. volumePath
+// must be absolute: an empty or relative one (a volume with no directory on the node, such
+// as an image volume) would be resolved against the working directory, and is refused.
 func Prepare(m mount.Interface, volumePath, subPath, target string, readOnly bool) error {
+	if !filepath.IsAbs(volumePath) {
+		return fmt.Errorf("volume path %q is not an absolute path on the node", volumePath)
+	}
 	if err := validate(subPath); err != nil {
 		return err
 	}

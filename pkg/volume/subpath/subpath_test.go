@@ -67,3 +67,24 @@ func TestOpenNoFollowRefusesSwappedComponent(t *testing.T) {
 }
 
 func closeFD(fd int) { _ = unix.Close(fd) }
+
+// A volume without a path on the node (an image volume's is "") or with a relative one
+// would be resolved against the caller's working directory: refused before anything is
+// made or mounted.
+func TestPrepareRefusesAVolumeWithoutAnAbsolutePath(t *testing.T) {
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	m := mount.NewFakeMounter(nil)
+	targets := t.TempDir()
+	for _, vol := range []string{"", "relative"} {
+		if err := Prepare(m, vol, "made/here", filepath.Join(targets, "t"), false); err == nil {
+			t.Errorf("volume path %q: no error", vol)
+		}
+	}
+	if entries, _ := os.ReadDir(cwd); len(entries) != 0 {
+		t.Errorf("made in the working directory: %v", entries)
+	}
+	if len(m.MountPoints) != 0 {
+		t.Errorf("mounted %v", m.MountPoints)
+	}
+}

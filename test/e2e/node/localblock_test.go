@@ -58,7 +58,7 @@ func TestLocalBlockVolume(t *testing.T) {
 		"file":    {file, "is neither a directory nor a block device"},
 	} {
 		bad := a.create(a.onNode(a.blockPod(name, a.localClaimOf(t, c.path, node, corev1.ReadWriteOnce, corev1.PersistentVolumeBlock))))
-		a.waitEvent(bad.Name, "FailedMount", c.msg, time.Minute)
+		a.waitEvent(bad.Name, "FailedMapVolume", c.msg, time.Minute)
 		if m := mountsUnder(filepath.Join(a.root, "pods", string(bad.UID))); len(m) != 0 {
 			t.Errorf("pod %s: mounted despite the bad path: %v", name, m)
 		}

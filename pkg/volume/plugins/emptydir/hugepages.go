@@ -16,7 +16,8 @@ func isHugePages(m v1.StorageMedium) bool {
 // hugePageSize is the page size of a hugetlbfs emptyDir, as the kubelet chooses it: the
 // size in the medium (HugePages-2Mi), which some container must request
 // (hugepages-2Mi), or with plain HugePages the one size every container requesting huge
-// pages asks for.
+// pages asks for. Pod-level requests (spec.resources, PodLevelResources, beta and on in
+// 1.37) count as one more container's.
 func hugePageSize(medium v1.StorageMedium, pod *v1.Pod) (resource.Quantity, error) {
 	var want *resource.Quantity
 	if medium != v1.StorageMediumHugePages {
@@ -26,9 +27,16 @@ func hugePageSize(medium v1.StorageMedium, pod *v1.Pod) (resource.Quantity, erro
 		}
 		want = &q
 	}
-	var found *resource.Quantity
+	var lists []v1.ResourceList
+	if pod.Spec.Resources != nil {
+		lists = append(lists, pod.Spec.Resources.Requests)
+	}
 	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		for name := range c.Resources.Requests {
+		lists = append(lists, c.Resources.Requests)
+	}
+	var found *resource.Quantity
+	for _, requests := range lists {
+		for name := range requests {
 			if !strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix) {
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -200,8 +201,9 @@ func (m *mounter) Attributes() volume.Attributes {
 	return volume.Attributes{ReadOnly: m.spec.ReadOnly, Managed: !m.spec.ReadOnly}
 }
 
-// SetUp bind-mounts the global path into the pod's directory (read-only when the claim is)
-// and applies fsGroup to a writable volume, as upstream's local plugin.
+// SetUp bind-mounts the global path into the pod's directory (read-only when the claim is,
+// with the PV's mountOptions) and applies fsGroup to a writable volume when no other pod has
+// it mounted, as upstream's local plugin: the first pod's group stays.
 func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 	global, err := deviceMounter{m.p}.DeviceMountPath(m.spec)
 	if err != nil {
@@ -214,6 +216,20 @@ func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 	if notMnt, err := mnt.IsLikelyNotMountPoint(m.dir); err == nil && !notMnt {
 		return nil
 	}
+	// Other pods' bind mounts of the volume, looked at before this one is made.
+	var others bool
+	if args.FsGroup != nil {
+		refs, err := mnt.GetMountRefs(global)
+		if err != nil {
+			return fmt.Errorf("local volume %q: mounts of %s: %w", m.spec.Name(), global, err)
+		}
+		pods := m.p.host.Paths().PodsDir() + string(filepath.Separator)
+		for _, r := range refs {
+			if r != m.dir && strings.HasPrefix(r, pods) {
+				others = true
+			}
+		}
+	}
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return err
 	}
@@ -221,11 +237,16 @@ func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 	if m.spec.ReadOnly {
 		opts = append(opts, "ro")
 	}
+	for _, o := range m.spec.PersistentVolume.Spec.MountOptions {
+		if !slices.Contains(opts, o) {
+			opts = append(opts, o)
+		}
+	}
 	if err := mnt.Mount(global, m.dir, "", opts); err != nil {
 		_ = os.Remove(m.dir)
 		return fmt.Errorf("bind mount %s at %s: %w", global, m.dir, err)
 	}
-	if !m.spec.ReadOnly {
+	if !m.spec.ReadOnly && !others {
 		if err := volume.SetOwnership(m.dir, args.FsGroup, false, args.FSGroupChangePolicy); err != nil {
 			_ = mount.CleanupMountPoint(m.dir, mnt, false)
 			return err
