@@ -439,3 +439,36 @@ func TestDeleteWaitsForRestore(t *testing.T) {
 	f.syncUntil("s", "deleted the content", func() bool { return f.vsc(content.Name) == nil })
 	f.syncUntil("s", "released the snapshot", func() bool { vs := f.vs("s"); return vs == nil || len(vs.Finalizers) == 0 })
 }
+
+// A pre-provisioned snapshot naming a dynamic content (volumeHandle, no snapshotHandle) is
+// refused with SnapshotContentMismatch, and a spec naming both or neither source with
+// SnapshotValidationError; no content is touched.
+func TestInvalidSources(t *testing.T) {
+	handle, cname, claim := "vol-src", "dyn", "src"
+	dyn := &snapv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: cname},
+		Spec: snapv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: "pre", Namespace: ns}, Driver: driver,
+			DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Source: snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle}}}
+	pre := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "pre", Namespace: ns, UID: "uid-pre"},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &cname}}}
+	both := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "both", Namespace: ns, UID: "uid-both"},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &cname, PersistentVolumeClaimName: &claim}}}
+	neither := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "neither", Namespace: ns, UID: "uid-neither"}}
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), dyn, pre, both, neither)
+	rec := f.events()
+	for name, reason := range map[string]string{"pre": "SnapshotContentMismatch", "both": "SnapshotValidationError", "neither": "SnapshotValidationError"} {
+		f.syncUntil(name, "reported the invalid source of "+name, func() bool {
+			vs := f.vs(name)
+			return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+		})
+		if !sawEvent(rec, "Warning "+reason) {
+			t.Errorf("%s: no %s event", name, reason)
+		}
+	}
+	c := f.vsc(cname)
+	if c.Spec.VolumeSnapshotRef.UID != "" || len(c.Finalizers) != 0 {
+		t.Errorf("a dynamic content was bound to a pre-provisioned snapshot: %+v", c)
+	}
+	if f.vsc("snapcontent-uid-both") != nil || f.claimProtected() {
+		t.Error("a snapshot with two sources took a snapshot of the claim")
+	}
+}
