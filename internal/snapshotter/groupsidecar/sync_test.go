@@ -401,3 +401,82 @@ func TestGroupUncertainErrorKeepsBeingCreated(t *testing.T) {
 		})
 	}
 }
+
+func preProvisionedGroup() *groupv1.VolumeGroupSnapshotContent {
+	return &groupv1.VolumeGroupSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: "g1", Annotations: map[string]string{}},
+		Spec: groupv1.VolumeGroupSnapshotContentSpec{
+			VolumeGroupSnapshotRef: corev1.ObjectReference{Namespace: "default", Name: "grp"},
+			DeletionPolicy:         snapv1.VolumeSnapshotContentDelete,
+			Driver:                 driverName,
+			Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+				VolumeGroupSnapshotHandle: "pre", VolumeSnapshotHandles: []string{"p1", "p2"}}},
+		},
+	}
+}
+
+// getFails makes the fake's GetVolumeGroupSnapshot fail with err.
+type getFails struct {
+	*fakeGroup
+	err error
+}
+
+func (g getFails) GetVolumeGroupSnapshot(_ context.Context, req *csi.GetVolumeGroupSnapshotRequest, _ ...grpc.CallOption) (*csi.GetVolumeGroupSnapshotResponse, error) {
+	g.gets = append(g.gets, req)
+	return nil, g.err
+}
+
+// A pre-provisioned group the driver cannot find: status.error and a warning event, not ready.
+func TestGroupPreProvisionedNotFound(t *testing.T) {
+	f := newFixture(t, preProvisionedGroup())
+	f.c.cfg.CSI.Group = getFails{f.grp, status.Error(codes.NotFound, "no group pre")}
+	if err := f.sync(); err == nil {
+		t.Fatal("sync succeeded on a GetVolumeGroupSnapshot error")
+	}
+	st := f.get().Status
+	if st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "no group pre") || snapshotter.IsTrue(st.ReadyToUse) {
+		t.Errorf("status = %+v, want the driver's error, not ready", st)
+	}
+	select {
+	case e := <-f.rec.Events:
+		if !strings.Contains(e, "Warning "+reasonCheckFailed) {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Error("no event")
+	}
+	f.checkVerbs()
+}
+
+// A pre-provisioned content never bound to a group (no UID) is released when deleted: its
+// Delete policy deletes the backend group with the handles of its spec.
+func TestGroupPreProvisionedUnboundDeleted(t *testing.T) {
+	c := preProvisionedGroup()
+	c.Finalizers = []string{snapshotter.FinalizerGroupContentBound}
+	now := metav1.Now()
+	c.DeletionTimestamp = &now
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.grp.deletes) != 1 || f.grp.deletes[0].GroupSnapshotId != "pre" || strings.Join(f.grp.deletes[0].SnapshotIds, ",") != "p1,p2" {
+		t.Errorf("DeleteVolumeGroupSnapshot = %v, want pre with p1,p2", f.grp.deletes)
+	}
+	if snapshotter.HasFinalizer(f.get(), snapshotter.FinalizerGroupContentBound) {
+		t.Error("finalizer kept")
+	}
+}
+
+// Another driver's group content is left alone.
+func TestGroupOtherDriverIgnored(t *testing.T) {
+	c := dynamic()
+	c.Spec.Driver = "other.example.com"
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.grp.creates) + len(f.grp.gets) + len(f.grp.deletes); n != 0 {
+		t.Errorf("another driver's content was handled: %d CSI calls", n)
+	}
+	snaptest.CheckVerbs(t, f.snap.Actions(), "volumegroupsnapshotcontents") // reads only
+}
