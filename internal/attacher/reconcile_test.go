@@ -56,6 +56,9 @@ type publishDriver struct {
 	failPublishes int
 	// stuckToken, if set, is the next_token of every ListVolumes page.
 	stuckToken string
+	// failUnpublishes is how many ControllerUnpublishVolume calls fail (FailedPrecondition)
+	// before any succeeds.
+	failUnpublishes int
 }
 
 func newPublishDriver(caps []csi.ControllerServiceCapability_RPC_Type, volumes ...string) *publishDriver {
@@ -92,6 +95,13 @@ func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csi.Cont
 }
 
 func (d *publishDriver) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	d.mu.Lock()
+	if d.failUnpublishes > 0 {
+		d.failUnpublishes--
+		d.mu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, "volume still in use on the backend")
+	}
+	d.mu.Unlock()
 	d.unpublish(req.GetVolumeId(), req.GetNodeId())
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
@@ -142,6 +152,12 @@ func (d *publishDriver) failNextPublishes(n int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.failPublishes = n
+}
+
+func (d *publishDriver) failNextUnpublishes(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failUnpublishes = n
 }
 
 func (d *publishDriver) publishCount(volume string) int {

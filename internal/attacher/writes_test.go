@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,5 +123,37 @@ func TestAttachErrorCode(t *testing.T) {
 	e.waitFor("attachError of va-other", func() bool { return e.va("va-other").Status.AttachError != nil })
 	if got := e.va("va-other").Status.AttachError.ErrorCode; got != nil {
 		t.Errorf("errorCode = %d for an error that never reached the driver, want none", *got)
+	}
+}
+
+// detachError carries errorCode too (external-attacher writes it for attachError only): a
+// failed ControllerUnpublishVolume records its gRPC code, and the detach finishes once the
+// driver succeeds.
+func TestDetachErrorCode(t *testing.T) {
+	drv := newPublishDriver([]csi.ControllerServiceCapability_RPC_Type{capPublish}, "vol-a")
+	e := startController(t, drv, Config{}, attachment("vol-a"))
+	e.waitFor("va-vol-a attached", func() bool { return e.attached("vol-a") })
+	drv.failNextUnpublishes(1000)
+	va := e.va("va-vol-a")
+	now := metav1.Now()
+	va.DeletionTimestamp = &now
+	if err := e.cs.Tracker().Update(storagev1.SchemeGroupVersion.WithResource("volumeattachments"), va, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("detachError of va-vol-a", func() bool { return e.va("va-vol-a").Status.DetachError != nil })
+	de := e.va("va-vol-a").Status.DetachError
+	if got := de.ErrorCode; got == nil || *got != int32(codes.FailedPrecondition) {
+		t.Errorf("detachError.errorCode = %v, want %d (FailedPrecondition)", ptr.Deref(got, -1), codes.FailedPrecondition)
+	}
+	if !strings.Contains(de.Message, "still in use") {
+		t.Errorf("detachError.message = %q, want the driver's error", de.Message)
+	}
+	if len(e.events(reasonDetachFailed)) == 0 {
+		t.Error("no DetachFailed event")
+	}
+	drv.failNextUnpublishes(0)
+	e.waitFor("finalizer removed after the driver succeeds", func() bool { return len(e.va("va-vol-a").Finalizers) == 0 })
+	if drv.isPublished("vol-a", testNodeID) {
+		t.Error("vol-a still published on the node")
 	}
 }

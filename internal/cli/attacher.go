@@ -71,7 +71,7 @@ func (o *attacherOptions) validate() error {
 		return usageErrorf("--max-entries must be between 0 and %d, got %d", math.MaxInt32, o.maxEntries)
 	}
 	warnGates(o.sidecar.FeatureGates, attacherFeatureGates, map[string]string{
-		"MutableCSINodeAllocatableCount": "kubevol's attacher records no error code in VolumeAttachment status",
+		"MutableCSINodeAllocatableCount": "kubevol's attacher always writes errorCode (the driver's gRPC code) in attachError and detachError",
 	})
 	return nil
 }

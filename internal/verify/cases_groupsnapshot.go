@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -103,8 +105,9 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 	if _, err := res.Create(k.ctx, obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create VolumeGroupSnapshot: %w", err)
 	}
+	var members map[string]string
 	defer func() {
-		err = errors.Join(err, k.deleteGroup(res, "group"))
+		err = errors.Join(err, k.deleteGroup(res, "group", members))
 		if derr := k.dyn.Resource(groupSnapshotClassGVR).Delete(context.Background(), class, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 			err = errors.Join(err, derr)
 		}
@@ -126,7 +129,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 	if err != nil {
 		return fmt.Errorf("VolumeGroupSnapshot not ready to use: %w (last error: %q)", err, last)
 	}
-	members, err := k.groupMembers(uid)
+	members, err = k.groupMembers(uid)
 	if err != nil {
 		return err
 	}
@@ -192,11 +195,13 @@ func (k *caseEnv) waitSnapshotReady(name string) error {
 	return nil
 }
 
-// deleteGroup deletes the group and waits until it and its members are gone.
+// deleteGroup deletes the group and waits until it and its member VolumeSnapshots (claim
+// name to VolumeSnapshot name, as groupMembers found them) are gone: the snapshot-controller
+// deletes a group's members with it.
 func (k *caseEnv) deleteGroup(res interface {
 	Delete(context.Context, string, metav1.DeleteOptions, ...string) error
 	Get(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured, error)
-}, name string) error {
+}, name string, members map[string]string) error {
 	ctx := context.Background()
 	if err := res.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete VolumeGroupSnapshot: %w", err)
@@ -207,6 +212,17 @@ func (k *caseEnv) deleteGroup(res interface {
 	})
 	if err != nil {
 		return fmt.Errorf("VolumeGroupSnapshot %s not deleted: %w", name, err)
+	}
+	snaps := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
+	for _, claim := range slices.Sorted(maps.Keys(members)) {
+		member := members[claim]
+		err := poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+			_, err := snaps.Get(ctx, member, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			return fmt.Errorf("member VolumeSnapshot %s (of claim %s) not deleted with its VolumeGroupSnapshot %s: %w", member, claim, name, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
@@ -149,7 +151,8 @@ func TestDynamicSnapshot(t *testing.T) {
 	})
 }
 
-// The sidecar's error reaches the snapshot's status; no default class is an error too.
+// No default class for the claim's driver is reported in the snapshot's status, and no
+// content is created (TestContentStatusCopied has the sidecar's error).
 func TestErrorStatus(t *testing.T) {
 	f := start(t, source(), dynamic("s"))
 	f.syncUntil("s", "reported the missing default class", func() bool {
@@ -261,4 +264,211 @@ func TestGroupMember(t *testing.T) {
 		vs := f.vs("m")
 		return vs == nil || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup)
 	})
+}
+
+// events replaces the controller's recorder with one the test reads.
+func (f *fixture) events() *record.FakeRecorder {
+	rec := record.NewFakeRecorder(100)
+	f.c.recorder = rec
+	return rec
+}
+
+// sawEvent reports whether rec holds an event whose text contains want, draining it.
+func sawEvent(rec *record.FakeRecorder, want string) bool {
+	for {
+		select {
+		case e := <-rec.Events:
+			if strings.Contains(e, want) {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// setContentStatus writes st as the content's status, as the sidecar does.
+func (f *fixture) setContentStatus(name string, st *snapv1.VolumeSnapshotContentStatus) {
+	f.t.Helper()
+	c := f.vsc(name)
+	c.Status = st
+	if _, err := f.snap.SnapshotV1().VolumeSnapshotContents().UpdateStatus(f.ctx, c, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) claimProtected() bool {
+	pvc, _ := f.core.CoreV1().PersistentVolumeClaims(ns).Get(f.ctx, "src", metav1.GetOptions{})
+	return snapshotter.HasFinalizer(pvc, snapshotter.FinalizerPVCAsSource)
+}
+
+// The sidecar's status.error on the content reaches the snapshot's status.error, with the
+// snapshot not ready and its claim still protected; once the content turns ready
+// (not-ready → ready), the snapshot is ready, the error is gone and the claim released.
+func TestContentStatusCopied(t *testing.T) {
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), dynamic("s"))
+	f.syncUntil("s", "created the content", func() bool { return f.vsc("snapcontent-uid-s") != nil })
+	msg, when := "Failed to check and update snapshot content: backend busy", metav1.Now()
+	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{Error: &snapv1.VolumeSnapshotError{Message: &msg, Time: &when}})
+	f.syncUntil("s", "copied the content's error", func() bool {
+		vs := f.vs("s")
+		return vs.Status != nil && vs.Status.Error != nil && snapshotter.Str(vs.Status.Error.Message) == msg
+	})
+	vs := f.vs("s")
+	if snapshotter.IsTrue(vs.Status.ReadyToUse) || vs.Status.CreationTime != nil || snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != "snapcontent-uid-s" {
+		t.Errorf("status with the sidecar's error: %+v", vs.Status)
+	}
+	if !f.claimProtected() {
+		t.Error("claim released while its snapshot failed")
+	}
+
+	// Taken but not ready yet (a driver that uploads): creationTime, not ready, no error.
+	notReady, ready, created, size, handle := false, true, int64(1e18), int64(4096), "h1"
+	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: &notReady, CreationTime: &created, RestoreSize: &size})
+	f.syncUntil("s", "copied the taken, not ready status", func() bool { vs := f.vs("s"); return vs.Status.CreationTime != nil && vs.Status.Error == nil })
+	if vs := f.vs("s"); snapshotter.IsTrue(vs.Status.ReadyToUse) || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size {
+		t.Errorf("status of a taken snapshot not ready yet: %+v", vs.Status)
+	}
+	f.steps("s", 2)
+	if !f.claimProtected() {
+		t.Error("claim released before its snapshot is ready")
+	}
+	snaptest.CheckOperations(t, f.reg, map[string]int{"CreateSnapshot success dynamic " + driver: 1})
+
+	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: &ready, CreationTime: &created, RestoreSize: &size})
+	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return snapshotter.IsTrue(vs.Status.ReadyToUse) })
+	if vs := f.vs("s"); vs.Status.Error != nil {
+		t.Errorf("a ready snapshot kept the error %q", snapshotter.Str(vs.Status.Error.Message))
+	}
+	f.syncUntil("s", "released the claim", func() bool { return !f.claimProtected() })
+	snaptest.CheckOperations(t, f.reg, map[string]int{"CreateSnapshot success dynamic " + driver: 1, "CreateSnapshotAndReady success dynamic " + driver: 1})
+}
+
+// boundPair returns a ready dynamic snapshot s bound to its Delete-policy content, both
+// with the finalizers this controller gives them.
+func boundPair() (*snapv1.VolumeSnapshot, *snapv1.VolumeSnapshotContent) {
+	vs := dynamic("s")
+	cname, cls, handle, snapHandle := "snapcontent-uid-s", "gold", "vol-src", "h1"
+	ready, created := true, int64(1e18)
+	vs.Spec.VolumeSnapshotClassName = &cls
+	vs.Finalizers = []string{snapshotter.FinalizerSnapshotAsSource, snapshotter.FinalizerSnapshotBound}
+	t := metav1.Unix(0, created)
+	vs.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &cname, ReadyToUse: &ready, CreationTime: &t}
+	content := &snapv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: cname, Finalizers: []string{snapshotter.FinalizerContentBound}},
+		Spec: snapv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: "s", Namespace: ns, UID: "uid-s"}, Driver: driver,
+			VolumeSnapshotClassName: &cls, DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Source: snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle}},
+		Status: &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &snapHandle, ReadyToUse: &ready, CreationTime: &created}}
+	return vs, content
+}
+
+// A bound content deleted before its snapshot: the controller neither adds nor takes away
+// the content's bound finalizer, the snapshot stays ready and unchanged, and the content is
+// not marked being-deleted (the sidecar keeps the backend snapshot). Deleting the snapshot
+// afterwards marks it and waits for the content to go, without a second delete.
+func TestContentDeletedFirst(t *testing.T) {
+	vs, content := boundPair()
+	now := metav1.Now()
+	content.DeletionTimestamp = &now
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), vs, content)
+	f.steps("s", 3)
+	got, c := f.vs("s"), f.vsc(content.Name)
+	switch {
+	case c == nil || !snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound):
+		t.Fatalf("content lost its bound finalizer: %+v", c)
+	case c.Annotations[snapshotter.AnnBeingDeleted] == "yes":
+		t.Error("content marked being-deleted while its snapshot lives")
+	case got.DeletionTimestamp != nil || !snapshotter.IsTrue(got.Status.ReadyToUse) || got.Status.Error != nil:
+		t.Errorf("snapshot changed by its content's deletion: %+v %+v", got.ObjectMeta, got.Status)
+	case !snapshotter.HasFinalizer(got, snapshotter.FinalizerSnapshotBound):
+		t.Errorf("snapshot lost its bound finalizer: %v", got.Finalizers)
+	}
+	for _, a := range f.snap.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Errorf("%s %s while only the content is being deleted", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+
+	got.DeletionTimestamp = &now
+	if _, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Update(f.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.syncUntil("s", "marked the content being-deleted", func() bool { return f.vsc(content.Name).Annotations[snapshotter.AnnBeingDeleted] == "yes" })
+	f.steps("s", 2)
+	if vs := f.vs("s"); !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) {
+		t.Errorf("snapshot released while its Delete-policy content exists: %v", vs.Finalizers)
+	}
+	for _, a := range f.snap.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Errorf("delete %s of a content already being deleted", a.GetResource().Resource)
+		}
+	}
+	// The sidecar deletes the backend snapshot and lets the content go.
+	if err := f.snap.SnapshotV1().VolumeSnapshotContents().Delete(f.ctx, content.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.syncUntil("s", "released the snapshot", func() bool { vs := f.vs("s"); return vs == nil || len(vs.Finalizers) == 0 })
+}
+
+// A snapshot deleted while a claim restores from it (Pending, dataSource naming it) keeps its
+// finalizers and content, with a SnapshotDeletePending event; once the claim is bound, the
+// deletion goes on.
+func TestDeleteWaitsForRestore(t *testing.T) {
+	vs, content := boundPair()
+	now := metav1.Now()
+	vs.DeletionTimestamp = &now
+	restoring := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "restored", Namespace: ns},
+		Spec:   corev1.PersistentVolumeClaimSpec{DataSource: &corev1.TypedLocalObjectReference{APIGroup: &snapv1.SchemeGroupVersion.Group, Kind: "VolumeSnapshot", Name: "s"}},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	f := start(t, append(source(), restoring), class("gold", snapv1.VolumeSnapshotContentDelete, true), vs, content)
+	rec := f.events()
+	f.steps("s", 3)
+	if !sawEvent(rec, "SnapshotDeletePending Snapshot is being used to restore claim restored") {
+		t.Error("no SnapshotDeletePending event naming the restoring claim")
+	}
+	got, c := f.vs("s"), f.vsc(content.Name)
+	switch {
+	case !snapshotter.HasFinalizer(got, snapshotter.FinalizerSnapshotBound) || !snapshotter.HasFinalizer(got, snapshotter.FinalizerSnapshotAsSource):
+		t.Errorf("finalizers removed while a claim restores: %v", got.Finalizers)
+	case c == nil || c.DeletionTimestamp != nil || c.Annotations[snapshotter.AnnBeingDeleted] == "yes":
+		t.Errorf("content touched while a claim restores: %+v", c)
+	}
+	restoring.Status.Phase = corev1.ClaimBound
+	if _, err := f.core.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(f.ctx, restoring, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.syncUntil("s", "deleted the content", func() bool { return f.vsc(content.Name) == nil })
+	f.syncUntil("s", "released the snapshot", func() bool { vs := f.vs("s"); return vs == nil || len(vs.Finalizers) == 0 })
+}
+
+// A pre-provisioned snapshot naming a dynamic content (volumeHandle, no snapshotHandle) is
+// refused with SnapshotContentMismatch, and a spec naming both or neither source with
+// SnapshotValidationError; no content is touched.
+func TestInvalidSources(t *testing.T) {
+	handle, cname, claim := "vol-src", "dyn", "src"
+	dyn := &snapv1.VolumeSnapshotContent{ObjectMeta: metav1.ObjectMeta{Name: cname},
+		Spec: snapv1.VolumeSnapshotContentSpec{VolumeSnapshotRef: corev1.ObjectReference{Name: "pre", Namespace: ns}, Driver: driver,
+			DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Source: snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle}}}
+	pre := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "pre", Namespace: ns, UID: "uid-pre"},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &cname}}}
+	both := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "both", Namespace: ns, UID: "uid-both"},
+		Spec: snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &cname, PersistentVolumeClaimName: &claim}}}
+	neither := &snapv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "neither", Namespace: ns, UID: "uid-neither"}}
+	f := start(t, source(), class("gold", snapv1.VolumeSnapshotContentDelete, true), dyn, pre, both, neither)
+	rec := f.events()
+	for name, reason := range map[string]string{"pre": "SnapshotContentMismatch", "both": "SnapshotValidationError", "neither": "SnapshotValidationError"} {
+		f.syncUntil(name, "reported the invalid source of "+name, func() bool {
+			vs := f.vs(name)
+			return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+		})
+		if !sawEvent(rec, "Warning "+reason) {
+			t.Errorf("%s: no %s event", name, reason)
+		}
+	}
+	c := f.vsc(cname)
+	if c.Spec.VolumeSnapshotRef.UID != "" || len(c.Finalizers) != 0 {
+		t.Errorf("a dynamic content was bound to a pre-provisioned snapshot: %+v", c)
+	}
+	if f.vsc("snapcontent-uid-both") != nil || f.claimProtected() {
+		t.Error("a snapshot with two sources took a snapshot of the claim")
+	}
 }

@@ -306,3 +306,93 @@ func TestDeleteGroupWaitsForRestore(t *testing.T) {
 		t.Fatal("the group was released while a claim restores from a member")
 	}
 }
+
+// The group sidecar's status.error on the group content reaches the group's status.error,
+// with the group not ready and no member snapshot made; once the sidecar reports the group
+// ready, the error is gone.
+func TestGroupSidecarErrorStatus(t *testing.T) {
+	a, pa := boundClaim("a")
+	f := start(t, []runtime.Object{a, pa}, defaultClass("gold"), selectorGroup("g"))
+	name := snapshotter.GroupContentPrefix + "uid-g"
+	f.eventually("bound the group", func() bool {
+		g := f.group("g")
+		return g != nil && g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+	})
+	msg, when := "Failed to create group snapshot: failed to take group snapshot of the volumes [vol-a]: backend busy", metav1.Now()
+	content := f.groupContent(name)
+	content.Status = &groupv1.VolumeGroupSnapshotContentStatus{Error: &snapv1.VolumeSnapshotError{Message: &msg, Time: &when}}
+	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(f.ctx, content, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("copied the sidecar's error", func() bool {
+		g := f.group("g")
+		return g.Status.Error != nil && snapshotter.Str(g.Status.Error.Message) == msg
+	})
+	if g := f.group("g"); snapshotter.IsTrue(g.Status.ReadyToUse) || g.Status.CreationTime != nil {
+		t.Errorf("status of a failed group: %+v", g.Status)
+	}
+	if list, _ := f.snap.SnapshotV1().VolumeSnapshots(ns).List(f.ctx, metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Errorf("%d member snapshots of a group the driver has not made", len(list.Items))
+	}
+
+	ready, created, handle := true, time.Now().UnixNano(), "group-1"
+	content = f.groupContent(name)
+	content.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: &handle, ReadyToUse: &ready, CreationTime: &metav1.Time{Time: time.Now()},
+		VolumeSnapshotInfoList: []groupv1.VolumeSnapshotInfo{{VolumeHandle: "vol-a", SnapshotHandle: "snap-a", ReadyToUse: &ready, CreationTime: &created}}}
+	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(f.ctx, content, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("turned the group ready", func() bool { g := f.group("g"); return snapshotter.IsTrue(g.Status.ReadyToUse) })
+	if g := f.group("g"); g.Status.Error != nil {
+		t.Errorf("a ready group kept the error %q", snapshotter.Str(g.Status.Error.Message))
+	}
+}
+
+// A bound group content deleted before its group: the controller keeps the content's bound
+// finalizer, does not mark it being-deleted or delete anything, and the group stays ready.
+func TestGroupContentDeletedFirst(t *testing.T) {
+	a, pa := boundClaim("a")
+	f := start(t, []runtime.Object{a, pa}, defaultClass("gold"), selectorGroup("g"))
+	name := snapshotter.GroupContentPrefix + "uid-g"
+	f.eventually("bound the group", func() bool {
+		g := f.group("g")
+		return g != nil && g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+	})
+	ready, created, handle := true, time.Now().UnixNano(), "group-1"
+	content := f.groupContent(name)
+	content.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: &handle, ReadyToUse: &ready, CreationTime: &metav1.Time{Time: time.Now()},
+		VolumeSnapshotInfoList: []groupv1.VolumeSnapshotInfo{{VolumeHandle: "vol-a", SnapshotHandle: "snap-a", ReadyToUse: &ready, CreationTime: &created}}}
+	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(f.ctx, content, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("turned the group ready", func() bool { g := f.group("g"); return snapshotter.IsTrue(g.Status.ReadyToUse) })
+
+	content = f.groupContent(name)
+	now := metav1.Now()
+	content.DeletionTimestamp = &now
+	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(f.ctx, content, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.snap.ClearActions()
+	for range 3 {
+		f.refresh()
+		_ = f.c.sync(f.ctx, ns+"/g")
+	}
+	c, g := f.groupContent(name), f.group("g")
+	switch {
+	case c == nil || !snapshotter.HasFinalizer(c, snapshotter.FinalizerGroupContentBound):
+		t.Fatalf("group content lost its bound finalizer: %+v", c)
+	case c.Annotations[snapshotter.AnnGroupBeingDeleted] == "yes":
+		t.Error("group content marked being-deleted while its group lives")
+	case g.DeletionTimestamp != nil || !snapshotter.IsTrue(g.Status.ReadyToUse) || g.Status.Error != nil || !snapshotter.HasFinalizer(g, snapshotter.FinalizerGroupBound):
+		t.Errorf("group changed by its content's deletion: %+v %+v", g.ObjectMeta, g.Status)
+	}
+	for _, a := range f.snap.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Errorf("delete %s while only the group content is being deleted", a.GetResource().Resource)
+		}
+	}
+	if _, err := f.snap.SnapshotV1().VolumeSnapshots(ns).Get(f.ctx, snapshotter.MemberSnapshotName("uid-g", "vol-a"), metav1.GetOptions{}); err != nil {
+		t.Errorf("member snapshot: %v", err)
+	}
+}

@@ -274,3 +274,209 @@ func TestGroupPreProvisioned(t *testing.T) {
 		t.Errorf("status = %+v", st)
 	}
 }
+
+// A group the driver reports not ready yet is asked again under the same name, and its
+// status follows the driver's answer.
+func TestGroupReadinessPolling(t *testing.T) {
+	f := newFixture(t, dynamic())
+	ready := false
+	f.grp.createFn = func(req *csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
+		var snaps []*csi.Snapshot
+		for _, v := range req.SourceVolumeIds {
+			snaps = append(snaps, &csi.Snapshot{SnapshotId: "s-" + v, SourceVolumeId: v, ReadyToUse: ready})
+		}
+		return &csi.CreateVolumeGroupSnapshotResponse{GroupSnapshot: &csi.VolumeGroupSnapshot{GroupSnapshotId: "gh", Snapshots: snaps, ReadyToUse: ready}}, nil
+	}
+	if err := f.sync(); err != errNotReady {
+		t.Fatalf("sync of a not-ready group = %v, want errNotReady (requeue)", err)
+	}
+	got := f.get()
+	if st := got.Status; st == nil || snapshotter.IsTrue(st.ReadyToUse) || snapshotter.Str(st.VolumeGroupSnapshotHandle) != "gh" || len(st.VolumeSnapshotInfoList) != 2 {
+		t.Fatalf("status = %+v, want handle gh with two members, not ready", st)
+	}
+	if _, ok := got.Annotations[snapshotter.AnnGroupBeingCreated]; ok {
+		t.Error("being-created kept although the driver answered with the group's handle")
+	}
+	ready = true
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.grp.creates) != 2 || f.grp.creates[1].Name != f.grp.creates[0].Name {
+		t.Errorf("CreateVolumeGroupSnapshot not repeated under the same name: %d calls", len(f.grp.creates))
+	}
+	st := f.get().Status
+	if !snapshotter.IsTrue(st.ReadyToUse) || len(st.VolumeSnapshotInfoList) != 2 || !snapshotter.IsTrue(st.VolumeSnapshotInfoList[0].ReadyToUse) {
+		t.Errorf("status = %+v, want ready with ready members", st)
+	}
+	if err := f.sync(); err != nil || len(f.grp.creates) != 2 {
+		t.Errorf("a ready group was asked again (err %v, %d calls)", err, len(f.grp.creates))
+	}
+	f.checkVerbs()
+}
+
+// A content deleted while its group is not being deleted (no being-deleted annotation) keeps
+// its finalizer and its backend group snapshot.
+func TestGroupDeletedWhileNotBeingDeletedKeepsFinalizer(t *testing.T) {
+	c := released(snapv1.VolumeSnapshotContentDelete)
+	delete(c.Annotations, snapshotter.AnnGroupBeingDeleted)
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.grp.deletes) != 0 || len(f.grp.creates) != 0 || !snapshotter.HasFinalizer(f.get(), snapshotter.FinalizerGroupContentBound) {
+		t.Errorf("content released before its group was being deleted (deletes %d, creates %d)", len(f.grp.deletes), len(f.grp.creates))
+	}
+}
+
+// A group deleted while its create is in flight (being-created, no handle yet): the create is
+// repeated to learn the handle, and that group, members and all, is deleted before the
+// finalizer goes.
+func TestGroupDeleteWaitsForCreateInFlight(t *testing.T) {
+	c := released(snapv1.VolumeSnapshotContentDelete)
+	c.Status = nil
+	c.Annotations[snapshotter.AnnGroupBeingCreated] = "yes"
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.grp.creates) != 1 {
+		t.Fatalf("CreateVolumeGroupSnapshot calls = %d, want 1 to learn the handle of the in-flight create", len(f.grp.creates))
+	}
+	if len(f.grp.deletes) != 1 || f.grp.deletes[0].GroupSnapshotId != "grp-groupsnapshot-9999-ffff" || strings.Join(f.grp.deletes[0].SnapshotIds, ",") != "s-vol-a,s-vol-b" {
+		t.Errorf("DeleteVolumeGroupSnapshot = %v, want the group and members CreateVolumeGroupSnapshot returned", f.grp.deletes)
+	}
+	if snapshotter.HasFinalizer(f.get(), snapshotter.FinalizerGroupContentBound) {
+		t.Error("finalizer kept after the backend group was deleted")
+	}
+	f.checkVerbs()
+}
+
+// An uncertain CreateVolumeGroupSnapshot error (the call may still make the group) keeps
+// being-created and records the error; a content being deleted meanwhile keeps its
+// finalizer, so the group cannot leak.
+func TestGroupUncertainErrorKeepsBeingCreated(t *testing.T) {
+	for _, code := range []codes.Code{codes.DeadlineExceeded, codes.Unavailable} {
+		t.Run(code.String(), func(t *testing.T) {
+			f := newFixture(t, dynamic())
+			f.grp.createFn = func(*csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
+				return nil, status.Error(code, "backend slow")
+			}
+			if err := f.sync(); err == nil {
+				t.Fatal("sync succeeded on a CreateVolumeGroupSnapshot error")
+			}
+			got := f.get()
+			if got.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
+				t.Errorf("being-created dropped after an uncertain error: %v", got.Annotations)
+			}
+			if got.Status == nil || got.Status.Error == nil || !strings.Contains(snapshotter.Str(got.Status.Error.Message), "backend slow") || snapshotter.IsTrue(got.Status.ReadyToUse) {
+				t.Errorf("status = %+v, want the driver's error, not ready", got.Status)
+			}
+
+			// The group is deleted while the outcome is unknown.
+			now := metav1.Now()
+			got.DeletionTimestamp = &now
+			got.Annotations[snapshotter.AnnGroupBeingDeleted] = "yes"
+			if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(f.ctx, got, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.sync(); err == nil {
+				t.Error("sync succeeded while the create's outcome is unknown")
+			}
+			got = f.get()
+			if !snapshotter.HasFinalizer(got, snapshotter.FinalizerGroupContentBound) || got.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" || len(f.grp.deletes) != 0 {
+				t.Errorf("content released with a create in doubt (finalizers %v, annotations %v, deletes %d)", got.Finalizers, got.Annotations, len(f.grp.deletes))
+			}
+			// The driver answers at last: the group it made is deleted, then the content goes.
+			f.grp.createFn = nil
+			if err := f.sync(); err != nil {
+				t.Fatal(err)
+			}
+			if len(f.grp.deletes) != 1 || f.grp.deletes[0].GroupSnapshotId != "grp-groupsnapshot-9999-ffff" {
+				t.Errorf("DeleteVolumeGroupSnapshot = %v, want the group the create made", f.grp.deletes)
+			}
+			if snapshotter.HasFinalizer(f.get(), snapshotter.FinalizerGroupContentBound) {
+				t.Error("finalizer kept after the backend group was deleted")
+			}
+			f.checkVerbs()
+		})
+	}
+}
+
+func preProvisionedGroup() *groupv1.VolumeGroupSnapshotContent {
+	return &groupv1.VolumeGroupSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: "g1", Annotations: map[string]string{}},
+		Spec: groupv1.VolumeGroupSnapshotContentSpec{
+			VolumeGroupSnapshotRef: corev1.ObjectReference{Namespace: "default", Name: "grp"},
+			DeletionPolicy:         snapv1.VolumeSnapshotContentDelete,
+			Driver:                 driverName,
+			Source: groupv1.VolumeGroupSnapshotContentSource{GroupSnapshotHandles: &groupv1.GroupSnapshotHandles{
+				VolumeGroupSnapshotHandle: "pre", VolumeSnapshotHandles: []string{"p1", "p2"}}},
+		},
+	}
+}
+
+// getFails makes the fake's GetVolumeGroupSnapshot fail with err.
+type getFails struct {
+	*fakeGroup
+	err error
+}
+
+func (g getFails) GetVolumeGroupSnapshot(_ context.Context, req *csi.GetVolumeGroupSnapshotRequest, _ ...grpc.CallOption) (*csi.GetVolumeGroupSnapshotResponse, error) {
+	g.gets = append(g.gets, req)
+	return nil, g.err
+}
+
+// A pre-provisioned group the driver cannot find: status.error and a warning event, not ready.
+func TestGroupPreProvisionedNotFound(t *testing.T) {
+	f := newFixture(t, preProvisionedGroup())
+	f.c.cfg.CSI.Group = getFails{f.grp, status.Error(codes.NotFound, "no group pre")}
+	if err := f.sync(); err == nil {
+		t.Fatal("sync succeeded on a GetVolumeGroupSnapshot error")
+	}
+	st := f.get().Status
+	if st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "no group pre") || snapshotter.IsTrue(st.ReadyToUse) {
+		t.Errorf("status = %+v, want the driver's error, not ready", st)
+	}
+	select {
+	case e := <-f.rec.Events:
+		if !strings.Contains(e, "Warning "+reasonCheckFailed) {
+			t.Errorf("event %q", e)
+		}
+	default:
+		t.Error("no event")
+	}
+	f.checkVerbs()
+}
+
+// A pre-provisioned content never bound to a group (no UID) is released when deleted: its
+// Delete policy deletes the backend group with the handles of its spec.
+func TestGroupPreProvisionedUnboundDeleted(t *testing.T) {
+	c := preProvisionedGroup()
+	c.Finalizers = []string{snapshotter.FinalizerGroupContentBound}
+	now := metav1.Now()
+	c.DeletionTimestamp = &now
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.grp.deletes) != 1 || f.grp.deletes[0].GroupSnapshotId != "pre" || strings.Join(f.grp.deletes[0].SnapshotIds, ",") != "p1,p2" {
+		t.Errorf("DeleteVolumeGroupSnapshot = %v, want pre with p1,p2", f.grp.deletes)
+	}
+	if snapshotter.HasFinalizer(f.get(), snapshotter.FinalizerGroupContentBound) {
+		t.Error("finalizer kept")
+	}
+}
+
+// Another driver's group content is left alone.
+func TestGroupOtherDriverIgnored(t *testing.T) {
+	c := dynamic()
+	c.Spec.Driver = "other.example.com"
+	f := newFixture(t, c)
+	if err := f.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.grp.creates) + len(f.grp.gets) + len(f.grp.deletes); n != 0 {
+		t.Errorf("another driver's content was handled: %d CSI calls", n)
+	}
+	snaptest.CheckVerbs(t, f.snap.Actions(), "volumegroupsnapshotcontents") // reads only
+}
