@@ -18,13 +18,12 @@ import (
 // mounts them in the kubelet's directory with Bidirectional propagation, so they are on the
 // host as on any node. Only the cases that need the host's paths run here, plus those whose
 // driver defects only the deployed driver showed (a read-only block inline volume; a
-// read-only publish and a modification to read-only, whose remounts never reached the
-// host's copy of the mount); the whole run takes 8 minutes and its figures are in
+// read-only publish, whose remount never reached the host's copy of the mount); the whole run takes 8 minutes and its figures are in
 // docs/conformance.md.
 // deployedCases: those that read and write through the host's paths, the crash case, which
 // kills the node's process (here the kubelet, which up restarts) found by its --root-dir,
-// the read-only volumes, inline and claimed, and a class that makes a live mount read-only.
-var deployedCases = []string{"data/persist", "access/fsgroup", "access/readonly", "modify/class", "crash/node-agent", "ephemeral/inline-separate"}
+// and the read-only volumes, inline and claimed.
+var deployedCases = []string{"data/persist", "access/fsgroup", "access/readonly", "crash/node-agent", "ephemeral/inline-separate"}
 
 func verifyDeployed(t *testing.T, ctx context.Context, bin, dir, kubeletRoot string) {
 	t.Helper()
