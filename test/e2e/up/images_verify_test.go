@@ -18,8 +18,8 @@ import (
 // mounts them in the kubelet's directory with Bidirectional propagation, so they are on the
 // host as on any node. Only the cases that need the host's paths run here, plus those whose
 // driver defects only the deployed driver showed (a read-only block inline volume; a
-// read-only publish, whose remount never reached the host's copy of the mount); the whole run takes 8 minutes and its figures are in
-// docs/conformance.md.
+// read-only publish, whose remount never reached the host's copy of the mount); the whole
+// run takes 8 minutes and its figures are in docs/conformance.md.
 // deployedCases: those that read and write through the host's paths, the crash case, which
 // kills the node's process (here the kubelet, which up restarts) found by its --root-dir,
 // and the read-only volumes, inline and claimed.
