@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/kubevol/kubevol/internal/image"
 )
 
 // The glibc-dns-testing image's root (busybox, then glibc's getent) runs what the storage
@@ -25,24 +23,7 @@ func TestGlibcDNSTestingRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range []*image.Layer{bb, top} {
-		tarPath := filepath.Join(filepath.Dir(rootfs), "layer"+string(rune('0'+i))+".tar")
-		f, err := os.Create(tarPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.WriteTar(f); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		if out, err := exec.Command("tar", "-xf", tarPath, "-C", rootfs).CombinedOutput(); err != nil {
-			t.Fatalf("tar: %v: %s", err, out)
-		}
-	}
+	rootfs := unpackLayers(t, bb, top)
 	// The kubelet writes /etc/hosts into every container.
 	if err := os.WriteFile(filepath.Join(rootfs, "etc", "hosts"), []byte("127.0.0.1 localhost\n10.0.0.7 volume-host\n"), 0o644); err != nil {
 		t.Fatal(err)

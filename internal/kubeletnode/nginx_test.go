@@ -1,6 +1,7 @@
 package kubeletnode
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,24 +35,35 @@ func TestSharedLibrariesRunInRoot(t *testing.T) {
 	for _, lib := range libs {
 		l.HostFile(lib, lib, 0o755)
 	}
-	root := t.TempDir()
-	f, err := os.Create(filepath.Join(root, "layer.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.WriteTar(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	rootfs := filepath.Join(root, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("tar", "-xf", f.Name(), "-C", rootfs).CombinedOutput(); err != nil {
-		t.Fatalf("tar: %v: %s", err, out)
-	}
+	rootfs := unpackLayers(t, l)
 	out, err := exec.Command("chroot", rootfs, "/bin/ls", "/").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "data") {
 		t.Fatalf("ls in a root of the program and its libraries: %v: %s", err, out)
 	}
+}
+
+// unpackLayers writes layers, in order, into a new root directory and returns it.
+func unpackLayers(t *testing.T, layers ...*image.Layer) string {
+	t.Helper()
+	dir := t.TempDir()
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range layers {
+		tarPath := filepath.Join(dir, fmt.Sprintf("layer%d.tar", i))
+		f, err := os.Create(tarPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.WriteTar(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("tar", "-xf", tarPath, "-C", rootfs).CombinedOutput(); err != nil {
+			t.Fatalf("tar: %v: %s", err, out)
+		}
+	}
+	return rootfs
 }
