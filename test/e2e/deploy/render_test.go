@@ -220,7 +220,28 @@ data: {name: local.example.com}
 			}
 		}
 	}
-	approver := containers(t, find(objs, "Deployment", "kubevol-provisioner"))["csr-approver"]
+	// The approver runs in its own pod under its own ServiceAccount: no sidecar's token may
+	// approve a kubelet client certificate.
+	if _, ok := containers(t, find(objs, "Deployment", "kubevol-provisioner"))["csr-approver"]; ok {
+		t.Error("the csr-approver runs in the controller pod, under the sidecars' ServiceAccount")
+	}
+	ad := find(objs, "Deployment", "kubevol-csr-approver")
+	if sa, _, _ := unstructured.NestedString(ad.Object, "spec", "template", "spec", "serviceAccountName"); sa != "kubevol-csr-approver" {
+		t.Errorf("csr-approver ServiceAccount %q, want its own", sa)
+	}
+	for _, b := range objs {
+		if b.GetKind() != "ClusterRoleBinding" && b.GetKind() != "RoleBinding" {
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		for _, sub := range subjects {
+			name := sub.(map[string]any)["name"]
+			if (b.GetName() == "kubevol-csr-approver") != (name == "kubevol-csr-approver") {
+				t.Errorf("%s %s is bound to %v", b.GetKind(), b.GetName(), name)
+			}
+		}
+	}
+	approver := containers(t, ad)["csr-approver"]
 	if args, _, _ := unstructured.NestedStringSlice(approver, "args"); !slices.Contains(args, "--service-account=$(POD_NAMESPACE):kubevol-node") {
 		t.Errorf("csr-approver args %v, want the node agents' ServiceAccount in $(POD_NAMESPACE)", args)
 	}
