@@ -391,19 +391,10 @@ replacements:
 	if !strings.Contains(string(doc), recipe[strings.Index(recipe, "configMapGenerator:"):]) {
 		t.Fatal("docs/images.md no longer shows this recipe")
 	}
-	dir := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: ebs-csi-controller}
-spec:
-  selector: {matchLabels: {app: ebs}}
-  template:
-    metadata: {labels: {app: ebs}}
-    spec:
-      containers:
+	dir := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": deployment("ebs-csi-controller", `
         - {name: ebs-plugin, image: "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.40.0"}
         - {name: csi-provisioner, image: "my-mirror.example/sidecars/provisioner:v6.3.0"}
-        - {name: csi-attacher, image: "my-mirror.example/sidecars/attacher:v4.10.0"}
-`})
+        - {name: csi-attacher, image: "my-mirror.example/sidecars/attacher:v4.10.0"}`)})
 	objs := render(t, dir)
 	if len(objs) != 1 {
 		t.Fatalf("rendered %d objects, want the Deployment only", len(objs))
@@ -414,17 +405,17 @@ spec:
 		t.Errorf("containers %v", c)
 	}
 	// A controller without one of the named containers fails the build, not silently.
-	missing := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: ebs-csi-controller}
-spec:
-  selector: {matchLabels: {app: ebs}}
-  template:
-    metadata: {labels: {app: ebs}}
-    spec:
-      containers: [{name: csi-provisioner, image: "x/provisioner:v6"}]
-`})
+	missing := overlay(t, map[string]string{"kustomization.yaml": recipe, "driver.yaml": deployment("ebs-csi-controller", `
+        - {name: csi-provisioner, image: "x/provisioner:v6"}`)})
 	if _, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), missing); err == nil {
 		t.Error("a controller without csi-attacher rendered without an error")
 	}
+}
+
+// deployment is a Deployment named name whose pod has containers, a YAML list indented for
+// the pod spec.
+func deployment(name, containers string) string {
+	return "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: " + name + "}\nspec:\n" +
+		"  selector: {matchLabels: {app: " + name + "}}\n  template:\n    metadata: {labels: {app: " + name + "}}\n" +
+		"    spec:\n      containers:" + containers + "\n"
 }
