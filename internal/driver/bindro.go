@@ -7,13 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mountAttrs are the mount options a read-only bind can carry as mount attributes.
-var mountAttrs = map[string]uint64{
-	"ro": unix.MOUNT_ATTR_RDONLY, "nosuid": unix.MOUNT_ATTR_NOSUID, "nodev": unix.MOUNT_ATTR_NODEV,
-	"noexec": unix.MOUNT_ATTR_NOEXEC, "noatime": unix.MOUNT_ATTR_NOATIME, "relatime": unix.MOUNT_ATTR_RELATIME,
-	"strictatime": unix.MOUNT_ATTR_STRICTATIME, "nodiratime": unix.MOUNT_ATTR_NODIRATIME,
-}
-
 // errNoBindAttrs: bindReadOnly cannot make this mount; mount it the usual way.
 var errNoBindAttrs = errors.New("not a read-only bind of mount attributes only")
 
@@ -27,11 +20,15 @@ var errNoBindAttrs = errors.New("not a read-only bind of mount attributes only")
 func bindReadOnly(source, target string, opts []string) error {
 	var attrs uint64
 	for _, o := range opts {
-		a, ok := mountAttrs[o]
+		if o == "ro" {
+			attrs |= unix.MOUNT_ATTR_RDONLY
+			continue
+		}
+		po, ok := perMountOptions[o]
 		if !ok {
 			return errNoBindAttrs
 		}
-		attrs |= a
+		attrs |= po.attr
 	}
 	if attrs&unix.MOUNT_ATTR_RDONLY == 0 {
 		return errNoBindAttrs

@@ -13,8 +13,8 @@ import (
 
 // A read-only publish under a shared mount is read-only in its peers too, as a driver in a
 // container sees it: its pods directory is a peer of the host's (Bidirectional), and the
-// kubelet gives the pod the host's copy of the mount. Both a directory and a raw block
-// publish, and a publish made read-only later by ControllerModifyVolume.
+// kubelet gives the pod the host's copy of the mount. A publish read-only from the start,
+// and one made read-only later by ControllerModifyVolume.
 func TestReadOnlyPublishPropagatesReadOnly(t *testing.T) {
 	drivertest.RequireRoot(t)
 	in := drivertest.Start(t, driver.Config{})

@@ -63,7 +63,7 @@ func publishSource(p state.Publish) string {
 func (n *node) rebind(table mountTable, target, source string, opts []string, ro bool) error {
 	var others []string
 	for _, o := range opts {
-		if _, ok := perMountFlags[o]; ok {
+		if _, ok := perMountOptions[o]; ok {
 			others = append(others, o)
 		}
 	}
@@ -77,10 +77,17 @@ func (n *node) rebind(table mountTable, target, source string, opts []string, ro
 	return remountBind(target, opts, ro)
 }
 
-// perMountFlags are the mountinfo per-mount options a bind remount must repeat.
-var perMountFlags = map[string]uintptr{
-	"nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV, "noexec": unix.MS_NOEXEC, "noatime": unix.MS_NOATIME,
-	"nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME, "strictatime": unix.MS_STRICTATIME,
+// perMountOptions are the mountinfo per-mount options besides ro a bind keeps: the flag a
+// bind remount must repeat (it replaces them all), and the attribute a detached clone
+// (bindReadOnly) is given.
+var perMountOptions = map[string]struct {
+	flag uintptr
+	attr uint64
+}{
+	"nosuid": {unix.MS_NOSUID, unix.MOUNT_ATTR_NOSUID}, "nodev": {unix.MS_NODEV, unix.MOUNT_ATTR_NODEV},
+	"noexec": {unix.MS_NOEXEC, unix.MOUNT_ATTR_NOEXEC}, "noatime": {unix.MS_NOATIME, unix.MOUNT_ATTR_NOATIME},
+	"nodiratime": {unix.MS_NODIRATIME, unix.MOUNT_ATTR_NODIRATIME}, "relatime": {unix.MS_RELATIME, unix.MOUNT_ATTR_RELATIME},
+	"strictatime": {unix.MS_STRICTATIME, unix.MOUNT_ATTR_STRICTATIME},
 }
 
 // remountBind changes a bind mount between read-only and read-write in place, keeping its
@@ -88,7 +95,7 @@ var perMountFlags = map[string]uintptr{
 func remountBind(target string, opts []string, ro bool) error {
 	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND)
 	for _, o := range opts {
-		flags |= perMountFlags[o]
+		flags |= perMountOptions[o].flag
 	}
 	if ro {
 		flags |= unix.MS_RDONLY
