@@ -75,43 +75,38 @@ func splitUnknownFlags(cmd *cobra.Command, args []string) (kept, unknown []strin
 		if a == "--" {
 			return append(kept, args[i:]...), unknown
 		}
-		body, isLong := strings.CutPrefix(a, "--")
-		name, _, hasValue := strings.Cut(body, "=")
-		known := true
-		switch {
-		case isLong && name != "":
-			known = lookupFlag(cmd, name) != nil
-		case len(a) == 2 && a[0] == '-' && a[1] != '-':
-			known = lookupShorthand(cmd, a[1:]) != nil
-		}
-		if known {
-			kept = append(kept, a)
-			if f := flagOf(cmd, a); f != nil && f.NoOptDefVal == "" && !strings.Contains(a, "=") && i+1 < len(args) {
+		f, isFlag := flagOf(cmd, a)
+		takesNext := !strings.Contains(a, "=") && i+1 < len(args)
+		if isFlag && f == nil {
+			unknown = append(unknown, a)
+			if takesNext && !strings.HasPrefix(args[i+1], "-") {
 				i++
-				kept = append(kept, args[i])
+				unknown[len(unknown)-1] += " " + args[i]
 			}
 			continue
 		}
-		unknown = append(unknown, a)
-		if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+		kept = append(kept, a)
+		if f != nil && f.NoOptDefVal == "" && takesNext {
 			i++
-			unknown[len(unknown)-1] += " " + args[i]
+			kept = append(kept, args[i])
 		}
 	}
 	return kept, unknown
 }
 
-// flagOf is the flag an argument sets (--name[=v] or -s), or nil for a value or an
-// attached shorthand value (-v5).
-func flagOf(cmd *cobra.Command, a string) *pflag.Flag {
+// flagOf is the flag an argument names (--name[=v] or -s), nil when cmd has none of that
+// name; isFlag is false for a value, "--" or "--=v" or an attached shorthand value (-v5).
+func flagOf(cmd *cobra.Command, a string) (f *pflag.Flag, isFlag bool) {
 	if body, ok := strings.CutPrefix(a, "--"); ok {
-		name, _, _ := strings.Cut(body, "=")
-		return lookupFlag(cmd, name)
+		if name, _, _ := strings.Cut(body, "="); name != "" {
+			return lookupFlag(cmd, name), true
+		}
+		return nil, false
 	}
-	if len(a) == 2 && a[0] == '-' {
-		return lookupShorthand(cmd, a[1:])
+	if len(a) == 2 && a[0] == '-' && a[1] != '-' {
+		return lookupShorthand(cmd, a[1:]), true
 	}
-	return nil
+	return nil, false
 }
 
 // warnUnknown logs, once logging is set up, one warning line per flag splitUnknownFlags

@@ -49,7 +49,8 @@ func socketState(address string) string {
 	if err != nil {
 		return err.Error()
 	}
-	fi, err := os.Stat(strings.TrimPrefix(target, "unix://"))
+	path := strings.TrimPrefix(target, "unix://")
+	fi, err := os.Stat(path)
 	switch {
 	case os.IsNotExist(err):
 		return "the socket does not exist yet (is the driver's container running, with the socket's volume mounted here?)"
@@ -60,7 +61,7 @@ func socketState(address string) string {
 	}
 	// connect(2) needs write permission on the socket. Upstream's images run as root, so a
 	// driver's root-owned 0755 socket works for them and not for a non-root sidecar.
-	if err := unix.Access(strings.TrimPrefix(target, "unix://"), unix.W_OK); err != nil {
+	if err := unix.Access(path, unix.W_OK); err != nil {
 		owner := ""
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			owner = fmt.Sprintf(", owner %d:%d", st.Uid, st.Gid)
