@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/node"
 	"github.com/kubevol/kubevol/internal/nodecert"
@@ -34,6 +35,8 @@ type nodeOptions struct {
 	syncFrequency  time.Duration
 	qps            float32
 	burst          int
+	seLinux        string
+	parsedSELinux  *bool
 }
 
 func newNodeCommand() *cobra.Command {
@@ -69,6 +72,7 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	f.DurationVar(&o.syncFrequency, "sync-frequency", time.Minute, "how often volumes of CSI drivers with requiresRepublish are published again, and the claims of running pods read again (the kubelet's flag)")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "client-side QPS limit towards the API server")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "client-side burst towards the API server")
+	f.StringVar(&o.seLinux, "selinux-enabled", "auto", "whether the host runs SELinux, so that volumes are mounted with their pods' SELinux context (-o context=) where the driver supports it: auto detects it from /sys/fs/selinux as the kubelet does; true or false say it where the agent cannot see the host's selinuxfs (a container without it)")
 	return cmd
 }
 
@@ -100,6 +104,14 @@ func (o *nodeOptions) validate() error {
 	}
 	if o.qps <= 0 || o.burst <= 0 {
 		return usageErrorf("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	switch o.seLinux {
+	case "auto":
+		o.parsedSELinux = nil
+	case "true", "false":
+		o.parsedSELinux = ptr.To(o.seLinux == "true")
+	default:
+		return usageErrorf("--selinux-enabled %q: want auto, true or false", o.seLinux)
 	}
 	var err error
 	if o.parsedTaints, err = node.ParseTaints(o.taints); err != nil {
@@ -180,6 +192,7 @@ func (o *nodeOptions) run(ctx context.Context) error {
 		SyncFrequency:     o.syncFrequency,
 		Taints:            o.parsedTaints,
 		Collectors:        collectors,
+		SELinuxEnabled:    o.parsedSELinux,
 	})
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ func TestNodeFlagValidation(t *testing.T) {
 		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--kubeconfig", "/no/such/file"}, "--kubeconfig"},
 		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--register-with-taints", "a=b"}, "--register-with-taints"},
 		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--register-with-taints", "a=b:Sometimes"}, "effect must be"},
+		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--selinux-enabled", "yes"}, "want auto, true or false"},
 		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--bootstrap-kubeconfig", "in-cluster"}, "--bootstrap-kubeconfig needs --kubeconfig"},
 		{[]string{"node", "--node-name", "n1", "--root-dir", "/tmp/x", "--kubeconfig", "/tmp/x/kc", "--bootstrap-kubeconfig", "/no/such/file"}, "--bootstrap-kubeconfig"},
 		{[]string{"csr-approver", "--service-account", "nocolon"}, "--service-account"},

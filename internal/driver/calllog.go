@@ -20,7 +20,11 @@ type CallRecord struct {
 	NodeID     string    `json:"nodeID,omitempty"`
 	Name       string    `json:"name,omitempty"`
 	Path       string    `json:"path,omitempty"`
-	Code       string    `json:"code"`
+	// SELinuxContext is the value of a context= mount flag of a NodeStageVolume or
+	// NodePublishVolume, which tests read to see the CO's SELinux choice (KEP-1710). No
+	// other mount flag is kept: a driver's options may carry credentials.
+	SELinuxContext string `json:"seLinuxContext,omitempty"`
+	Code           string `json:"code"`
 }
 
 // callLog appends JSON lines to a file shared by every RPC.

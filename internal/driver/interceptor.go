@@ -3,8 +3,10 @@ package driver
 import (
 	"context"
 	"path"
+	"strings"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +24,7 @@ type (
 	hasName           interface{ GetName() string }
 	hasTargetPath     interface{ GetTargetPath() string }
 	hasStagingPath    interface{ GetStagingTargetPath() string }
+	hasCapability     interface{ GetVolumeCapability() *csi.VolumeCapability }
 )
 
 // describe extracts the subject of a request for logs and the call log.
@@ -47,6 +50,13 @@ func describe(method string, req any) CallRecord {
 	}
 	if v, ok := req.(hasStagingPath); ok && r.Path == "" {
 		r.Path = v.GetStagingTargetPath()
+	}
+	if v, ok := req.(hasCapability); ok && (method == "NodeStageVolume" || method == "NodePublishVolume") {
+		for _, f := range v.GetVolumeCapability().GetMount().GetMountFlags() {
+			if c, ok := strings.CutPrefix(f, "context="); ok {
+				r.SELinuxContext = c
+			}
+		}
 	}
 	return r
 }

@@ -72,6 +72,9 @@ type Config struct {
 	// again, and the claims of running pods read again (the kubelet's --sync-frequency);
 	// default one minute.
 	SyncFrequency time.Duration
+	// SELinuxEnabled says whether the host runs SELinux; nil detects it
+	// (volumemanager.Config.SELinuxEnabled).
+	SELinuxEnabled *bool
 	// OnVolumesReady, if set, is called when all volumes of a pod are mounted (benchmarks).
 	OnVolumesReady func(pod *v1.Pod, at time.Time)
 }
@@ -149,6 +152,7 @@ func New(cfg Config) (*Agent, error) {
 		ResyncPeriod:        cfg.ResyncPeriod,
 		ClaimSyncPeriod:     cfg.SyncFrequency,
 		VolumesInUseChanged: a.inUse.Notify,
+		SELinuxEnabled:      cfg.SELinuxEnabled,
 	})
 	if err != nil {
 		return nil, err

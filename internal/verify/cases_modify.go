@@ -95,14 +95,23 @@ func (k *caseEnv) waitModify(claim, what string, cond func(*corev1.PersistentVol
 		return cond(pvc), nil
 	})
 	if err != nil {
-		var st any
+		st := "never read"
 		if last != nil {
-			st = fmt.Sprintf("current %q, modifyVolumeStatus %+v, conditions %v", deref(last.Status.CurrentVolumeAttributesClassName),
-				last.Status.ModifyVolumeStatus, conditionTypes(last))
+			st = fmt.Sprintf("current class %q, %s, conditions %v", deref(last.Status.CurrentVolumeAttributesClassName),
+				modification(last.Status.ModifyVolumeStatus), conditionTypes(last))
 		}
-		return last, fmt.Errorf("claim %s never %s: %v (%v)", claim, what, err, st)
+		return last, fmt.Errorf("claim %s never %s: %v (%s)", claim, what, err, st)
 	}
 	return last, nil
+}
+
+// modification describes a claim's modifyVolumeStatus: the driver's refusal shows as
+// "modification to X Infeasible".
+func modification(s *corev1.ModifyVolumeStatus) string {
+	if s == nil {
+		return "no modification pending"
+	}
+	return fmt.Sprintf("modification to %q %s", s.TargetVolumeAttributesClassName, s.Status)
 }
 
 func deref(s *string) string {

@@ -279,10 +279,15 @@ func (e *env) pod(name string, vols ...corev1.Volume) *corev1.Pod {
 // (volumeDevices).
 func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod {
 	e.t.Helper()
-	pod := e.podObject(name, mounts, devices)
+	return e.create(e.podObject(name, mounts, devices))
+}
+
+// create creates the pod.
+func (e *env) create(pod *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
 	var created *corev1.Pod
 	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
-	e.poll("pod "+name+" created", func(ctx context.Context) (bool, error) {
+	e.poll("pod "+pod.Name+" created", func(ctx context.Context) (bool, error) {
 		var err error
 		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err == nil, nil
@@ -360,10 +365,11 @@ func (e *env) deleteClaim(name, pv string) {
 }
 
 type call struct {
-	Method   string `json:"method"`
-	VolumeID string `json:"volumeID"`
-	Code     string `json:"code"`
-	Path     string `json:"path"`
+	Method         string `json:"method"`
+	VolumeID       string `json:"volumeID"`
+	Code           string `json:"code"`
+	Path           string `json:"path"`
+	SELinuxContext string `json:"seLinuxContext"`
 }
 
 // calls reads the driver's call log.

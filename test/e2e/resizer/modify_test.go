@@ -11,52 +11,25 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // vac creates a VolumeAttributesClass of the test's driver; the test's cleanup deletes it.
 func (e *env) vac(suffix string, params map[string]string) string {
 	e.t.Helper()
-	name := strings.TrimSuffix(e.driver, ".kubevol.io") + "-" + suffix
-	_, err := e.cs.StorageV1().VolumeAttributesClasses().Create(e.ctx, &storagev1.VolumeAttributesClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name}, DriverName: e.driver, Parameters: params,
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = e.cs.StorageV1().VolumeAttributesClasses().Delete(e.ctx, name, metav1.DeleteOptions{}) })
-	return name
+	return framework.AttributesClass(e.ctx, e.t, e.cs, strings.TrimSuffix(e.driver, ".kubevol.io")+"-"+suffix, e.driver, params)
 }
 
-// patchClass sets the claim's class the way `kubectl patch pvc` does: a merge patch of the
-// spec, by the admin, through the apiserver's validation.
 func (e *env) patchClass(name, class string) {
 	e.t.Helper()
-	data := []byte(`{"spec":{"volumeAttributesClassName":"` + class + `"}}`)
-	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(e.ctx, name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
-		e.t.Fatalf("kubectl patch pvc %s: %v", name, err)
-	}
+	framework.PatchClaimClass(e.ctx, e.t, e.cs, e.ns, name, class)
 }
 
-func modifiedTo(class string) func(*corev1.PersistentVolumeClaim) bool {
-	return func(c *corev1.PersistentVolumeClaim) bool {
-		if ptr.Deref(c.Status.CurrentVolumeAttributesClassName, "") != class || c.Status.ModifyVolumeStatus != nil {
-			return false
-		}
-		for _, cond := range c.Status.Conditions {
-			if cond.Type == corev1.PersistentVolumeClaimVolumeModifyingVolume || cond.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError {
-				return false
-			}
-		}
-		return true
-	}
-}
+var modifiedTo = framework.ClaimModifiedTo
 
 // publish stages and publishes the volume on the driver's node service as the kubelet
 // would, and returns the target; the cleanup undoes both before the claim goes.

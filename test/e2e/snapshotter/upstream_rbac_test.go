@@ -2,15 +2,23 @@ package snapshotter
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
+	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
@@ -21,8 +29,9 @@ import (
 // csi-snapshotter and snapshot-controller run as five processes, each with a
 // ServiceAccount bound to upstream's rule files alone (nothing of deploy/'s, no kubevol
 // extra), beside the driver (attach required) and the node agent as its node. A claim is
-// provisioned, attached and mounted by a pod that writes to it, expanded, snapshotted and
-// restored into a new claim with the data; then everything is deleted. No component logs
+// provisioned, attached and mounted by a pod that writes to it, expanded, modified to a
+// read-only VolumeAttributesClass, snapshotted alone and in a VolumeGroupSnapshot, and
+// restored from each into a new claim with the data; then everything is deleted. No component logs
 // a refused request (the agent's Node authorizer lag aside), and nothing is left: no VolumeAttachment, PV, content, backend
 // volume or snapshot, mount or loop device.
 func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
@@ -43,6 +52,21 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 
 	e.expand("src", "32Mi")
 
+	// Modification by a claim edit, as with kubectl: the driver's readOnly parameter turns
+	// the writer's live mount read-only; the claim and its PV name the class.
+	ro := framework.AttributesClass(e.ctx, t, e.cs, strings.TrimSuffix(e.driver, ".kubevol.io")+"-ro", e.driver,
+		map[string]string{driver.MutableReadOnly: "true"})
+	framework.PatchClaimClass(e.ctx, t, e.cs, e.ns, "src", ro)
+	if _, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, "src", 2*time.Minute, framework.ClaimModifiedTo(ro)); err != nil {
+		t.Fatalf("claim src never modified to %s: %v; events:\n%s", ro, err, strings.Join(e.events("src"), "\n"))
+	}
+	if got := snapshotter.Str(e.pvOf(src).Spec.VolumeAttributesClassName); got != ro {
+		t.Errorf("PV %s names class %q after the modification, want %q", pv.Name, got, ro)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "after.txt"), want, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("writing through the mount after the readOnly class: %v, want EROFS", err)
+	}
+
 	e.snapshotOf("snap", "src", nil)
 	vs := e.waitReady("snap")
 	content := snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName)
@@ -53,6 +77,39 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	}
 	restored := e.pvOf(e.waitBound("restored"))
 
+	// A group snapshot of the claim, from the driver's default group class: its member
+	// restores the data too.
+	e.groupClass(snapv1.VolumeSnapshotContentDelete)
+	t.Cleanup(e.deleteAllGroups) // before the snapshots' cleanup: members go with their group
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(e.ctx, "src", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"group":"g"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vgs := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "group", Namespace: e.ns},
+		Spec: groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": "g"}}}}}
+	if _, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Create(e.ctx, vgs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vgs = e.waitGroup("group", "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
+		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+	})
+	member := e.waitReady(snapshotter.MemberSnapshotName(string(vgs.UID), pv.Spec.CSI.VolumeHandle))
+	e.claim("from-group", "32Mi", member)
+	got, err = os.ReadFile(filepath.Join(e.mountOf(e.podOn("group-reader", "from-group")), "data.txt"))
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("claim restored from the group's member has %q (%v), want %q", got, err, want)
+	}
+	fromGroup := e.pvOf(e.waitBound("from-group"))
+	e.deletePod("group-reader")
+	if err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Delete(e.ctx, "group", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone("VolumeGroupSnapshot group", func(ctx context.Context) error {
+		_, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Get(ctx, "group", metav1.GetOptions{})
+		return err
+	})
+	e.waitSnapshotGone(member.Name)
+
 	e.deletePod("reader")
 	e.deletePod("writer")
 	if err := e.snap.SnapshotV1().VolumeSnapshots(e.ns).Delete(e.ctx, "snap", metav1.DeleteOptions{}); err != nil {
@@ -60,18 +117,18 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	}
 	e.waitSnapshotGone("snap")
 	e.waitContentGone(content)
-	for _, c := range []string{"src", "restored"} {
+	for _, c := range []string{"src", "restored", "from-group"} {
 		if err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Delete(e.ctx, c, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{pv.Name, restored.Name} {
+	for _, p := range []string{pv.Name, restored.Name, fromGroup.Name} {
 		e.waitGone("PV "+p, func(ctx context.Context) error {
 			_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, p, metav1.GetOptions{})
 			return err
 		})
 	}
-	for _, h := range []string{pv.Spec.CSI.VolumeHandle, restored.Spec.CSI.VolumeHandle} {
+	for _, h := range []string{pv.Spec.CSI.VolumeHandle, restored.Spec.CSI.VolumeHandle, fromGroup.Spec.CSI.VolumeHandle} {
 		e.waitGone("VolumeAttachment of "+h, func(ctx context.Context) error {
 			_, err := e.cs.StorageV1().VolumeAttachments().Get(ctx, csiplugin.AttachmentName(h, e.driver, e.node), metav1.GetOptions{})
 			return err

@@ -92,11 +92,12 @@ var profiles = []profile{
 		"limits/refresh": "passed",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
 	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
-	// modification cases must fail (each within a short --timeout: it waits for a
-	// modification that never comes).
-	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"},
-		verifyArgs: []string{"--only", "modify/", "--timeout", "20s"}, outcomes: map[string]string{
-			"modify/class": "failed", "modify/infeasible": "failed",
+	// modification cases must fail, each because the claim's first class stays Infeasible
+	// (within a short --timeout: it waits for a modification that never comes).
+	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"}, timeout: "20s",
+		only: map[string]string{
+			"modify/class":      "Infeasible, conditions [ModifyVolumeError",
+			"modify/infeasible": "Infeasible, conditions [ModifyVolumeError",
 		}},
 	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
 	// content source, a raw block publish's access type, a change of its volume limit, and
@@ -117,6 +118,8 @@ var profiles = []profile{
 		"ephemeral/inline-separate": "a readOnly volume",
 		"ephemeral/generic-expand":  "not expanded to",
 		"limits/refresh":            "the driver's NodeGetInfo reports max_volumes_per_node 0",
+		// A group member restored into a claim is what makes a group snapshot worth taking.
+		"snapshot/group": "the driver ignored the volume data source",
 	}},
 	// A driver that publishes something other than the volume (a fresh tmpfs over each
 	// target): what one pod writes is not there for the next. The cases that read data
