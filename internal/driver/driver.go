@@ -177,6 +177,11 @@ func (d *Driver) Server() *grpc.Server {
 // Config.ShutdownGrace for calls in flight. It closes lis and the call log.
 func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 	srv := d.Server()
+	if d.node != nil && d.ctrl == nil {
+		follow, stop := context.WithCancel(klog.NewContext(ctx, d.log))
+		defer stop()
+		go d.node.followModifications(follow)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	d.log.Info("Serving CSI", "address", lis.Addr().String())

@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -115,6 +117,38 @@ func TestModifyVolumeReadOnly(t *testing.T) {
 		_, err := c.ctrl.ControllerModifyVolume(ctxT(t), &csi.ControllerModifyVolumeRequest{VolumeId: "v-unknown", MutableParameters: map[string]string{"readOnly": "true"}})
 		return err
 	}(), codes.NotFound, "an unknown volume")
+	c.unpublish(t, id, target)
+	c.unstage(t, id, staging)
+	c.delete(t, id)
+}
+
+// In a split deployment (a controller process and a node process over its state, as
+// deploy/ runs them) ControllerModifyVolume cannot reach the node's publishes: the node
+// process follows the controller's record and turns a live publish read-only, and back.
+func TestModifyVolumeReadOnlySplit(t *testing.T) {
+	drivertest.RequireRoot(t)
+	ctrl := drivertest.Start(t, driver.Config{Mode: driver.ModeController})
+	node := drivertest.Start(t, driver.Config{Mode: driver.ModeNode, ControllerStateDir: ctrl.Config.StateDir})
+	c := clients{ctrl: ctrl.Controller, node: node.Node}
+	id := c.create(t, "split", "dir", 1<<20).GetVolumeId()
+	staging, target := node.Path("staging", "a"), node.Path("pods", "a")
+	c.stage(t, id, staging, mountCap(""))
+	c.publish(t, id, staging, target, mountCap(""))
+	checkWritable(t, target, true)
+	for _, ro := range []bool{true, false} {
+		if _, err := c.ctrl.ControllerModifyVolume(ctxT(t), &csi.ControllerModifyVolumeRequest{VolumeId: id,
+			MutableParameters: map[string]string{"readOnly": strconv.FormatBool(ro)}}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for slices.Contains(mountOptions(t, target), "ro") != ro {
+			if time.Now().After(deadline) {
+				t.Fatalf("the node's publish did not follow readOnly=%v: options %v", ro, mountOptions(t, target))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		checkWritable(t, target, !ro)
+	}
 	c.unpublish(t, id, target)
 	c.unstage(t, id, staging)
 	c.delete(t, id)

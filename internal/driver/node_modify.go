@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -101,4 +103,67 @@ func remountBind(target string, opts []string, ro bool) error {
 		flags |= unix.MS_RDONLY
 	}
 	return unix.Mount("", target, "", flags, "")
+}
+
+// followInterval is how often a node process without the controller reads the controller's
+// record for changed mutable parameters.
+const followInterval = time.Second
+
+// followModifications is, in a node process without the controller (a split deployment,
+// where ControllerModifyVolume runs in another process and cannot reach these publishes),
+// what the controller's modified hook is in one process: until stop, it applies each
+// published volume's mutable parameters, as the controller's record has them, to the
+// volume's live publishes. A volume is applied again only when its parameters differ from
+// those last applied (or a publish came or went), so an idle node reads one file a second.
+// A volume whose in-flight lock is busy waits for the next round. It returns when ctx ends.
+func (n *node) followModifications(ctx context.Context) {
+	applied := map[string]string{} // volume ID -> parameters and publishes last applied
+	tick := time.NewTicker(followInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		seen := map[string]bool{}
+		for _, id := range n.publishedVolumes() {
+			seen[id] = true
+			v := n.catalog(id)
+			if v == nil {
+				continue
+			}
+			key := fmt.Sprint(v.MutableParameters, n.publishesOf(id))
+			if applied[id] == key {
+				continue
+			}
+			release, err := n.locks.acquire(volumeKey(id))
+			if err != nil {
+				continue
+			}
+			err = n.applyMutable(ctx, id, v.MutableParameters)
+			release()
+			if err != nil {
+				klogFrom(ctx, n.log).Error(err, "Cannot apply the volume's mutable parameters to its publishes", "volumeID", id)
+				continue
+			}
+			applied[id] = key
+		}
+		for id := range applied {
+			if !seen[id] {
+				delete(applied, id)
+			}
+		}
+	}
+}
+
+// publishedVolumes lists the IDs of the volumes with a publish on this node.
+func (n *node) publishedVolumes() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := map[string]bool{}
+	for _, p := range n.st.Publishes {
+		ids[p.VolumeID] = true
+	}
+	return slices.Sorted(maps.Keys(ids))
 }

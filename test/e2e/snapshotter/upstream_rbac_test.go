@@ -31,9 +31,9 @@ import (
 // extra), beside the driver (attach required) and the node agent as its node. A claim is
 // provisioned, attached and mounted by a pod that writes to it, expanded, modified to a
 // read-only VolumeAttributesClass, snapshotted alone and in a VolumeGroupSnapshot, and
-// restored from each into a new claim with the data; then everything is deleted. No component logs
-// a refused request (the agent's Node authorizer lag aside), and nothing is left: no VolumeAttachment, PV, content, backend
-// volume or snapshot, mount or loop device.
+// restored from each into a new claim with the data; then everything is deleted. No
+// component logs a refused request (the agent's Node authorizer lag aside), and nothing is
+// left: no VolumeAttachment, PV, content, backend volume or snapshot, mount or loop device.
 func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	e := newEnv(t, envOptions{agent: true, attach: true, resizer: true, upstreamRBAC: true})
 	e.claim("src", "16Mi", nil)

@@ -22,8 +22,9 @@ import (
 // run takes 8 minutes and its figures are in docs/conformance.md.
 // deployedCases: those that read and write through the host's paths, the crash case, which
 // kills the node's process (here the kubelet, which up restarts) found by its --root-dir,
-// and the read-only volumes, inline and claimed.
-var deployedCases = []string{"data/persist", "access/fsgroup", "access/readonly", "crash/node-agent", "ephemeral/inline-separate"}
+// the read-only volumes, inline and claimed, and a claim made read-only by its
+// VolumeAttributesClass while mounted (the split node plugin follows the controller).
+var deployedCases = []string{"data/persist", "access/fsgroup", "access/readonly", "crash/node-agent", "ephemeral/inline-separate", "modify/class"}
 
 func verifyDeployed(t *testing.T, ctx context.Context, bin, dir, kubeletRoot string) {
 	t.Helper()
