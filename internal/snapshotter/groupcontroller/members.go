@@ -115,7 +115,9 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 	if snapshotter.GroupOwner(gotVS) != vgs.Name {
 		return fmt.Errorf("VolumeSnapshot %s/%s exists and is not a member of this group", vgs.Namespace, vsName)
 	}
-	if gotVSC.Spec.VolumeSnapshotRef.UID == "" {
+	// A member snapshot made again (the one before is gone) gets the content, as upstream
+	// binds it to the snapshot it has just created.
+	if gotVSC.Spec.VolumeSnapshotRef.UID != gotVS.UID {
 		gotVSC = gotVSC.DeepCopy()
 		gotVSC.Spec.VolumeSnapshotRef.UID = gotVS.UID
 		if gotVSC, err = snaps.VolumeSnapshotContents().Update(ctx, gotVSC, metav1.UpdateOptions{}); err != nil {

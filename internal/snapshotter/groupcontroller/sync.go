@@ -294,9 +294,13 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
-	if err := c.createMembers(ctx, vgs, content); err != nil {
-		// A conflict is a newer version of a member: the next sync goes on.
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+	// Members are made only while the group is not ready, as upstream: a member of a ready
+	// group that is gone stays gone (all of them were made before the group turned ready).
+	if vgs.Status == nil || !snapshotter.IsTrue(vgs.Status.ReadyToUse) {
+		if err := c.createMembers(ctx, vgs, content); err != nil {
+			// A conflict is a newer version of a member: the next sync goes on.
+			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+		}
 	}
 	return c.copyStatus(ctx, vgs, content)
 }
