@@ -7,6 +7,7 @@ import (
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +15,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/snapshotter/snaptest"
 )
 
 // assignSnapshotUIDs makes the fake API give each VolumeSnapshot it creates a new UID, as the
@@ -137,7 +139,8 @@ func TestReadyGroupMemberGone(t *testing.T) {
 // content left bound to the old UID would make the new member misbound for good.
 func TestUnreadyGroupMemberRemade(t *testing.T) {
 	f, vsName, vscName := groupWithMember(t, false)
-	old := f.member(vsName).UID
+	stale := f.member(vsName)
+	old := stale.UID
 	f.deleteMember(vsName)
 	f.eventually("made the member again", func() bool { vs := f.member(vsName); return vs != nil && vs.UID != old })
 	vs := f.member(vsName)
@@ -149,5 +152,13 @@ func TestUnreadyGroupMemberRemade(t *testing.T) {
 		t.Errorf("member content bound to %s, want the new member %s", vsc.Spec.VolumeSnapshotRef.UID, vs.UID)
 	case vs.Status == nil || snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != vscName || snapshotter.GroupOwner(vs) != "g":
 		t.Errorf("new member %+v %+v", vs.ObjectMeta, vs.Status)
+	}
+
+	// A cache that still holds the deleted member does not turn the content back to it.
+	f.refresh()
+	f.c.snapshots = snaplisters.NewVolumeSnapshotLister(snaptest.Indexer(t, []snapv1.VolumeSnapshot{*stale}))
+	_ = f.c.sync(f.ctx, ns+"/g")
+	if vsc, _ = f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, vscName, metav1.GetOptions{}); vsc.Spec.VolumeSnapshotRef.UID != vs.UID {
+		t.Errorf("member content rebound to %s from a stale cache, want %s", vsc.Spec.VolumeSnapshotRef.UID, vs.UID)
 	}
 }
