@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
@@ -273,20 +272,6 @@ func (f *fixture) events() *record.FakeRecorder {
 	return rec
 }
 
-// sawEvent reports whether rec holds an event whose text contains want, draining it.
-func sawEvent(rec *record.FakeRecorder, want string) bool {
-	for {
-		select {
-		case e := <-rec.Events:
-			if strings.Contains(e, want) {
-				return true
-			}
-		default:
-			return false
-		}
-	}
-}
-
 // setContentStatus writes st as the content's status, as the sidecar does.
 func (f *fixture) setContentStatus(name string, st *snapv1.VolumeSnapshotContentStatus) {
 	f.t.Helper()
@@ -422,7 +407,7 @@ func TestDeleteWaitsForRestore(t *testing.T) {
 	f := start(t, append(source(), restoring), class("gold", snapv1.VolumeSnapshotContentDelete, true), vs, content)
 	rec := f.events()
 	f.steps("s", 3)
-	if !sawEvent(rec, "SnapshotDeletePending Snapshot is being used to restore claim restored") {
+	if !snaptest.SawEvent(rec, "SnapshotDeletePending Snapshot is being used to restore claim restored") {
 		t.Error("no SnapshotDeletePending event naming the restoring claim")
 	}
 	got, c := f.vs("s"), f.vsc(content.Name)
@@ -460,7 +445,7 @@ func TestInvalidSources(t *testing.T) {
 			vs := f.vs(name)
 			return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
 		})
-		if !sawEvent(rec, "Warning "+reason) {
+		if !snaptest.SawEvent(rec, "Warning "+reason) {
 			t.Errorf("%s: no %s event", name, reason)
 		}
 	}

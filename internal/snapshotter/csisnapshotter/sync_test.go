@@ -89,8 +89,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, objs ...*snapv1.VolumeSnapshotContent) *fixture {
 	t.Helper()
-	drv := &snapDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: []csi.ControllerServiceCapability_RPC_Type{
-		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS}}}
+	return newFixtureCaps(t, []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT, csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS}, objs...)
+}
+
+// newFixtureCaps is newFixture with a driver that announces caps.
+func newFixtureCaps(t *testing.T, caps []csi.ControllerServiceCapability_RPC_Type, objs ...*snapv1.VolumeSnapshotContent) *fixture {
+	t.Helper()
+	drv := &snapDriver{Driver: &csitest.Driver{Name: driverName, ControllerCaps: caps}}
 	conn := snaptest.Dial(t, csitest.StartAs(t, drv.Driver, drv).Address)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ops"}, Data: map[string][]byte{"token": []byte("s3cr3t")}}
 	class := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: "cls"}, Driver: driverName,

@@ -105,7 +105,9 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 	gotVS, err := snaps.VolumeSnapshots(vgs.Namespace).Create(ctx, vs, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		gotVS, err = c.snapshots.VolumeSnapshots(vgs.Namespace).Get(vsName)
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) || (err == nil && gotVSC.Spec.VolumeSnapshotRef.UID != "" && gotVSC.Spec.VolumeSnapshotRef.UID != gotVS.UID) {
+			// Not cached yet, or the cache may still hold a member deleted since: the API
+			// server tells which snapshot the content is to be bound to.
 			gotVS, err = snaps.VolumeSnapshots(vgs.Namespace).Get(ctx, vsName, metav1.GetOptions{})
 		}
 	}
@@ -115,7 +117,9 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 	if snapshotter.GroupOwner(gotVS) != vgs.Name {
 		return fmt.Errorf("VolumeSnapshot %s/%s exists and is not a member of this group", vgs.Namespace, vsName)
 	}
-	if gotVSC.Spec.VolumeSnapshotRef.UID == "" {
+	// A member snapshot made again (the one before is gone) gets the content, as upstream
+	// binds it to the snapshot it has just created.
+	if gotVSC.Spec.VolumeSnapshotRef.UID != gotVS.UID {
 		gotVSC = gotVSC.DeepCopy()
 		gotVSC.Spec.VolumeSnapshotRef.UID = gotVS.UID
 		if gotVSC, err = snaps.VolumeSnapshotContents().Update(ctx, gotVSC, metav1.UpdateOptions{}); err != nil {

@@ -25,7 +25,7 @@ const (
 	reasonValidation      = "GroupSnapshotValidationError"
 	reasonFinalizer       = "GroupSnapshotFinalizerError"
 	reasonContentMissing  = "GroupSnapshotContentMissing"
-	reasonMisbound        = "GroupSnapshotMisbound"
+	reasonContentMisbound = "GroupSnapshotContentMisbound"
 	reasonBindFailed      = "GroupSnapshotBindFailed"
 	reasonHandleSet       = "GroupSnapshotHandleSet"
 	reasonStatusFailed    = "GroupSnapshotStatusUpdateFailed"
@@ -258,7 +258,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 	case content.Spec.Source.GroupSnapshotHandles == nil:
 		return nil, c.fail(ctx, vgs, reasonContentMismatch, fmt.Sprintf("VolumeGroupSnapshotContent %s is a dynamic content (spec.source.volumeHandles), not a pre-provisioned one (spec.source.groupSnapshotHandles)", name))
 	case ref.Name != vgs.Name || ref.Namespace != vgs.Namespace || (ref.UID != "" && ref.UID != vgs.UID):
-		return nil, c.fail(ctx, vgs, reasonBindFailed, fmt.Sprintf("VolumeGroupSnapshotContent %s is bound to VolumeGroupSnapshot %s/%s (uid %q), not to this one: set its spec.volumeGroupSnapshotRef to this group's namespace and name", name, ref.Namespace, ref.Name, ref.UID))
+		return nil, c.fail(ctx, vgs, reasonContentMisbound, misbound(content)+": set its spec.volumeGroupSnapshotRef to this group's namespace and name, with no uid")
 	}
 	if ref.UID == "" {
 		content = content.DeepCopy()
@@ -280,7 +280,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) error {
 	ref := content.Spec.VolumeGroupSnapshotRef
 	if ref.Name != vgs.Name || ref.Namespace != vgs.Namespace || ref.UID != vgs.UID {
-		return c.fail(ctx, vgs, reasonMisbound, fmt.Sprintf("VolumeGroupSnapshotContent %s is bound to another VolumeGroupSnapshot (%s/%s, uid %s)", content.Name, ref.Namespace, ref.Name, ref.UID))
+		return c.fail(ctx, vgs, reasonContentMisbound, misbound(content))
 	}
 	var err error
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
@@ -294,11 +294,22 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
-	if err := c.createMembers(ctx, vgs, content); err != nil {
-		// A conflict is a newer version of a member: the next sync goes on.
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+	// Members are made only while the group is not ready, as upstream: a member of a ready
+	// group that is gone stays gone (all of them were made before the group turned ready).
+	if vgs.Status == nil || !snapshotter.IsTrue(vgs.Status.ReadyToUse) {
+		if err := c.createMembers(ctx, vgs, content); err != nil {
+			// A conflict is a newer version of a member: the next sync goes on.
+			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+		}
 	}
 	return c.copyStatus(ctx, vgs, content)
+}
+
+// misbound is the error of a group whose content is bound to a different group, in
+// upstream's words (GroupSnapshotContentMisbound), with the group it is bound to.
+func misbound(content *groupv1.VolumeGroupSnapshotContent) string {
+	ref := content.Spec.VolumeGroupSnapshotRef
+	return fmt.Sprintf("VolumeGroupSnapshotContent [%s] is bound to a different group snapshot (%s/%s, uid %q)", content.Name, ref.Namespace, ref.Name, ref.UID)
 }
 
 // copyStatus writes the content's status into the group's, with upstream's events.
@@ -355,9 +366,9 @@ func (c *Controller) fail(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	}
 	now := metav1.Now()
 	st.Error = errorStatus(now, msg)
-	if st.BoundVolumeGroupSnapshotContentName == nil || !snapshotter.IsTrue(st.ReadyToUse) {
-		st.ReadyToUse = new(bool)
-	}
+	// Upstream turns the group not ready with every error it records in a sync, a bound and
+	// ready group's included (its content missing, or bound to a different group).
+	st.ReadyToUse = new(bool)
 	vgs.Status = st
 	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{}); err != nil {
 		return err

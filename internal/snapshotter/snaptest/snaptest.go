@@ -5,11 +5,13 @@ package snaptest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 )
 
 // Indexer holds items (a List's Items) under the informers' keys and namespace index.
@@ -37,6 +39,20 @@ func CheckVerbs(t testing.TB, actions []clienttesting.Action, resource string, a
 		}
 		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" && !slices.Contains(allowed, v) {
 			t.Errorf("%s on %s (subresource %q): its RBAC does not grant this verb", v, resource, a.GetSubresource())
+		}
+	}
+}
+
+// SawEvent reports whether rec holds an event whose text contains want, draining it.
+func SawEvent(rec *record.FakeRecorder, want string) bool {
+	for {
+		select {
+		case e := <-rec.Events:
+			if strings.Contains(e, want) {
+				return true
+			}
+		default:
+			return false
 		}
 	}
 }
