@@ -67,12 +67,20 @@ func MemberContentName(groupUID, volumeHandle string) string {
 
 // GroupOwner returns the name of the VolumeGroupSnapshot that owns vs, or "".
 func GroupOwner(vs metav1.Object) string {
-	for _, o := range vs.GetOwnerReferences() {
-		if o.Kind == "VolumeGroupSnapshot" && strings.HasPrefix(o.APIVersion, groupv1.GroupName+"/") {
-			return o.Name
-		}
+	if o := GroupOwnerRef(vs); o != nil {
+		return o.Name
 	}
 	return ""
+}
+
+// GroupOwnerRef is the owner reference of a member to its VolumeGroupSnapshot, or nil.
+func GroupOwnerRef(vs metav1.Object) *metav1.OwnerReference {
+	for _, o := range vs.GetOwnerReferences() {
+		if o.Kind == "VolumeGroupSnapshot" && strings.HasPrefix(o.APIVersion, groupv1.GroupName+"/") {
+			return &o
+		}
+	}
+	return nil
 }
 
 // GroupParameters returns the group class parameters for CreateVolumeGroupSnapshot, as

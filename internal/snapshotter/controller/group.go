@@ -37,6 +37,10 @@ func (c *Controller) memberDeletable(ctx context.Context, vs *snapv1.VolumeSnaps
 	if vgs.DeletionTimestamp != nil {
 		return nil
 	}
+	// A group of the same name made after the member's own group went does not hold it.
+	if o := snapshotter.GroupOwnerRef(vs); o != nil && o.UID != "" && o.UID != vgs.UID {
+		return nil
+	}
 	msg := fmt.Sprintf("deletion of the individual volume snapshot %s/%s is not allowed as it belongs to group snapshot %s/%s. Deleting the group snapshot will trigger the deletion of all the individual volume snapshots that are part of the group.",
 		vs.Namespace, vs.Name, vs.Namespace, group)
 	c.recorder.Event(vs, corev1.EventTypeWarning, reasonDeletePending, msg)
