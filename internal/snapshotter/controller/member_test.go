@@ -43,7 +43,9 @@ func TestMemberDeletionWaitsForItsOwnGroupOnly(t *testing.T) {
 				t.Errorf("a member of an existing group released: %+v", got)
 			}
 			if !tc.held {
-				f.syncUntil("s", "deleted the content", func() bool { return f.vsc(content.Name) == nil || f.vsc(content.Name).Annotations[snapshotter.AnnBeingDeleted] == "yes" })
+				f.syncUntil("s", "deleted the content", func() bool {
+					return f.vsc(content.Name) == nil || f.vsc(content.Name).Annotations[snapshotter.AnnBeingDeleted] == "yes"
+				})
 			}
 		})
 	}
