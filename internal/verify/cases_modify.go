@@ -98,20 +98,27 @@ func (k *caseEnv) waitModify(claim, what string, cond func(*corev1.PersistentVol
 		st := "never read"
 		if last != nil {
 			st = fmt.Sprintf("current class %q, %s, conditions %v", deref(last.Status.CurrentVolumeAttributesClassName),
-				modification(last.Status.ModifyVolumeStatus), conditionTypes(last))
+				modification(last), conditionTypes(last))
 		}
 		return last, fmt.Errorf("claim %s never %s: %v (%s)", claim, what, err, st)
 	}
 	return last, nil
 }
 
-// modification describes a claim's modifyVolumeStatus: the driver's refusal shows as
-// "modification to X Infeasible".
-func modification(s *corev1.ModifyVolumeStatus) string {
+// modification describes a claim's modifyVolumeStatus and its ModifyVolumeError: the
+// driver's refusal shows as `modification to "X" Infeasible (ModifyVolumeError: ...)`.
+func modification(pvc *corev1.PersistentVolumeClaim) string {
+	s := pvc.Status.ModifyVolumeStatus
 	if s == nil {
 		return "no modification pending"
 	}
-	return fmt.Sprintf("modification to %q %s", s.TargetVolumeAttributesClassName, s.Status)
+	out := fmt.Sprintf("modification to %q %s", s.TargetVolumeAttributesClassName, s.Status)
+	for _, c := range pvc.Status.Conditions {
+		if c.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError {
+			out += fmt.Sprintf(" (%s: %s)", c.Type, c.Message)
+		}
+	}
+	return out
 }
 
 func deref(s *string) string {
@@ -168,8 +175,15 @@ func modifyClass(k *caseEnv) error {
 	if u.dir == "" || k.o.ModifyParameters["readOnly"] != "true" {
 		return k.deletePod("app")
 	}
-	if err := readOnlyMount(u.dir); err != nil {
-		return fmt.Errorf("after the class %s (readOnly=true): %w", class, err)
+	// The claim has the class once the driver answered; the driver may turn the live mount
+	// read-only a moment later (kubevol's split node plugin follows the controller's record
+	// every second).
+	var last error
+	if err := poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+		last = readOnlyMount(u.dir)
+		return last == nil, nil
+	}); err != nil {
+		return fmt.Errorf("after the class %s (readOnly=true): %w", class, last)
 	}
 	return k.deletePod("app")
 }
@@ -177,8 +191,12 @@ func modifyClass(k *caseEnv) error {
 // readOnlyMount checks that the mount at dir refuses writes and is read-only in the mount
 // table.
 func readOnlyMount(dir string) error {
-	err := os.WriteFile(filepath.Join(dir, "must-fail"), []byte("x"), 0o644)
+	probe := filepath.Join(dir, "must-fail")
+	err := os.WriteFile(probe, []byte("x"), 0o644)
 	if !errors.Is(err, syscall.EROFS) {
+		if err == nil {
+			_ = os.Remove(probe)
+		}
 		return fmt.Errorf("writing into %s: %v, want EROFS", dir, err)
 	}
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")

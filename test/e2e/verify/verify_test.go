@@ -96,8 +96,8 @@ var profiles = []profile{
 	// (within a short --timeout: it waits for a modification that never comes).
 	{name: "badmodify", args: []string{"--fault", "ControllerModifyVolume:error=INVALID_ARGUMENT"}, timeout: "20s",
 		only: map[string]string{
-			"modify/class":      "Infeasible, conditions [ModifyVolumeError",
-			"modify/infeasible": "Infeasible, conditions [ModifyVolumeError",
+			"modify/class":      "Infeasible (ModifyVolumeError: ",
+			"modify/infeasible": "Infeasible (ModifyVolumeError: ",
 		}},
 	// A driver that ignores what it is told: mount options, the readOnly flag, a volume's
 	// content source, a raw block publish's access type, a change of its volume limit, and
