@@ -107,6 +107,10 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
 				return err
 			}
+			if err := m.checkSELinuxMount(dv); err != nil {
+				// The volume was mounted with another context since the pod was synced.
+				return volume.NewTransientError(err)
+			}
 			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
@@ -136,7 +140,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				// The sequence counts changes of any of the pod's objects: only a volume
 				// that refreshes can have gone stale (a CSI volume without requiresRepublish
 				// must not be published again because a ConfigMap of its pod changed).
-				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq)
+				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq, dv.SELinuxLabel)
 				m.records.setOpError(uid, dv.Name, "")
 				if !hadPrev {
 					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))
@@ -270,6 +274,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		return "", volumeError(opsOf(dv.Spec.Block()).mountDevice, dv.OuterNames[0], err)
 	}
 	m.asw.setDeviceState(dv.Name, DeviceMounted, path)
+	m.asw.noteSELinuxContext(dv.Name, dv.SELinuxLabel)
 	return av.DevicePath, nil
 }
 

@@ -56,6 +56,13 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 			if dv.DeviceMountable && m.unmountStale(ctx, dv.Name) {
 				continue // mounted once the other pods' unmounts are done
 			}
+			if err := m.checkSELinuxMount(dv); err != nil {
+				// Mounted with the context of pods that are going away: their unmounts,
+				// then the device's, make way for a mount with this pod's context.
+				m.records.setOpError(uid, dv.Name, err.Error())
+				m.deviceQueue.Add(dv.Name)
+				continue
+			}
 			after = minPositive(after, m.startMount(ctx, pod, dv))
 		}
 		if allMounted && len(m.dsw.PodErrors(uid)) == 0 {
@@ -79,10 +86,11 @@ func (m *Manager) unmountStale(ctx context.Context, name v1.UniqueVolumeName) bo
 	return stale
 }
 
-// reconcileDevice unmounts the device of a volume no pod uses any more, or forgets it.
+// reconcileDevice unmounts the device of a volume no pod uses any more, or forgets it; also
+// when pods still want it, but with another SELinux context than it is mounted with.
 func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName) time.Duration {
 	av, ok := m.asw.Volume(name)
-	if !ok || m.asw.VolumeMountCount(name) > 0 || m.dsw.VolumeWanted(name) {
+	if !ok || m.asw.VolumeMountCount(name) > 0 || m.volumeWantedAsMounted(name) {
 		return 0
 	}
 	if av.DeviceMountable && av.DeviceState != DeviceNotMounted {

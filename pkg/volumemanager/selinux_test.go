@@ -1,12 +1,16 @@
 package volumemanager
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -189,5 +193,110 @@ func TestSELinuxAccessMode(t *testing.T) {
 		if got := seLinuxAccessMode(tc.spec); got != tc.want {
 			t.Errorf("%s %v: access_mode %q, want %q", tc.spec.Name(), tc.want, got, tc.want)
 		}
+	}
+}
+
+// seLinuxPVPlugin is sharedPlugin for NFS persistent volumes, with SELinux context mounts:
+// its device records the context it is staged with, and teardownGate, if set, holds every
+// TearDown until it is closed.
+type seLinuxPVPlugin struct {
+	*sharedPlugin
+	teardownGate chan struct{}
+}
+
+func (p *seLinuxPVPlugin) CanSupport(s *volume.Spec) bool {
+	return s.PersistentVolume != nil && s.PersistentVolume.Spec.NFS != nil
+}
+func (p *seLinuxPVPlugin) VolumeName(s *volume.Spec) (string, error) {
+	return s.PersistentVolume.Spec.NFS.Path, nil
+}
+func (p *seLinuxPVPlugin) SupportsSELinuxContextMount(*volume.Spec) (bool, error) { return true, nil }
+func (p *seLinuxPVPlugin) NewDeviceMounter() (volume.DeviceMounter, error) {
+	return seLinuxDevice{sharedDevice{p.sharedPlugin}}, nil
+}
+func (p *seLinuxPVPlugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
+	return seLinuxDevice{sharedDevice{p.sharedPlugin}}, nil
+}
+func (p *seLinuxPVPlugin) NewUnmounter(name string, uid types.UID) (volume.Unmounter, error) {
+	u, err := p.sharedPlugin.NewUnmounter(name, uid)
+	return gatedUnmounter{u, p.teardownGate}, err
+}
+
+type seLinuxDevice struct{ sharedDevice }
+
+func (d seLinuxDevice) DeviceMountPath(s *volume.Spec) (string, error) {
+	return d.p.host.Paths().PluginDir("test/shared") + s.PersistentVolume.Spec.NFS.Path, nil
+}
+func (d seLinuxDevice) MountDevice(_ context.Context, _ *volume.Spec, _, _ string, args volume.MounterArgs) error {
+	d.p.record("stage " + args.SELinuxLabel)
+	return nil
+}
+
+type gatedUnmounter struct {
+	volume.Unmounter
+	gate chan struct{}
+}
+
+func (u gatedUnmounter) TearDown(ctx context.Context) error {
+	if u.gate != nil {
+		<-u.gate
+	}
+	return u.Unmounter.TearDown(ctx)
+}
+
+// seLinuxClaimPod is a pod of the claim "data" whose containers run with the SELinux level.
+func seLinuxClaimPod(name string, uid types.UID, level string) *v1.Pod {
+	p := pod(name, uid, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}})
+	p.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: level}}
+	return p
+}
+
+// A volume staged with one pod's SELinux context is not reused for a pod that needs another
+// one: once the old pod's unmount is done, the device is unstaged and staged again with the
+// new context before the new pod's SetUp (upstream: a device mounted with another context
+// is not in the desired state).
+func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "pvc-uid"},
+		Spec:   v1.PersistentVolumeClaimSpec{VolumeName: "pv1"},
+		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "pvc-uid"},
+		PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}}
+	if _, err := h.client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+
+	// The old pod goes, its TearDown held, and the new pod, with another context, arrives.
+	sp.teardownGate = make(chan struct{})
+	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
+	time.Sleep(300 * time.Millisecond) // let the manager try the new pod while the old one holds the volume
+	close(sp.teardownGate)
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
+
+	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
 	}
 }
