@@ -85,6 +85,9 @@ type attachedVolume struct {
 	// when unknown (reconstructed). Upstream keeps it in the attached volume too, so that
 	// a volume mounted with another context is unmounted entirely and mounted again.
 	seLinuxContext *string
+	// inUseExpansionError: the driver refused to expand the volume while it is in use
+	// here; it is not expanded online again until it leaves the actual state.
+	inUseExpansionError bool
 }
 
 // ActualState records what is attached, device-mounted and mounted (upstream:
@@ -223,6 +226,24 @@ func (a *ActualState) completeMount(mv MountedVolume, stale bool, label string) 
 	mv.Reconstructed = false
 	a.setMountState(mv)
 	a.noteSELinuxContext(mv.Name, label)
+}
+
+// markInUseExpansionError records a FAILED_PRECONDITION answer to NodeExpandVolume.
+func (a *ActualState) markInUseExpansionError(name v1.UniqueVolumeName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if av := a.volumes[name]; av != nil {
+		av.inUseExpansionError = true
+	}
+}
+
+// expandableOnline reports whether the mounted volume may be expanded online: not after
+// the driver refused because it is in use (upstream volumeInUseErrorForExpansion).
+func (a *ActualState) expandableOnline(name v1.UniqueVolumeName) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	av := a.volumes[name]
+	return av != nil && !av.inUseExpansionError
 }
 
 // PodVolume returns the pod's mount of the volume.

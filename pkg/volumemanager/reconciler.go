@@ -41,7 +41,7 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 			}
 			if ok && mv.State == VolumeMounted && !mv.RemountRequired {
 				if av, ok := m.asw.Volume(dv.Name); ok {
-					if size, grow := expansionTarget(dv, av); grow {
+					if size, grow := expansionTarget(dv, av); grow && m.asw.expandableOnline(dv.Name) {
 						after = minPositive(after, m.startExpand(ctx, pod, dv, size))
 					}
 				}
