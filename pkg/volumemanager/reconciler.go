@@ -26,7 +26,7 @@ const retryTeardown = 5 * time.Second
 func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration {
 	var after time.Duration
 	for _, mv := range m.asw.PodVolumes(uid) {
-		if !m.dsw.PodWantsVolume(uid, mv.Name) {
+		if !m.keepsMount(uid, mv.Name) {
 			after = minPositive(after, m.startUnmount(ctx, mv))
 		}
 	}
@@ -78,7 +78,7 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 func (m *Manager) unmountStale(ctx context.Context, name v1.UniqueVolumeName) bool {
 	stale := false
 	for _, mv := range m.asw.VolumePods(name) {
-		if !m.dsw.PodWantsVolume(mv.PodUID, name) {
+		if !m.keepsMount(mv.PodUID, name) {
 			stale = true
 			m.startUnmount(ctx, mv)
 		}

@@ -243,6 +243,20 @@ func (m *Manager) checkSELinuxMount(dv DesiredVolume) error {
 	return nil
 }
 
+// keepsMount reports whether the pod still wants its mount of the volume: it wants the
+// volume, and with the context the volume is mounted with. A pod whose context changed
+// (its CSIDriver's seLinuxMount, its seLinuxChangePolicy) has the volume unmounted and
+// mounted again with the new one (upstream: the desired state's PodExistsInVolume compares
+// the context).
+func (m *Manager) keepsMount(uid types.UID, name v1.UniqueVolumeName) bool {
+	dv, ok := m.dsw.podVolume(uid, name)
+	if !ok {
+		return false
+	}
+	c, ok := m.asw.seLinuxContext(name)
+	return !ok || c == dv.SELinuxLabel
+}
+
 // volumeWantedAsMounted reports whether a pod wants the volume with the context it is
 // mounted with. One that only pods with another context want is unmounted, device
 // included, when its last pod is gone, and not kept for them.

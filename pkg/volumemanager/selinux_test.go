@@ -244,6 +244,26 @@ func (u gatedUnmounter) TearDown(ctx context.Context) error {
 	return u.Unmounter.TearDown(ctx)
 }
 
+// createSELinuxClaim creates the claim "data" bound to the NFS PV pv1 of seLinuxPVPlugin.
+func createSELinuxClaim(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "pvc-uid"},
+		Spec:   v1.PersistentVolumeClaimSpec{VolumeName: "pv1"},
+		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "pvc-uid"},
+		PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}}
+	if _, err := h.client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // seLinuxClaimPod is a pod of the claim "data" whose containers run with the SELinux level.
 func seLinuxClaimPod(name string, uid types.UID, level string) *v1.Pod {
 	p := pod(name, uid, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
@@ -263,20 +283,7 @@ func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
 	enabled := true
 	h.seLinux = &enabled
 	h.extra = []volume.Plugin{sp}
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "pvc-uid"},
-		Spec:   v1.PersistentVolumeClaimSpec{VolumeName: "pv1"},
-		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}
-	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
-		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-		Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-		ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "pvc-uid"},
-		PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}}
-	if _, err := h.client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createSELinuxClaim(t, h)
 	h.start()
 	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
 	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
@@ -296,6 +303,32 @@ func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
 	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
 
 	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// A running pod whose context changes has its volume unmounted, unstaged and staged again
+// with the new context, instead of waiting forever for an unmount of its own mount.
+func TestSELinuxContextChangeOfRunningPod(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("p", "uid-p", "s0:c1,c2"))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	p, _ := h.client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	p.Spec.SecurityContext.SELinuxOptions.Level = "s0:c3,c4"
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"stage " + labelA, "setup p", "teardown uid-p", "unstage", "stage " + labelB, "setup p"}
+	h.eventually("remounted with the new context", func() bool { return len(sp.events()) >= len(want) })
 	if got := sp.events(); !slices.Equal(got, want) {
 		t.Errorf("operations %q, want %q", got, want)
 	}
