@@ -2,6 +2,8 @@ package volumemanager
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -222,6 +224,37 @@ func (p *seLinuxPVPlugin) NewUnmounter(name string, uid types.UID) (volume.Unmou
 	return gatedUnmounter{u, p.teardownGate}, err
 }
 
+// NewMounter's SetUp records the context it was given, which MountedSELinuxContext reads
+// back after a restart, as CSI's vol_data.json.
+func (p *seLinuxPVPlugin) NewMounter(s *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+	m, err := p.sharedPlugin.NewMounter(s, pod)
+	return contextMounter{m}, err
+}
+func (p *seLinuxPVPlugin) MountedSELinuxContext(dir string) (string, error) {
+	c, err := os.ReadFile(filepath.Join(dir, "selinux"))
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	return string(c), err
+}
+func (p *seLinuxPVPlugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, error) {
+	path, err := os.ReadFile(filepath.Join(dir, "vol_data"))
+	if err != nil {
+		return nil, err
+	}
+	return volume.SpecFromPersistentVolume(&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Path: string(path)}}}}, false), nil
+}
+
+type contextMounter struct{ volume.Mounter }
+
+func (m contextMounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
+	if err := m.Mounter.SetUp(ctx, args); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(m.Path(), "selinux"), []byte(args.SELinuxLabel), 0o600)
+}
+
 type seLinuxDevice struct{ sharedDevice }
 
 func (d seLinuxDevice) DeviceMountPath(s *volume.Spec) (string, error) {
@@ -329,6 +362,40 @@ func TestSELinuxContextChangeOfRunningPod(t *testing.T) {
 	}
 	want := []string{"stage " + labelA, "setup p", "teardown uid-p", "unstage", "stage " + labelB, "setup p"}
 	h.eventually("remounted with the new context", func() bool { return len(sp.events()) >= len(want) })
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// After a restart the context a volume was mounted with is read back from the plugin: a new
+// pod that needs another one still gets the volume unstaged and staged again with its own,
+// instead of the reconstructed (uncertain) device being staged over with the new context.
+func TestSELinuxContextSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+
+	// While the manager is down, the old pod starts terminating and the new one arrives.
+	h.stop()
+	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
+	h.obs = newObserver()
+	h.start()
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
+	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
 	if got := sp.events(); !slices.Equal(got, want) {
 		t.Errorf("operations %q, want %q", got, want)
 	}
