@@ -100,6 +100,10 @@ func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName)
 	if av.Attachable {
 		m.volumesInUseChanged()
 	}
+	// Pods that want the volume with another SELinux context wait for this.
+	for _, uid := range m.dsw.VolumeUsers(name) {
+		m.podQueue.Add(uid)
+	}
 	return 0
 }
 

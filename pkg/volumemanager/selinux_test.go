@@ -204,7 +204,12 @@ func TestSELinuxAccessMode(t *testing.T) {
 type seLinuxPVPlugin struct {
 	*sharedPlugin
 	teardownGate chan struct{}
+	// noDevice: each pod's SetUp mounts the volume, with no device mount (CSI without
+	// STAGE_UNSTAGE_VOLUME).
+	noDevice bool
 }
+
+func (p *seLinuxPVPlugin) CanDeviceMount(*volume.Spec) (bool, error) { return !p.noDevice, nil }
 
 func (p *seLinuxPVPlugin) CanSupport(s *volume.Spec) bool {
 	return s.PersistentVolume != nil && s.PersistentVolume.Spec.NFS != nil
@@ -396,6 +401,32 @@ func TestSELinuxContextSurvivesRestart(t *testing.T) {
 	h.start()
 	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
 	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// Without a device mount (the volume is the pod's own), a pod whose context changes has its
+// volume torn down and set up again with the new context as soon as the volume is
+// forgotten, not at the next resync.
+func TestSELinuxContextChangeWithoutDevice(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}, noDevice: true}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	h.create(seLinuxClaimPod("p", "uid-p", "s0:c1,c2"))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	p, _ := h.client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	p.Spec.SecurityContext.SELinuxOptions.Level = "s0:c3,c4"
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"setup p", "teardown uid-p", "setup p"}
+	h.eventually("set up again", func() bool { return len(sp.events()) >= len(want) })
 	if got := sp.events(); !slices.Equal(got, want) {
 		t.Errorf("operations %q, want %q", got, want)
 	}
