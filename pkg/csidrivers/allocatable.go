@@ -48,13 +48,14 @@ func (r *Registry) RefreshAllocatable(ctx context.Context, name string) error {
 // kubelet's CSINode updater). A driver without the field is read only at registration.
 func (r *Registry) RunAllocatableUpdates(ctx context.Context, csiDrivers storagelisters.CSIDriverLister) {
 	last := map[string]time.Time{}
-	tick := time.NewTicker(time.Second)
+	tick := r.clock.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case now = <-tick.C():
 		}
 		r.mu.Lock()
 		names := make([]string, 0, len(r.conns))
@@ -68,14 +69,14 @@ func (r *Registry) RunAllocatableUpdates(ctx context.Context, csiDrivers storage
 				continue
 			}
 			period := time.Duration(*d.Spec.NodeAllocatableUpdatePeriodSeconds) * time.Second
-			if t, ok := last[n]; ok && time.Since(t) < period {
+			if t, ok := last[n]; ok && now.Sub(t) < period {
 				continue
 			}
 			if _, ok := last[n]; !ok {
-				last[n] = time.Now() // registration just read it
+				last[n] = now // registration just read it
 				continue
 			}
-			last[n] = time.Now()
+			last[n] = now
 			if err := r.RefreshAllocatable(ctx, n); err != nil {
 				klog.FromContext(ctx).Error(err, "Cannot refresh the CSI driver's allocatable count", "driver", n)
 			}

@@ -18,6 +18,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/pkg/csinode"
@@ -33,6 +34,8 @@ type Registry struct {
 	conns map[string]*csiclient.Conn
 	// drivers is what each registered driver published, for the allocatable refresh.
 	drivers map[string]csinode.Driver
+	// clock ticks RunAllocatableUpdates, which measures the periods in its ticks.
+	clock clock.WithTicker
 }
 
 var (
@@ -44,7 +47,8 @@ var (
 // annotation and topology labels and its CSINode; the Node must exist when a driver
 // registers (a registration refused for a missing Node is retried by the watcher).
 func New(client kubernetes.Interface, nodeName string) *Registry {
-	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csiclient.Conn{}, drivers: map[string]csinode.Driver{}}
+	return &Registry{nodes: csinode.Manager{Client: client, NodeName: nodeName}, conns: map[string]*csiclient.Conn{},
+		drivers: map[string]csinode.Driver{}, clock: clock.RealClock{}}
 }
 
 // Watch registers the drivers whose registration sockets appear in dir (usually

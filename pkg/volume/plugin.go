@@ -83,6 +83,16 @@ type SELinuxContextMountPlugin interface {
 	SupportsSELinuxContextMount(spec *Spec) (bool, error)
 }
 
+// SELinuxContextReader is a SELinuxContextMountPlugin that records beside each pod volume
+// the SELinux context it mounted the volume with, so that the volume manager knows it after
+// a restart (upstream ReconstructedVolume.SELinuxMountContext; CSI: vol_data.json) and
+// does not reuse a volume mounted with another context than a new pod needs.
+type SELinuxContextReader interface {
+	// MountedSELinuxContext returns the context recorded for the pod volume directory dir,
+	// "" when none is.
+	MountedSELinuxContext(dir string) (string, error)
+}
+
 // Mounter sets a volume up for one pod. SetUp must be idempotent: it is called again on
 // remount and after a restart, with the volume possibly already set up.
 type Mounter interface {

@@ -80,6 +80,14 @@ type AttachedVolume struct {
 type attachedVolume struct {
 	AttachedVolume
 	pods map[types.UID]*MountedVolume
+	// seLinuxContext is the -o context the volume was first mounted with since it entered
+	// the actual state (its device, or without one its first pod), nil before that or
+	// when unknown (reconstructed). Upstream keeps it in the attached volume too, so that
+	// a volume mounted with another context is unmounted entirely and mounted again.
+	seLinuxContext *string
+	// inUseExpansionError: the driver refused to expand the volume while it is in use
+	// here; it is not expanded online again until it leaves the actual state.
+	inUseExpansionError bool
 }
 
 // ActualState records what is attached, device-mounted and mounted (upstream:
@@ -146,6 +154,26 @@ func (a *ActualState) setDeviceState(name v1.UniqueVolumeName, state DeviceState
 	}
 }
 
+// noteSELinuxContext records the context of a successful device or pod mount, unless one
+// is already recorded: later mounts share the first one's superblock.
+func (a *ActualState) noteSELinuxContext(name v1.UniqueVolumeName, label string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if av := a.volumes[name]; av != nil && av.seLinuxContext == nil {
+		av.seLinuxContext = &label
+	}
+}
+
+// seLinuxContext returns the context the volume is mounted with, if one is recorded.
+func (a *ActualState) seLinuxContext(name v1.UniqueVolumeName) (string, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if av := a.volumes[name]; av != nil && av.seLinuxContext != nil {
+		return *av.seLinuxContext, true
+	}
+	return "", false
+}
+
 // setExpanded records that the node expanded the volume to size.
 func (a *ActualState) setExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
 	a.mu.Lock()
@@ -190,13 +218,32 @@ func (a *ActualState) setMountState(mv MountedVolume) {
 	a.byPod[mv.PodUID][mv.Name] = true
 }
 
-// completeMount records a successful SetUp. stale means the contents changed while it ran,
-// so the volume stays marked for remount.
-func (a *ActualState) completeMount(mv MountedVolume, stale bool) {
+// completeMount records a successful SetUp with the SELinux context label. stale means the
+// contents changed while it ran, so the volume stays marked for remount.
+func (a *ActualState) completeMount(mv MountedVolume, stale bool, label string) {
 	mv.State = VolumeMounted
 	mv.RemountRequired = stale
 	mv.Reconstructed = false
 	a.setMountState(mv)
+	a.noteSELinuxContext(mv.Name, label)
+}
+
+// markInUseExpansionError records a FAILED_PRECONDITION answer to NodeExpandVolume.
+func (a *ActualState) markInUseExpansionError(name v1.UniqueVolumeName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if av := a.volumes[name]; av != nil {
+		av.inUseExpansionError = true
+	}
+}
+
+// expandableOnline reports whether the mounted volume may be expanded online: not after
+// the driver refused because it is in use (upstream volumeInUseErrorForExpansion).
+func (a *ActualState) expandableOnline(name v1.UniqueVolumeName) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	av := a.volumes[name]
+	return av != nil && !av.inUseExpansionError
 }
 
 // PodVolume returns the pod's mount of the volume.

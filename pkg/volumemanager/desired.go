@@ -227,6 +227,20 @@ func (d *DesiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
 	return len(d.byVolume[name]) > 0
 }
 
+// volumeWantedWith reports whether a pod wants the volume mounted with the SELinux context
+// label. A volume mounted with another one is not wanted as it is (upstream: the DSW's
+// VolumeExists compares the context): it is unmounted, then mounted with the new context.
+func (d *DesiredState) volumeWantedWith(name v1.UniqueVolumeName, label string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for uid := range d.byVolume[name] {
+		if dv := d.pods[uid].volumes[name]; dv != nil && dv.SELinuxLabel == label {
+			return true
+		}
+	}
+	return false
+}
+
 // VolumeUsers returns the pods that want the volume: the usage tracker.
 func (d *DesiredState) VolumeUsers(name v1.UniqueVolumeName) []types.UID {
 	d.mu.RLock()

@@ -59,40 +59,39 @@ func nodeTurn(s *v1.PersistentVolumeClaimStatus) bool {
 	return false
 }
 
+// Texts of the node expansion, as upstream: an expansion of a mounted volume
+// (ExpandInUseVolume) fails with its own prefix and a VolumeResizeFailed event on the pod,
+// one run by the mount (expandVolumeDuringMount) fails the mount with the mount's prefix
+// (opNames.expandDuringMount) and its FailedMount event; both succeed with the node
+// expander's FileSystemResizeSuccessful event on the pod and the claim.
+const (
+	expandInUseFailed = "NodeExpandVolume.NodeExpandVolume failed"
+	expandSucceeded   = "MountVolume.NodeExpandVolume succeeded"
+	// expandFailedEvent is upstream's VolumeResizeFailed.
+	expandFailedEvent = "VolumeResizeFailed"
+)
+
+// inUseExpansionError is a NodeExpandVolume refused with FAILED_PRECONDITION: the volume
+// cannot grow while it is in use here. It is not retried while the volume stays mounted
+// and does not fail a mount (upstream MarkForInUseExpansionError).
+type inUseExpansionError struct{ err error }
+
+func (e inUseExpansionError) Error() string { return e.err.Error() }
+func (e inUseExpansionError) Unwrap() error { return e.err }
+
 // startExpand runs NodeExpandVolume for a mounted volume whose PV grew (upstream
-// ExpandInUseVolume, and expandVolumeDuringMount for a volume mounted after the controller
-// grew it), and records the outcome in the claim's status.
+// ExpandInUseVolume).
 func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume, size resource.Quantity) time.Duration {
 	outer := dv.OuterNames[0]
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name, "size", size.String())
-	pvc := dv.Claim
 	return m.start(ctx, Operation{
 		Key: OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName,
 		Run: func(ctx context.Context) error {
-			ep, err := m.plugins.FindExpandable(dv.Spec)
-			if err != nil {
+			err := m.nodeExpand(ctx, pod, dv, size)
+			if err == nil || errors.Is(err, errNotNodeTurn) {
 				return err
 			}
-			if err := m.beginNodeResize(ctx, pvc, size); err != nil {
-				return err
-			}
-			if ep == nil {
-				return m.finishClaimResize(ctx, pvc, size)
-			}
-			if err := ep.NodeExpand(ctx, dv.Spec, pod.UID, size); err != nil {
-				// A transient failure keeps NodeResizeInProgress, as the API asks, and is
-				// retried with backoff; the condition carries the error.
-				st := v1.PersistentVolumeClaimNodeResizeInProgress
-				if infeasible(err) {
-					st = v1.PersistentVolumeClaimNodeResizeInfeasible
-				}
-				err = volumeError("MountVolume.NodeExpandVolume failed", outer, err)
-				if serr := m.setClaimResizeStatus(ctx, pvc, st, err.Error()); serr != nil {
-					logger.Error(serr, "Cannot record the failed expansion in the claim", "pvc", klog.KObj(pvc))
-				}
-				return err
-			}
-			return m.finishClaimResize(ctx, pvc, size)
+			return volumeError(expandInUseFailed, outer, err)
 		},
 		Done: func(err error) {
 			switch {
@@ -100,25 +99,81 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 				logger.V(2).Info("Volume expansion not pending on the node yet")
 			case err != nil:
 				logger.Error(err, "Volume expansion failed")
-				m.recorder.Event(pod, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
-				m.recorder.Event(pvc, v1.EventTypeWarning, "FileSystemResizeFailed", err.Error())
+				m.recorder.Event(pod, v1.EventTypeWarning, expandFailedEvent, err.Error())
 			default:
-				m.asw.setExpanded(dv.Name, size)
-				msg := fmt.Sprintf("MountVolume.NodeExpandVolume succeeded for volume %q %s", outer, m.cfg.NodeName)
 				logger.V(2).Info("Volume expanded on the node")
-				m.recorder.Event(pod, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
-				m.recorder.Event(pvc, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
 			}
 			m.podQueue.Add(pod.UID)
 		},
 	})
 }
 
-// infeasible reports a NodeExpandVolume error that a retry cannot fix: the CSI spec says
-// the CO must not retry FAILED_PRECONDITION, and a bad argument or range stays bad.
+// expandDuringMount finishes, within the mount of dv, an expansion the controller did before
+// the volume was mounted (upstream expandVolumeDuringMount). Its failure fails the mount,
+// which stays uncertain so that the pod does not start on the old size; an expansion the
+// claim does not hand to the node yet, or one refused while in use, lets the mount through.
+func (m *Manager) expandDuringMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume) error {
+	av, ok := m.asw.Volume(dv.Name)
+	if !ok {
+		return nil
+	}
+	size, grow := expansionTarget(dv, av)
+	if !grow {
+		return nil
+	}
+	err := m.nodeExpand(ctx, pod, dv, size)
+	if err == nil || errors.Is(err, errNotNodeTurn) || errors.As(err, new(inUseExpansionError)) {
+		return nil
+	}
+	return volume.NewUncertainError(volumeError(opsOf(dv.Spec.Block()).expandDuringMount, dv.OuterNames[0], err))
+}
+
+// nodeExpand expands dv to size on the node and records the outcome in the claim's status
+// and the actual state; a success is announced by the events of upstream's node expander.
+func (m *Manager) nodeExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume, size resource.Quantity) error {
+	pvc := dv.Claim
+	ep, err := m.plugins.FindExpandable(dv.Spec)
+	if err != nil {
+		return err
+	}
+	if err := m.beginNodeResize(ctx, pvc, size); err != nil {
+		return err
+	}
+	if ep != nil {
+		if err := ep.NodeExpand(ctx, dv.Spec, pod.UID, size); err != nil {
+			// A transient failure keeps NodeResizeInProgress, as the API asks, and is
+			// retried with backoff; the condition carries the error.
+			st := v1.PersistentVolumeClaimNodeResizeInProgress
+			if infeasible(err) {
+				st = v1.PersistentVolumeClaimNodeResizeInfeasible
+			}
+			if serr := m.setClaimResizeStatus(ctx, pvc, st, fmt.Sprintf("failed to expand pvc with %v", err)); serr != nil {
+				klog.FromContext(ctx).Error(serr, "Cannot record the failed expansion in the claim", "pvc", klog.KObj(pvc))
+			}
+			if status.Code(err) == codes.FailedPrecondition {
+				m.asw.markInUseExpansionError(dv.Name)
+				return inUseExpansionError{err}
+			}
+			return err
+		}
+	}
+	if err := m.finishClaimResize(ctx, pvc, size); err != nil {
+		return err
+	}
+	m.asw.setExpanded(dv.Name, size)
+	msg := fmt.Sprintf("%s for volume %q %s", expandSucceeded, dv.OuterNames[0], m.cfg.NodeName)
+	m.recorder.Event(pod, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
+	m.recorder.Event(pvc, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
+	return nil
+}
+
+// infeasible reports a NodeExpandVolume error that a retry cannot fix, as upstream's CSI
+// expander classifies them: a bad argument or range stays bad, and a volume not found
+// stays gone. FAILED_PRECONDITION (in use) is not infeasible: it only waits for the
+// volume's next mount.
 func infeasible(err error) bool {
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+	case codes.InvalidArgument, codes.OutOfRange, codes.NotFound:
 		return true
 	}
 	return false

@@ -2,12 +2,18 @@ package volumemanager
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 )
@@ -109,5 +115,137 @@ func TestBeginNodeResizeChecksTheCurrentClaim(t *testing.T) {
 		if st := got.Status.AllocatedResourceStatuses[v1.ResourceStorage]; st != want {
 			t.Errorf("%s: resize status = %s, want %s", tc.name, st, want)
 		}
+	}
+}
+
+// expandPlugin is a plugin of NFS persistent volumes whose NodeExpand answers err.
+type expandPlugin struct {
+	*seLinuxPVPlugin
+	err error
+}
+
+func (p *expandPlugin) NodeExpand(context.Context, *volume.Spec, types.UID, resource.Quantity) error {
+	return p.err
+}
+
+// expandManager is a manager whose volume "data" (PV pv1, claim c) grew from 1Gi to 2Gi
+// and waits for the node; NodeExpand answers nodeErr.
+func expandManager(t *testing.T, nodeErr error, block bool) (*Manager, *record.FakeRecorder, *v1.Pod, DesiredVolume) {
+	t.Helper()
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")},
+		PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}}
+	if block {
+		mode := v1.PersistentVolumeBlock
+		pv.Spec.VolumeMode = &mode
+	}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "claim-uid"},
+		Status: v1.PersistentVolumeClaimStatus{Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+			AllocatedResourceStatuses: map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}}}
+	client := fake.NewClientset(pvc)
+	rec := record.NewFakeRecorder(10)
+	m, err := New(Config{Client: client, NodeName: "node1", Paths: volume.Paths{Root: t.TempDir()}, Recorder: rec,
+		Plugins: []volume.Plugin{&expandPlugin{seLinuxPVPlugin: &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}, err: nodeErr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv := DesiredVolume{Name: "test/shared//vol1", PluginName: "test/shared", Spec: volume.SpecFromPersistentVolume(pv, false),
+		OuterNames: []string{"data"}, Claim: pvc}
+	m.asw.markAttached(AttachedVolume{Name: dv.Name, PluginName: dv.PluginName, Spec: dv.Spec})
+	return m, rec, pod("p", "uid-p"), dv
+}
+
+func nextEvent(t *testing.T, rec *record.FakeRecorder) string {
+	t.Helper()
+	select {
+	case e := <-rec.Events:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+		return ""
+	}
+}
+
+func claimResizeStatus(t *testing.T, m *Manager) v1.ClaimResourceStatus {
+	t.Helper()
+	c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims("ns").Get(context.Background(), "c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Status.AllocatedResourceStatuses[v1.ResourceStorage]
+}
+
+// The expansion of a mounted volume fails with upstream's ExpandInUseVolume text and a
+// VolumeResizeFailed event on the pod; it succeeds with the node expander's text on the pod
+// and the claim.
+func TestExpandInUseTexts(t *testing.T) {
+	ctx := context.Background()
+	m, rec, p, dv := expandManager(t, status.Error(codes.Internal, "boom"), false)
+	m.startExpand(ctx, p, dv, resource.MustParse("2Gi"))
+	want := `Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "data" : rpc error: code = Internal desc = boom`
+	if e := nextEvent(t, rec); e != want {
+		t.Errorf("failure event %q, want %q", e, want)
+	}
+	m.exec.Wait()
+	if st := claimResizeStatus(t, m); st != v1.PersistentVolumeClaimNodeResizeInProgress {
+		t.Errorf("claim resize status after an Internal error: %s", st)
+	}
+
+	m, rec, p, dv = expandManager(t, nil, false)
+	m.startExpand(ctx, p, dv, resource.MustParse("2Gi"))
+	want = `Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume "data" node1`
+	for _, what := range []string{"pod", "claim"} {
+		if e := nextEvent(t, rec); e != want {
+			t.Errorf("%s's success event %q, want %q", what, e, want)
+		}
+	}
+}
+
+// An expansion the mount finishes fails the mount, uncertain, with the mount's text (the
+// map's for a block volume); refused while in use (FAILED_PRECONDITION), it lets the mount
+// through and is not retried online.
+func TestExpandDuringMountTexts(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		block bool
+		want  string
+	}{
+		{false, `MountVolume.Setup failed while expanding volume for volume "data" : rpc error: code = Internal desc = boom`},
+		{true, `MapVolume.MarkVolumeAsMounted failed while expanding volume for volume "data" : rpc error: code = Internal desc = boom`},
+	} {
+		m, _, p, dv := expandManager(t, status.Error(codes.Internal, "boom"), tc.block)
+		err := m.expandDuringMount(ctx, p, dv)
+		if err == nil || err.Error() != tc.want || !volume.IsUncertain(err) {
+			t.Errorf("block %v: %v (uncertain %v), want uncertain %q", tc.block, err, volume.IsUncertain(err), tc.want)
+		}
+	}
+
+	m, _, p, dv := expandManager(t, status.Error(codes.FailedPrecondition, "in use"), false)
+	if err := m.expandDuringMount(ctx, p, dv); err != nil {
+		t.Errorf("FailedPrecondition failed the mount: %v", err)
+	}
+	if m.asw.expandableOnline(dv.Name) {
+		t.Error("a volume refused as in use is still expanded online")
+	}
+	if st := claimResizeStatus(t, m); st != v1.PersistentVolumeClaimNodeResizeInProgress {
+		t.Errorf("claim resize status after FailedPrecondition: %s, want NodeResizeInProgress (not infeasible)", st)
+	}
+}
+
+// InvalidArgument, OutOfRange and NotFound are infeasible (upstream's CSI expander); the
+// in-use FailedPrecondition and the rest are not.
+func TestInfeasibleExpansionCodes(t *testing.T) {
+	for c, want := range map[codes.Code]bool{
+		codes.InvalidArgument: true, codes.OutOfRange: true, codes.NotFound: true,
+		codes.FailedPrecondition: false, codes.Internal: false, codes.ResourceExhausted: false,
+	} {
+		if got := infeasible(fmt.Errorf("wrapped: %w", status.Error(c, "x"))); got != want {
+			t.Errorf("%s: infeasible %v, want %v", c, got, want)
+		}
+	}
+	m, _, p, dv := expandManager(t, status.Error(codes.NotFound, "gone"), false)
+	_ = m.expandDuringMount(context.Background(), p, dv)
+	if st := claimResizeStatus(t, m); st != v1.PersistentVolumeClaimNodeResizeInfeasible {
+		t.Errorf("claim resize status after NotFound: %s, want NodeResizeInfeasible", st)
 	}
 }

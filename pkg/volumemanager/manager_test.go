@@ -65,6 +65,8 @@ type harness struct {
 	// recorder and registerer, if set, are the manager's Recorder and Registerer.
 	recorder   record.EventRecorder
 	registerer prometheus.Registerer
+	// seLinux, if set, is the manager's SELinuxEnabled.
+	seLinux *bool
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -133,6 +135,7 @@ func (h *harness) start() {
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
 		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder, Registerer: h.registerer,
+		SELinuxEnabled: h.seLinux,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -25,8 +25,9 @@ const (
 type opNames struct {
 	mount, unmount, unmountDevice string
 	// Error prefixes: the pod SetUp (or map), its teardown, the node affinity check, the
-	// wait for the attach, the device's staging, and the ReadWriteOncePod refusal.
-	setUp, tearDown, nodeAffinity, waitForAttach, mountDevice, inUse string
+	// wait for the attach, the device's staging, the ReadWriteOncePod refusal, and the
+	// expansion the mount finishes.
+	setUp, tearDown, nodeAffinity, waitForAttach, mountDevice, inUse, expandDuringMount string
 	// failedEvent is the reason of the Warning event of a failed mount or map.
 	failedEvent string
 }
@@ -35,11 +36,11 @@ var (
 	fsOps = opNames{opMount, opUnmount, opUnmountDevice,
 		"MountVolume.SetUp failed", "UnmountVolume.TearDown failed", "MountVolume.NodeAffinity check failed",
 		"MountVolume.WaitForAttach failed", "MountVolume.MountDevice failed", "MountVolume.SetUp failed",
-		"FailedMount"}
+		"MountVolume.Setup failed while expanding volume", "FailedMount"}
 	blockOps = opNames{"map_volume", "unmap_volume", "unmap_device",
 		"MapVolume.MapPodDevice failed", "UnmapVolume.UnmapPodDevice failed", "MapVolume.NodeAffinity check failed",
 		"MapVolume.WaitForAttach failed", "MapVolume.SetUpDevice failed", "MapVolume.SetUpDevice failed",
-		"FailedMapVolume"}
+		"MapVolume.MarkVolumeAsMounted failed while expanding volume", "FailedMapVolume"}
 )
 
 // volumeError is the kubelet's text of a failed volume operation (upstream generateVolumeMsg
@@ -107,6 +108,10 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
 				return err
 			}
+			if err := m.checkSELinuxMount(dv); err != nil {
+				// The volume was mounted with another context since the pod was synced.
+				return volume.NewTransientError(err)
+			}
 			if _, err := m.ensureDevice(ctx, pod, dv); err != nil {
 				return err
 			}
@@ -119,6 +124,9 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			args.SELinuxLabel = dv.SELinuxLabel
 			if err := mounter.SetUp(ctx, args); err != nil {
 				return volumeError(ops.setUp, outer, err)
+			}
+			if err := m.expandDuringMount(ctx, pod, dv); err != nil {
+				return err
 			}
 			if r, ok := mounter.(volume.Refresher); ok {
 				if d := r.RefreshAfter(); d > 0 {
@@ -136,7 +144,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 				// The sequence counts changes of any of the pod's objects: only a volume
 				// that refreshes can have gone stale (a CSI volume without requiresRepublish
 				// must not be published again because a ConfigMap of its pod changed).
-				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq)
+				m.asw.completeMount(mv, dv.RequiresRemount && m.remountSeqOf(uid) != seq, dv.SELinuxLabel)
 				m.records.setOpError(uid, dv.Name, "")
 				if !hadPrev {
 					m.metrics.observeOverallMount(dv.PluginName, time.Since(dv.RequestTime))
@@ -270,6 +278,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		return "", volumeError(opsOf(dv.Spec.Block()).mountDevice, dv.OuterNames[0], err)
 	}
 	m.asw.setDeviceState(dv.Name, DeviceMounted, path)
+	m.asw.noteSELinuxContext(dv.Name, dv.SELinuxLabel)
 	return av.DevicePath, nil
 }
 

@@ -26,7 +26,7 @@ const retryTeardown = 5 * time.Second
 func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration {
 	var after time.Duration
 	for _, mv := range m.asw.PodVolumes(uid) {
-		if !m.dsw.PodWantsVolume(uid, mv.Name) {
+		if !m.keepsMount(uid, mv.Name) {
 			after = minPositive(after, m.startUnmount(ctx, mv))
 		}
 	}
@@ -41,7 +41,7 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 			}
 			if ok && mv.State == VolumeMounted && !mv.RemountRequired {
 				if av, ok := m.asw.Volume(dv.Name); ok {
-					if size, grow := expansionTarget(dv, av); grow {
+					if size, grow := expansionTarget(dv, av); grow && m.asw.expandableOnline(dv.Name) {
 						after = minPositive(after, m.startExpand(ctx, pod, dv, size))
 					}
 				}
@@ -55,6 +55,13 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 			}
 			if dv.DeviceMountable && m.unmountStale(ctx, dv.Name) {
 				continue // mounted once the other pods' unmounts are done
+			}
+			if err := m.checkSELinuxMount(dv); err != nil {
+				// Mounted with the context of pods that are going away: their unmounts,
+				// then the device's, make way for a mount with this pod's context.
+				m.records.setOpError(uid, dv.Name, err.Error())
+				m.deviceQueue.Add(dv.Name)
+				continue
 			}
 			after = minPositive(after, m.startMount(ctx, pod, dv))
 		}
@@ -71,7 +78,7 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 func (m *Manager) unmountStale(ctx context.Context, name v1.UniqueVolumeName) bool {
 	stale := false
 	for _, mv := range m.asw.VolumePods(name) {
-		if !m.dsw.PodWantsVolume(mv.PodUID, name) {
+		if !m.keepsMount(mv.PodUID, name) {
 			stale = true
 			m.startUnmount(ctx, mv)
 		}
@@ -79,10 +86,11 @@ func (m *Manager) unmountStale(ctx context.Context, name v1.UniqueVolumeName) bo
 	return stale
 }
 
-// reconcileDevice unmounts the device of a volume no pod uses any more, or forgets it.
+// reconcileDevice unmounts the device of a volume no pod uses any more, or forgets it; also
+// when pods still want it, but with another SELinux context than it is mounted with.
 func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName) time.Duration {
 	av, ok := m.asw.Volume(name)
-	if !ok || m.asw.VolumeMountCount(name) > 0 || m.dsw.VolumeWanted(name) {
+	if !ok || m.asw.VolumeMountCount(name) > 0 || m.volumeWantedAsMounted(name) {
 		return 0
 	}
 	if av.DeviceMountable && av.DeviceState != DeviceNotMounted {
@@ -91,6 +99,10 @@ func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName)
 	m.asw.remove(name)
 	if av.Attachable {
 		m.volumesInUseChanged()
+	}
+	// Pods that want the volume with another SELinux context wait for this.
+	for _, uid := range m.dsw.VolumeUsers(name) {
+		m.podQueue.Add(uid)
 	}
 	return 0
 }

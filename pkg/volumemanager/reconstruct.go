@@ -76,6 +76,7 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 	pluginName, specName := e.plugin, e.name
 	var spec *volume.Spec
 	var err error
+	var seLinuxContext string
 	if e.block {
 		bp, berr := m.plugins.FindBlockByName(pluginName)
 		if berr != nil {
@@ -88,6 +89,11 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 			return perr
 		}
 		spec, err = plugin.ConstructVolumeSpec(specName, e.path)
+		if r, ok := plugin.(volume.SELinuxContextReader); ok && err == nil {
+			// Only a recorded context counts: a volume set up before contexts were
+			// recorded is not remounted for that alone.
+			seLinuxContext, _ = r.MountedSELinuxContext(e.path)
+		}
 	}
 	if err != nil {
 		return err
@@ -112,5 +118,8 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 	}
 	m.asw.markAttached(av)
 	m.asw.setMountState(mv)
+	if seLinuxContext != "" {
+		m.asw.noteSELinuxContext(name, seLinuxContext)
+	}
 	return nil
 }

@@ -224,3 +224,45 @@ func (s *seLinuxMetrics) hardOrWarn(spec *volume.Spec, err error, hard, warn pro
 	warn.Inc()
 	return nil
 }
+
+// seLinuxMountMismatch is why a pod's volume waits: it is mounted, for pods that are going
+// away, with a context other than the one the pod needs, and is mounted again with the
+// pod's once it is fully unmounted (upstream's seLinuxMountMismatchError, same text).
+type seLinuxMountMismatch struct{ name v1.UniqueVolumeName }
+
+func (e seLinuxMountMismatch) Error() string {
+	return fmt.Sprintf("waiting for unmount of volume %q, because it is already mounted to a different pod with a different SELinux label", e.name)
+}
+
+// checkSELinuxMount returns a seLinuxMountMismatch when the volume is mounted with a
+// context other than dv's.
+func (m *Manager) checkSELinuxMount(dv DesiredVolume) error {
+	if c, ok := m.asw.seLinuxContext(dv.Name); ok && c != dv.SELinuxLabel {
+		return seLinuxMountMismatch{dv.Name}
+	}
+	return nil
+}
+
+// keepsMount reports whether the pod still wants its mount of the volume: it wants the
+// volume, and with the context the volume is mounted with. A pod whose context changed
+// (its CSIDriver's seLinuxMount, its seLinuxChangePolicy) has the volume unmounted and
+// mounted again with the new one (upstream: the desired state's PodExistsInVolume compares
+// the context).
+func (m *Manager) keepsMount(uid types.UID, name v1.UniqueVolumeName) bool {
+	dv, ok := m.dsw.podVolume(uid, name)
+	if !ok {
+		return false
+	}
+	c, ok := m.asw.seLinuxContext(name)
+	return !ok || c == dv.SELinuxLabel
+}
+
+// volumeWantedAsMounted reports whether a pod wants the volume with the context it is
+// mounted with. One that only pods with another context want is unmounted, device
+// included, when its last pod is gone, and not kept for them.
+func (m *Manager) volumeWantedAsMounted(name v1.UniqueVolumeName) bool {
+	if c, ok := m.asw.seLinuxContext(name); ok {
+		return m.dsw.volumeWantedWith(name, c)
+	}
+	return m.dsw.VolumeWanted(name)
+}

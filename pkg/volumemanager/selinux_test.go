@@ -1,12 +1,18 @@
 package volumemanager
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -189,5 +195,239 @@ func TestSELinuxAccessMode(t *testing.T) {
 		if got := seLinuxAccessMode(tc.spec); got != tc.want {
 			t.Errorf("%s %v: access_mode %q, want %q", tc.spec.Name(), tc.want, got, tc.want)
 		}
+	}
+}
+
+// seLinuxPVPlugin is sharedPlugin for NFS persistent volumes, with SELinux context mounts:
+// its device records the context it is staged with, and teardownGate, if set, holds every
+// TearDown until it is closed.
+type seLinuxPVPlugin struct {
+	*sharedPlugin
+	teardownGate chan struct{}
+	// noDevice: each pod's SetUp mounts the volume, with no device mount (CSI without
+	// STAGE_UNSTAGE_VOLUME).
+	noDevice bool
+}
+
+func (p *seLinuxPVPlugin) CanDeviceMount(*volume.Spec) (bool, error) { return !p.noDevice, nil }
+
+func (p *seLinuxPVPlugin) CanSupport(s *volume.Spec) bool {
+	return s.PersistentVolume != nil && s.PersistentVolume.Spec.NFS != nil
+}
+func (p *seLinuxPVPlugin) VolumeName(s *volume.Spec) (string, error) {
+	return s.PersistentVolume.Spec.NFS.Path, nil
+}
+func (p *seLinuxPVPlugin) SupportsSELinuxContextMount(*volume.Spec) (bool, error) { return true, nil }
+func (p *seLinuxPVPlugin) NewDeviceMounter() (volume.DeviceMounter, error) {
+	return seLinuxDevice{sharedDevice{p.sharedPlugin}}, nil
+}
+func (p *seLinuxPVPlugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
+	return seLinuxDevice{sharedDevice{p.sharedPlugin}}, nil
+}
+func (p *seLinuxPVPlugin) NewUnmounter(name string, uid types.UID) (volume.Unmounter, error) {
+	u, err := p.sharedPlugin.NewUnmounter(name, uid)
+	return gatedUnmounter{u, p.teardownGate}, err
+}
+
+// NewMounter's SetUp records the context it was given, which MountedSELinuxContext reads
+// back after a restart, as CSI's vol_data.json.
+func (p *seLinuxPVPlugin) NewMounter(s *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+	m, err := p.sharedPlugin.NewMounter(s, pod)
+	return contextMounter{m}, err
+}
+func (p *seLinuxPVPlugin) MountedSELinuxContext(dir string) (string, error) {
+	c, err := os.ReadFile(filepath.Join(dir, "selinux"))
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	return string(c), err
+}
+func (p *seLinuxPVPlugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, error) {
+	path, err := os.ReadFile(filepath.Join(dir, "vol_data"))
+	if err != nil {
+		return nil, err
+	}
+	return volume.SpecFromPersistentVolume(&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Path: string(path)}}}}, false), nil
+}
+
+type contextMounter struct{ volume.Mounter }
+
+func (m contextMounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
+	if err := m.Mounter.SetUp(ctx, args); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(m.Path(), "selinux"), []byte(args.SELinuxLabel), 0o600)
+}
+
+type seLinuxDevice struct{ sharedDevice }
+
+func (d seLinuxDevice) DeviceMountPath(s *volume.Spec) (string, error) {
+	return d.p.host.Paths().PluginDir("test/shared") + s.PersistentVolume.Spec.NFS.Path, nil
+}
+func (d seLinuxDevice) MountDevice(_ context.Context, _ *volume.Spec, _, _ string, args volume.MounterArgs) error {
+	d.p.record("stage " + args.SELinuxLabel)
+	return nil
+}
+
+type gatedUnmounter struct {
+	volume.Unmounter
+	gate chan struct{}
+}
+
+func (u gatedUnmounter) TearDown(ctx context.Context) error {
+	if u.gate != nil {
+		<-u.gate
+	}
+	return u.Unmounter.TearDown(ctx)
+}
+
+// createSELinuxClaim creates the claim "data" bound to the NFS PV pv1 of seLinuxPVPlugin.
+func createSELinuxClaim(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "pvc-uid"},
+		Spec:   v1.PersistentVolumeClaimSpec{VolumeName: "pv1"},
+		Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound, Capacity: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		AccessModes:            []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		Capacity:               v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+		ClaimRef:               &v1.ObjectReference{Namespace: "ns", Name: "data", UID: "pvc-uid"},
+		PersistentVolumeSource: v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/vol1"}}}}
+	if _, err := h.client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seLinuxClaimPod is a pod of the claim "data" whose containers run with the SELinux level.
+func seLinuxClaimPod(name string, uid types.UID, level string) *v1.Pod {
+	p := pod(name, uid, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}})
+	p.Spec.SecurityContext = &v1.PodSecurityContext{SELinuxOptions: &v1.SELinuxOptions{Level: level}}
+	return p
+}
+
+// A volume staged with one pod's SELinux context is not reused for a pod that needs another
+// one: once the old pod's unmount is done, the device is unstaged and staged again with the
+// new context before the new pod's SetUp (upstream: a device mounted with another context
+// is not in the desired state).
+func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+
+	// The old pod goes, its TearDown held, and the new pod, with another context, arrives.
+	sp.teardownGate = make(chan struct{})
+	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
+	time.Sleep(300 * time.Millisecond) // let the manager try the new pod while the old one holds the volume
+	close(sp.teardownGate)
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
+
+	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// A running pod whose context changes has its volume unmounted, unstaged and staged again
+// with the new context, instead of waiting forever for an unmount of its own mount.
+func TestSELinuxContextChangeOfRunningPod(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("p", "uid-p", "s0:c1,c2"))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	p, _ := h.client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	p.Spec.SecurityContext.SELinuxOptions.Level = "s0:c3,c4"
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"stage " + labelA, "setup p", "teardown uid-p", "unstage", "stage " + labelB, "setup p"}
+	h.eventually("remounted with the new context", func() bool { return len(sp.events()) >= len(want) })
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// After a restart the context a volume was mounted with is read back from the plugin: a new
+// pod that needs another one still gets the volume unstaged and staged again with its own,
+// instead of the reconstructed (uncertain) device being staged over with the new context.
+func TestSELinuxContextSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
+	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
+	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+
+	// While the manager is down, the old pod starts terminating and the new one arrives.
+	h.stop()
+	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
+	h.obs = newObserver()
+	h.start()
+	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
+	want := []string{"stage " + labelA, "setup old", "teardown uid-old", "unstage", "stage " + labelB, "setup new"}
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
+	}
+}
+
+// Without a device mount (the volume is the pod's own), a pod whose context changes has its
+// volume torn down and set up again with the new context as soon as the volume is
+// forgotten, not at the next resync.
+func TestSELinuxContextChangeWithoutDevice(t *testing.T) {
+	ctx := context.Background()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}, noDevice: true}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	h.create(seLinuxClaimPod("p", "uid-p", "s0:c1,c2"))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	p, _ := h.client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	p.Spec.SecurityContext.SELinuxOptions.Level = "s0:c3,c4"
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"setup p", "teardown uid-p", "setup p"}
+	h.eventually("set up again", func() bool { return len(sp.events()) >= len(want) })
+	if got := sp.events(); !slices.Equal(got, want) {
+		t.Errorf("operations %q, want %q", got, want)
 	}
 }

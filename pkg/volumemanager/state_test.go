@@ -56,7 +56,7 @@ func TestActualState(t *testing.T) {
 	if mv, _ := a.PodVolume("p1", "v"); !mv.RemountRequired || !mv.Reconstructed {
 		t.Errorf("%+v", mv)
 	}
-	a.completeMount(MountedVolume{Name: "v", PodUID: "p1"}, true)
+	a.completeMount(MountedVolume{Name: "v", PodUID: "p1"}, true, "")
 	if mv, _ := a.PodVolume("p1", "v"); mv.State != VolumeMounted || !mv.RemountRequired || mv.Reconstructed {
 		t.Errorf("stale completion: %+v", mv)
 	}

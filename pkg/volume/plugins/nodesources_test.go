@@ -3,6 +3,7 @@ package plugins_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
 	"golang.org/x/sys/unix"
@@ -356,5 +358,61 @@ func TestLocalDirectorySharedByPods(t *testing.T) {
 	}
 	if st.Gid != 1000 {
 		t.Errorf("volume group %d after a second pod with fsGroup 2000, want the first pod's 1000", st.Gid)
+	}
+}
+
+// A local PV mounted for one pod and set up for another pod with another fsGroup keeps its
+// group and warns the second pod with upstream's AlreadyMountedVolume event; the same group,
+// or no other pod, is no warning.
+func TestLocalAlreadyMountedVolumeEvent(t *testing.T) {
+	root := t.TempDir()
+	rec := record.NewFakeRecorder(10)
+	pm := volume.NewPluginManager(volume.HostConfig{Paths: volume.Paths{Root: root}, Mounter: mount.NewFakeMounter(nil), Recorder: rec})
+	if err := pm.Register(local.New()); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	gid := int64(st.Gid)
+	spec := volume.SpecFromPersistentVolume(localPV("pv-shared", dir, false), false)
+	p, err := pm.FindBySpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setUp := func(uid types.UID, group int64) {
+		t.Helper()
+		pod := testPod()
+		pod.UID = uid
+		m, err := p.NewMounter(spec, pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetUp(context.Background(), volume.MounterArgs{FsGroup: ptr(group)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-rec.Events:
+				out = append(out, e)
+			default:
+				return out
+			}
+		}
+	}
+	setUp("uid-1", gid)
+	setUp("uid-2", gid)
+	if got := events(); len(got) != 0 {
+		t.Errorf("events for pods with the volume's group: %q", got)
+	}
+	setUp("uid-3", gid+1)
+	want := fmt.Sprintf("Warning AlreadyMountedVolume The requested fsGroup is %d, but the volume pv-shared has GID %d. The volume may not be shareable.", gid+1, gid)
+	if got := events(); len(got) != 1 || got[0] != want {
+		t.Errorf("events for a pod with another fsGroup: %q, want %q", got, want)
 	}
 }

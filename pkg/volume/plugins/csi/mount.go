@@ -175,7 +175,7 @@ func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod,
 		return nil, err
 	}
 	data := volData{SpecVolumeID: spec.Name(), VolumeHandle: src.handle, DriverName: src.driver,
-		NodeName: p.host.NodeName(), LifecycleMode: string(mode)}
+		NodeName: p.host.NodeName(), LifecycleMode: string(mode), SELinuxMountContext: args.SELinuxLabel}
 	if !src.ephemeral {
 		if attach, _ := p.CanAttach(spec); attach {
 			data.AttachmentID = AttachmentName(src.handle, src.driver, data.NodeName)

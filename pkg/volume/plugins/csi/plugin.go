@@ -63,6 +63,9 @@ var (
 	_ volume.AttachablePlugin = (*Plugin)(nil)
 	_ volume.BlockPlugin      = (*Plugin)(nil)
 	_ volume.ExpandablePlugin = (*Plugin)(nil)
+
+	_ volume.SELinuxContextMountPlugin = (*Plugin)(nil)
+	_ volume.SELinuxContextReader      = (*Plugin)(nil)
 )
 
 // New returns the CSI plugin.
@@ -216,6 +219,16 @@ func (p *Plugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spe
 			CSI: &v1.CSIPersistentVolumeSource{Driver: data.DriverName, VolumeHandle: data.VolumeHandle},
 		}},
 	}, false), nil
+}
+
+// MountedSELinuxContext implements volume.SELinuxContextReader from the vol_data.json beside
+// the mount, as the kubelet reconstructs it.
+func (p *Plugin) MountedSELinuxContext(dir string) (string, error) {
+	data, err := readVolData(dir)
+	if err != nil {
+		return "", err
+	}
+	return data.SELinuxMountContext, nil
 }
 
 // TargetPath is NodePublish's target_path for a pod's volume, which NodeExpandVolume and

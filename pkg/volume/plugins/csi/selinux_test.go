@@ -65,6 +65,10 @@ func TestSELinuxContextMount(t *testing.T) {
 	if got := pub.VolumeCapability.GetMount().GetMountFlags(); !slices.Equal(got, want) {
 		t.Errorf("NodePublish mount flags %q, want %q", got, want)
 	}
+	// The pod's vol_data.json records the context, which a restart reads back.
+	if got, err := f.plugin.MountedSELinuxContext(filepath.Dir(m.Path())); got != label || err != nil {
+		t.Errorf("MountedSELinuxContext = %q, %v; want %q", got, err, label)
+	}
 	if !slices.Equal(spec.PersistentVolume.Spec.MountOptions, []string{"noatime"}) {
 		t.Errorf("the PV's mount options were changed: %q", spec.PersistentVolume.Spec.MountOptions)
 	}
@@ -75,5 +79,8 @@ func TestSELinuxContextMount(t *testing.T) {
 	}
 	if got := f.node.taken()[0].(*csipb.NodePublishVolumeRequest).VolumeCapability.GetMount().GetMountFlags(); !slices.Equal(got, []string{"noatime"}) {
 		t.Errorf("NodePublish mount flags without a label %q", got)
+	}
+	if got, err := f.plugin.MountedSELinuxContext(filepath.Dir(m2.Path())); got != "" || err != nil {
+		t.Errorf("MountedSELinuxContext without a label = %q, %v", got, err)
 	}
 }

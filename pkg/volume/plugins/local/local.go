@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,7 +168,7 @@ func (p *plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, err
 	if !p.CanSupport(spec) {
 		return nil, fmt.Errorf("volume %q is not a local volume", spec.Name())
 	}
-	return &mounter{p: p, spec: spec, dir: p.host.Paths().PodVolumeDir(pod.UID, PluginName, spec.Name())}, nil
+	return &mounter{p: p, spec: spec, pod: pod, dir: p.host.Paths().PodVolumeDir(pod.UID, PluginName, spec.Name())}, nil
 }
 
 func (p *plugin) NewUnmounter(name string, uid types.UID) (volume.Unmounter, error) {
@@ -192,6 +193,7 @@ func (p *plugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, error) {
 type mounter struct {
 	p    *plugin
 	spec *volume.Spec
+	pod  *v1.Pod
 	dir  string
 }
 
@@ -203,7 +205,8 @@ func (m *mounter) Attributes() volume.Attributes {
 
 // SetUp bind-mounts the global path into the pod's directory (read-only when the claim is,
 // with the PV's mountOptions) and applies fsGroup to a writable volume when no other pod has
-// it mounted, as upstream's local plugin: the first pod's group stays.
+// it mounted, as upstream's local plugin: the first pod's group stays, and a pod asking for
+// another one gets the Warning event AlreadyMountedVolume.
 func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 	global, err := deviceMounter{m.p}.DeviceMountPath(m.spec)
 	if err != nil {
@@ -229,6 +232,11 @@ func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 				others = true
 			}
 		}
+		if others {
+			if err := m.warnOtherGroup(global, *args.FsGroup); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return err
@@ -251,6 +259,25 @@ func (m *mounter) SetUp(_ context.Context, args volume.MounterArgs) error {
 			_ = mount.CleanupMountPoint(m.dir, mnt, false)
 			return err
 		}
+	}
+	return nil
+}
+
+// warnOtherGroup posts upstream's AlreadyMountedVolume event when the volume, mounted for
+// other pods, does not have the group fsGroup this pod asks for: the pod shares the volume
+// with the first pod's group.
+func (m *mounter) warnOtherGroup(global string, fsGroup int64) error {
+	info, err := os.Stat(global)
+	if err != nil {
+		return fmt.Errorf("failed to check fsGroup for %s (%v)", global, err)
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("failed to check fsGroup for %s (no owner)", global)
+	}
+	if int64(st.Gid) != fsGroup {
+		m.p.host.Recorder().Eventf(m.pod, v1.EventTypeWarning, "AlreadyMountedVolume",
+			"The requested fsGroup is %d, but the volume %s has GID %d. The volume may not be shareable.", fsGroup, m.spec.Name(), st.Gid)
 	}
 	return nil
 }
