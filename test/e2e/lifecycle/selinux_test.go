@@ -41,7 +41,9 @@ func (e *env) contexts(volumeID string) (stage, publish []string) {
 // agent stages and publishes a pod's claim with the mount flag context="<label>" built
 // from the pod's level, as the kubelet; a pod asking for seLinuxChangePolicy Recursive gets
 // no context (the runtime relabels); a second pod with another level on the mounted claim
-// is refused with the kubelet's "conflicting SELinux labels". This kernel has no SELinux,
+// is refused with the kubelet's "conflicting SELinux labels"; once the first pod is gone,
+// a pod with another level has the volume unstaged and staged again with its context,
+// not the device staged with the old one. This kernel has no SELinux,
 // so the driver's call log, not the mount table, shows what the agent chose.
 func TestSELinuxContextMount(t *testing.T) {
 	t.Parallel()
@@ -71,5 +73,30 @@ func TestSELinuxContextMount(t *testing.T) {
 	}
 	e.deletePod(c)
 	e.deletePod(a)
+
+	// Once pod a is gone, a pod with another level gets the claim staged again with its
+	// own context: the device staged with s0:c1,c2 is unstaged first, as the kubelet does.
+	d := e.waitVolumesReady(e.seLinuxPod("d", "labelled", "s0:c5,c6", nil))
+	handle := e.boundPV("labelled").Spec.CSI.VolumeHandle
+	stage, publish = e.contexts(handle)
+	again := `"system_u:object_r:container_file_t:s0:c5,c6"`
+	if len(stage) != 2 || stage[1] != again || len(publish) != 2 || publish[1] != again {
+		t.Errorf("claim of pod d (level s0:c5,c6) after pod a: NodeStageVolume contexts %q, NodePublishVolume contexts %q, want a second of each with %s", stage, publish, again)
+	}
+	calls := e.succeeded(handle)
+	var stages []int
+	unstage := -1
+	for i, m := range calls {
+		switch {
+		case m == "NodeStageVolume":
+			stages = append(stages, i)
+		case m == "NodeUnstageVolume" && unstage < 0:
+			unstage = i
+		}
+	}
+	if len(stages) != 2 || unstage < stages[0] || unstage > stages[1] {
+		t.Errorf("calls on the claim's volume %v: want a NodeUnstageVolume between the two NodeStageVolume", calls)
+	}
+	e.deletePod(d)
 	e.deletePod(b)
 }

@@ -43,7 +43,11 @@ func TestUpRunsShippedImages(t *testing.T) {
 	r := startRuntimeUp(t, bin, dir, "images-e2e", "--image", archive, "--sidecars", "provisioner,attacher,resizer")
 	upReady := time.Now()
 	cfg, cs, node := r.cfg, r.cs, r.node
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	limit := 10 * time.Minute
+	if os.Getenv("KUBEVOL_E2E_VERIFY_ALL") == "1" {
+		limit = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	checkCtrRun(t, ctx, cfg, cs, node.Socket())
 	ctrRun := time.Now()
