@@ -2,15 +2,12 @@ package csidrivers
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,20 +72,6 @@ func (n *limitNode) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.
 	return &csi.NodeGetInfoResponse{NodeId: n.id, MaxVolumesPerNode: n.max}, nil
 }
 
-func serveLimitNode(t *testing.T, n *limitNode) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	csi.RegisterNodeServer(srv, n)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return sock
-}
-
 type loggingLister struct {
 	storagelisters.CSIDriverLister
 	log *callLog
@@ -114,7 +97,7 @@ func TestRunAllocatableUpdates(t *testing.T) {
 	periodic := &limitNode{infoNode: infoNode{id: "periodic"}, log: log, max: 8}
 	static := &limitNode{infoNode: infoNode{id: "static"}, log: log, max: 8}
 	for _, n := range []*limitNode{periodic, static} {
-		if err := r.RegisterPlugin(ctx, n.id, serveLimitNode(t, n), []string{"1.0.0"}); err != nil {
+		if err := r.RegisterPlugin(ctx, n.id, serveNode(t, n), []string{"1.0.0"}); err != nil {
 			t.Fatal(err)
 		}
 	}

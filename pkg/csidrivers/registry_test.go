@@ -29,7 +29,7 @@ func (n *infoNode) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilities
 	}}}, nil
 }
 
-func serveNode(t *testing.T, n *infoNode) string {
+func serveNode(t *testing.T, n csi.NodeServer) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	lis, err := net.Listen("unix", sock)

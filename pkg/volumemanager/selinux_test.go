@@ -283,6 +283,43 @@ func (u gatedUnmounter) TearDown(ctx context.Context) error {
 }
 
 // createSELinuxClaim creates the claim "data" bound to the NFS PV pv1 of seLinuxPVPlugin.
+// SELinux labels of the levels s0:c1,c2 (labelA) and s0:c3,c4 (labelB).
+const (
+	labelA = "system_u:object_r:container_file_t:s0:c1,c2"
+	labelB = "system_u:object_r:container_file_t:s0:c3,c4"
+)
+
+// terminating marks the pod name deleted, as the API server does before its finalizers.
+func terminating(t *testing.T, h *harness, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pod, err := h.client.CoreV1().Pods("ns").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pod.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSELinuxClaimPod starts a manager on an SELinux host with a plugin of context mounts
+// and the claim "data", and returns once the pod name (uid), at level s0:c1,c2, is ready.
+func startSELinuxClaimPod(t *testing.T, name string, uid types.UID) (*harness, *seLinuxPVPlugin) {
+	t.Helper()
+	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
+	h := newHarness(t)
+	enabled := true
+	h.seLinux = &enabled
+	h.extra = []volume.Plugin{sp}
+	createSELinuxClaim(t, h)
+	h.start()
+	h.create(seLinuxClaimPod(name, uid, "s0:c1,c2"))
+	h.eventually(name+" ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready[uid] == 1 }) })
+	return h, sp
+}
+
 func createSELinuxClaim(t *testing.T, h *harness) {
 	t.Helper()
 	ctx := context.Background()
@@ -315,26 +352,11 @@ func seLinuxClaimPod(name string, uid types.UID, level string) *v1.Pod {
 // new context before the new pod's SetUp (upstream: a device mounted with another context
 // is not in the desired state).
 func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
-	ctx := context.Background()
-	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
-	h := newHarness(t)
-	enabled := true
-	h.seLinux = &enabled
-	h.extra = []volume.Plugin{sp}
-	createSELinuxClaim(t, h)
-	h.start()
-	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
-	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
-	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+	h, sp := startSELinuxClaimPod(t, "old", "uid-old")
 
 	// The old pod goes, its TearDown held, and the new pod, with another context, arrives.
 	sp.teardownGate = make(chan struct{})
-	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
-	now := metav1.Now()
-	old.DeletionTimestamp = &now
-	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	terminating(t, h, "old")
 	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
 	time.Sleep(300 * time.Millisecond) // let the manager try the new pod while the old one holds the volume
 	close(sp.teardownGate)
@@ -350,16 +372,7 @@ func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
 // with the new context, instead of waiting forever for an unmount of its own mount.
 func TestSELinuxContextChangeOfRunningPod(t *testing.T) {
 	ctx := context.Background()
-	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
-	h := newHarness(t)
-	enabled := true
-	h.seLinux = &enabled
-	h.extra = []volume.Plugin{sp}
-	createSELinuxClaim(t, h)
-	h.start()
-	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
-	h.create(seLinuxClaimPod("p", "uid-p", "s0:c1,c2"))
-	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
+	h, sp := startSELinuxClaimPod(t, "p", "uid-p")
 	p, _ := h.client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
 	p.Spec.SecurityContext.SELinuxOptions.Level = "s0:c3,c4"
 	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
@@ -376,26 +389,11 @@ func TestSELinuxContextChangeOfRunningPod(t *testing.T) {
 // pod that needs another one still gets the volume unstaged and staged again with its own,
 // instead of the reconstructed (uncertain) device being staged over with the new context.
 func TestSELinuxContextSurvivesRestart(t *testing.T) {
-	ctx := context.Background()
-	sp := &seLinuxPVPlugin{sharedPlugin: &sharedPlugin{}}
-	h := newHarness(t)
-	enabled := true
-	h.seLinux = &enabled
-	h.extra = []volume.Plugin{sp}
-	createSELinuxClaim(t, h)
-	h.start()
-	const labelA, labelB = "system_u:object_r:container_file_t:s0:c1,c2", "system_u:object_r:container_file_t:s0:c3,c4"
-	h.create(seLinuxClaimPod("old", "uid-old", "s0:c1,c2"))
-	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
+	h, sp := startSELinuxClaimPod(t, "old", "uid-old")
 
 	// While the manager is down, the old pod starts terminating and the new one arrives.
 	h.stop()
-	old, _ := h.client.CoreV1().Pods("ns").Get(ctx, "old", metav1.GetOptions{})
-	now := metav1.Now()
-	old.DeletionTimestamp = &now
-	if _, err := h.client.CoreV1().Pods("ns").Update(ctx, old, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	terminating(t, h, "old")
 	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
 	h.obs = newObserver()
 	h.start()
