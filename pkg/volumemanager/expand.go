@@ -91,7 +91,7 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 			if err == nil || errors.Is(err, errNotNodeTurn) {
 				return err
 			}
-			return volumeError(expandInUseFailed, outer, err)
+			return volumeError(expandInUseFailed, dv.Spec.Name(), err)
 		},
 		Done: func(err error) {
 			switch {
@@ -125,7 +125,7 @@ func (m *Manager) expandDuringMount(ctx context.Context, pod *v1.Pod, dv Desired
 	if err == nil || errors.Is(err, errNotNodeTurn) || errors.As(err, new(inUseExpansionError)) {
 		return nil
 	}
-	return volume.NewUncertainError(volumeError(opsOf(dv.Spec.Block()).expandDuringMount, dv.OuterNames[0], err))
+	return volume.NewUncertainError(volumeError(opsOf(dv.Spec.Block()).expandDuringMount, dv.Spec.Name(), err))
 }
 
 // nodeExpand expands dv to size on the node and records the outcome in the claim's status
@@ -161,7 +161,7 @@ func (m *Manager) nodeExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume,
 		return err
 	}
 	m.asw.setExpanded(dv.Name, size)
-	msg := fmt.Sprintf("%s for volume %q %s", expandSucceeded, dv.OuterNames[0], m.cfg.NodeName)
+	msg := fmt.Sprintf("%s for volume %q %s", expandSucceeded, dv.Spec.Name(), m.cfg.NodeName)
 	m.recorder.Event(pod, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
 	m.recorder.Event(pvc, v1.EventTypeNormal, "FileSystemResizeSuccessful", msg)
 	return nil

@@ -182,7 +182,7 @@ func TestExpandInUseTexts(t *testing.T) {
 	ctx := context.Background()
 	m, rec, p, dv := expandManager(t, status.Error(codes.Internal, "boom"), false)
 	m.startExpand(ctx, p, dv, resource.MustParse("2Gi"))
-	want := `Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "data" : rpc error: code = Internal desc = boom`
+	want := `Warning VolumeResizeFailed NodeExpandVolume.NodeExpandVolume failed for volume "pv1" : rpc error: code = Internal desc = boom`
 	if e := nextEvent(t, rec); e != want {
 		t.Errorf("failure event %q, want %q", e, want)
 	}
@@ -193,7 +193,7 @@ func TestExpandInUseTexts(t *testing.T) {
 
 	m, rec, p, dv = expandManager(t, nil, false)
 	m.startExpand(ctx, p, dv, resource.MustParse("2Gi"))
-	want = `Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume "data" node1`
+	want = `Normal FileSystemResizeSuccessful MountVolume.NodeExpandVolume succeeded for volume "pv1" node1`
 	for _, what := range []string{"pod", "claim"} {
 		if e := nextEvent(t, rec); e != want {
 			t.Errorf("%s's success event %q, want %q", what, e, want)
@@ -210,8 +210,8 @@ func TestExpandDuringMountTexts(t *testing.T) {
 		block bool
 		want  string
 	}{
-		{false, `MountVolume.Setup failed while expanding volume for volume "data" : rpc error: code = Internal desc = boom`},
-		{true, `MapVolume.MarkVolumeAsMounted failed while expanding volume for volume "data" : rpc error: code = Internal desc = boom`},
+		{false, `MountVolume.Setup failed while expanding volume for volume "pv1" : rpc error: code = Internal desc = boom`},
+		{true, `MapVolume.MarkVolumeAsMounted failed while expanding volume for volume "pv1" : rpc error: code = Internal desc = boom`},
 	} {
 		m, _, p, dv := expandManager(t, status.Error(codes.Internal, "boom"), tc.block)
 		err := m.expandDuringMount(ctx, p, dv)

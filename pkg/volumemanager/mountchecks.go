@@ -24,27 +24,26 @@ func (m *Manager) checkBeforeMount(ctx context.Context, pod *v1.Pod, dv DesiredV
 	if pv == nil {
 		return nil
 	}
-	outer := dv.OuterNames[0]
 	ops := opsOf(dv.Spec.Block())
 	if pv.Spec.NodeAffinity != nil {
 		cur, err := m.objects.GetVolume(ctx, pv.Name)
 		if err != nil {
-			return nodeAffinityError{volumeError(ops.nodeAffinity, outer, fmt.Errorf("get PV %s: %w", pv.Name, accessError(err)))}
+			return nodeAffinityError{volumeError(ops.nodeAffinity, dv.Spec.Name(), fmt.Errorf("get PV %s: %w", pv.Name, accessError(err)))}
 		}
 		labels, err := m.nodeLabels(ctx)
 		if err != nil {
-			return nodeAffinityError{volumeError(ops.nodeAffinity, outer, fmt.Errorf("get node %s: %w", m.cfg.NodeName, accessError(err)))}
+			return nodeAffinityError{volumeError(ops.nodeAffinity, dv.Spec.Name(), fmt.Errorf("get node %s: %w", m.cfg.NodeName, accessError(err)))}
 		}
 		if labels != nil {
 			if err := storagehelpers.CheckNodeAffinity(cur, labels); err != nil {
-				return nodeAffinityError{volumeError(ops.nodeAffinity, outer, err)}
+				return nodeAffinityError{volumeError(ops.nodeAffinity, dv.Spec.Name(), err)}
 			}
 		}
 	}
 	if isRWOP(pv) {
 		for _, mv := range m.asw.VolumePods(dv.Name) {
 			if mv.PodUID != pod.UID {
-				return volumeError(ops.inUse, outer, errRWOPInUse)
+				return volumeError(ops.inUse, dv.Spec.Name(), errRWOPInUse)
 			}
 		}
 	}

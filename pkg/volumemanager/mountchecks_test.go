@@ -34,7 +34,7 @@ func TestNodeAffinityUsesTheCurrentPV(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u1"}}
 	dv := DesiredVolume{Name: "test/pv", Spec: volume.SpecFromPersistentVolume(stale, false), OuterNames: []string{"data"}}
 	err := m.checkBeforeMount(ctx, pod, dv)
-	if err == nil || err.Error() != `MountVolume.NodeAffinity check failed for volume "data" : no matching NodeSelectorTerms` {
+	if err == nil || err.Error() != `MountVolume.NodeAffinity check failed for volume "pv" : no matching NodeSelectorTerms` {
 		t.Fatalf("check with the PV now in zone b: %v", err)
 	}
 	// A block volume's check is MapVolume's; its event is still FailedMount, as upstream.
@@ -43,7 +43,7 @@ func TestNodeAffinityUsesTheCurrentPV(t *testing.T) {
 	blockPV.Spec.VolumeMode = &blockMode
 	bdv := DesiredVolume{Name: "test/pv", Spec: volume.SpecFromPersistentVolume(blockPV, false), OuterNames: []string{"data"}}
 	err = m.checkBeforeMount(ctx, pod, bdv)
-	if err == nil || err.Error() != `MapVolume.NodeAffinity check failed for volume "data" : no matching NodeSelectorTerms` {
+	if err == nil || err.Error() != `MapVolume.NodeAffinity check failed for volume "pv" : no matching NodeSelectorTerms` {
 		t.Fatalf("block volume, check with the PV now in zone b: %v", err)
 	}
 	if r := failedMountReason(opsOf(true), err); r != "FailedMount" {
@@ -85,7 +85,7 @@ func TestReadWriteOncePodRefusal(t *testing.T) {
 			t.Errorf("%v: the pod that has it mounted is refused: %v", tc.modes, err)
 		}
 		err := m.checkBeforeMount(ctx, second, dv)
-		const want = `MountVolume.SetUp failed for volume "data" : volume uses the ReadWriteOncePod access mode and is already in use by another pod`
+		const want = `MountVolume.SetUp failed for volume "pv" : volume uses the ReadWriteOncePod access mode and is already in use by another pod`
 		if tc.refuse != (err != nil) || (err != nil && err.Error() != want) {
 			t.Errorf("%v: second pod: %v, want refused %v", tc.modes, err, tc.refuse)
 		}

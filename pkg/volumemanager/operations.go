@@ -44,9 +44,10 @@ var (
 )
 
 // volumeError is the kubelet's text of a failed volume operation (upstream generateVolumeMsg
-// with errSuffix): `<what> for volume "<outer>" : <err>`, a space before the colon.
-func volumeError(what, outer string, err error) error {
-	return fmt.Errorf("%s for volume %q : %w", what, outer, err)
+// with errSuffix): `<what> for volume "<spec>" : <err>`, a space before the colon. spec is
+// the volume spec's name, as upstream: the PV's for a claim, else the pod's volume's.
+func volumeError(what, spec string, err error) error {
+	return fmt.Errorf("%s for volume %q : %w", what, spec, err)
 }
 
 // nodeAffinityError marks a failed node affinity check: upstream posts it as FailedMount
@@ -123,7 +124,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 			args := mounterArgs(pod)
 			args.SELinuxLabel = dv.SELinuxLabel
 			if err := mounter.SetUp(ctx, args); err != nil {
-				return volumeError(ops.setUp, outer, err)
+				return volumeError(ops.setUp, dv.Spec.Name(), err)
 			}
 			if err := m.expandDuringMount(ctx, pod, dv); err != nil {
 				return err
@@ -246,7 +247,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		}
 		av.DevicePath, err = attacher.WaitForAttach(ctx, dv.Spec, av.DevicePath, pod)
 		if err != nil {
-			return "", volumeError(opsOf(dv.Spec.Block()).waitForAttach, dv.OuterNames[0], err)
+			return "", volumeError(opsOf(dv.Spec.Block()).waitForAttach, dv.Spec.Name(), err)
 		}
 	}
 	m.asw.markAttached(av)
@@ -275,7 +276,7 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 		case av.DeviceState == DeviceMountUncertain:
 			m.asw.setDeviceState(dv.Name, DeviceNotMounted, "")
 		}
-		return "", volumeError(opsOf(dv.Spec.Block()).mountDevice, dv.OuterNames[0], err)
+		return "", volumeError(opsOf(dv.Spec.Block()).mountDevice, dv.Spec.Name(), err)
 	}
 	m.asw.setDeviceState(dv.Name, DeviceMounted, path)
 	m.asw.noteSELinuxContext(dv.Name, dv.SELinuxLabel)
