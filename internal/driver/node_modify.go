@@ -111,13 +111,15 @@ const followInterval = time.Second
 
 // followModifications is, in a node process without the controller (a split deployment,
 // where ControllerModifyVolume runs in another process and cannot reach these publishes),
-// what the controller's modified hook is in one process: until stop, it applies each
+// what the controller's modified hook is in one process: until ctx ends, it applies each
 // published volume's mutable parameters, as the controller's record has them, to the
 // volume's live publishes. A volume is applied again only when its parameters differ from
 // those last applied (or a publish came or went), so an idle node reads one file a second.
-// A volume whose in-flight lock is busy waits for the next round. It returns when ctx ends.
+// A volume whose in-flight lock is busy waits for the next round; one that fails is tried
+// every round, and logged when its error changes.
 func (n *node) followModifications(ctx context.Context) {
 	applied := map[string]string{} // volume ID -> parameters and publishes last applied
+	failed := map[string]string{}  // volume ID -> the error last logged
 	tick := time.NewTicker(followInterval)
 	defer tick.Stop()
 	for {
@@ -144,14 +146,23 @@ func (n *node) followModifications(ctx context.Context) {
 			err = n.applyMutable(ctx, id, v.MutableParameters)
 			release()
 			if err != nil {
-				klogFrom(ctx, n.log).Error(err, "Cannot apply the volume's mutable parameters to its publishes", "volumeID", id)
+				if failed[id] != err.Error() {
+					klogFrom(ctx, n.log).Error(err, "Cannot apply the volume's mutable parameters to its publishes", "volumeID", id)
+					failed[id] = err.Error()
+				}
 				continue
 			}
 			applied[id] = key
+			delete(failed, id)
 		}
 		for id := range applied {
 			if !seen[id] {
 				delete(applied, id)
+			}
+		}
+		for id := range failed {
+			if !seen[id] {
+				delete(failed, id)
 			}
 		}
 	}
