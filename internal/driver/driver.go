@@ -104,6 +104,9 @@ func New(cfg Config) (*Driver, error) {
 				d.node.grow = d.ctrl.expand
 			}
 			d.ctrl.modified = d.node.applyMutable
+		} else {
+			// Split: the controller's modifications reach this process through its record.
+			d.node.controllerVolumes = func() map[string]*state.Volume { return ctrlDoc.get().Volumes }
 		}
 	}
 	// Start-up repairs run once both sides are known, so that each sees the other's holds.
@@ -177,7 +180,7 @@ func (d *Driver) Server() *grpc.Server {
 // Config.ShutdownGrace for calls in flight. It closes lis and the call log.
 func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 	srv := d.Server()
-	if d.node != nil && d.ctrl == nil {
+	if d.node != nil && d.node.controllerVolumes != nil {
 		follow, stop := context.WithCancel(klog.NewContext(ctx, d.log))
 		defer stop()
 		go d.node.followModifications(follow)

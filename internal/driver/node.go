@@ -40,6 +40,10 @@ type node struct {
 	resizer *mount.ResizeFs
 	locks   *inflight
 
+	// controllerVolumes, in a node process without the controller, reads the controller's
+	// records, which the caller must not change: followModifications reads them each round.
+	controllerVolumes func() map[string]*state.Volume
+
 	// mu guards st; changes are persisted with update, in group commits (see controller.mu).
 	mu      sync.Mutex
 	st      *state.Node

@@ -129,10 +129,11 @@ func (n *node) followModifications(ctx context.Context) {
 		case <-tick.C:
 		}
 		seen := map[string]bool{}
+		records := n.controllerVolumes() // one read of the controller's file per round
 		for _, id := range n.publishedVolumes() {
 			seen[id] = true
-			v := n.catalog(id)
-			if v == nil {
+			v := records[id]
+			if v == nil || v.Creating {
 				continue
 			}
 			key := fmt.Sprint(v.MutableParameters, n.publishesOf(id))
