@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -107,16 +106,15 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 		return fmt.Errorf("create VolumeGroupSnapshot: %w", err)
 	}
 	var members map[string]string
-	var restoredClaims []string
+	var restoring []string // the claims whose member a claim restored-<name> restores
 	defer func() {
 		// A claim still restoring from a member holds the member, and with it the group:
-		// it goes first, with the pod that would use it (which holds the claim).
-		for _, c := range restoredClaims {
-			name := strings.TrimPrefix(c, "restored-")
+		// it goes first, with its reader pod (which holds the claim).
+		for _, name := range restoring {
 			if derr := k.cs.CoreV1().Pods(k.ns).Delete(context.Background(), "reader-"+name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 				err = errors.Join(err, derr)
 			}
-			if derr := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Delete(context.Background(), c, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+			if derr := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Delete(context.Background(), "restored-"+name, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 				err = errors.Join(err, derr)
 			}
 		}
@@ -159,7 +157,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 		}
 		src := &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
 		restored := "restored-" + name
-		restoredClaims = append(restoredClaims, restored)
+		restoring = append(restoring, name)
 		if _, err := k.claim(restored, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
 			return err
 		}

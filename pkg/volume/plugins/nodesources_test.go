@@ -335,15 +335,7 @@ func TestLocalDirectorySharedByPods(t *testing.T) {
 	}()
 	setUp := func(uid types.UID, group int64) volume.Mounter {
 		t.Helper()
-		pod := testPod()
-		pod.UID = uid
-		m, err := p.NewMounter(spec, pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.SetUp(context.Background(), volume.MounterArgs{FsGroup: ptr(group)}); err != nil {
-			t.Fatal(err)
-		}
+		m := setUpWithGroup(t, p, spec, uid, group)
 		mounted = append(mounted, m)
 		return m
 	}
@@ -359,6 +351,21 @@ func TestLocalDirectorySharedByPods(t *testing.T) {
 	if st.Gid != 1000 {
 		t.Errorf("volume group %d after a second pod with fsGroup 2000, want the first pod's 1000", st.Gid)
 	}
+}
+
+// setUpWithGroup sets spec up for a test pod of uid with fsGroup group.
+func setUpWithGroup(t *testing.T, p volume.Plugin, spec *volume.Spec, uid types.UID, group int64) volume.Mounter {
+	t.Helper()
+	pod := testPod()
+	pod.UID = uid
+	m, err := p.NewMounter(spec, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(context.Background(), volume.MounterArgs{FsGroup: ptr(group)}); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // A local PV mounted for one pod and set up for another pod with another fsGroup keeps its
@@ -382,18 +389,6 @@ func TestLocalAlreadyMountedVolumeEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setUp := func(uid types.UID, group int64) {
-		t.Helper()
-		pod := testPod()
-		pod.UID = uid
-		m, err := p.NewMounter(spec, pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := m.SetUp(context.Background(), volume.MounterArgs{FsGroup: ptr(group)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	events := func() []string {
 		var out []string
 		for {
@@ -405,12 +400,12 @@ func TestLocalAlreadyMountedVolumeEvent(t *testing.T) {
 			}
 		}
 	}
-	setUp("uid-1", gid)
-	setUp("uid-2", gid)
+	setUpWithGroup(t, p, spec, "uid-1", gid)
+	setUpWithGroup(t, p, spec, "uid-2", gid)
 	if got := events(); len(got) != 0 {
 		t.Errorf("events for pods with the volume's group: %q", got)
 	}
-	setUp("uid-3", gid+1)
+	setUpWithGroup(t, p, spec, "uid-3", gid+1)
 	want := fmt.Sprintf("Warning AlreadyMountedVolume The requested fsGroup is %d, but the volume pv-shared has GID %d. The volume may not be shareable.", gid+1, gid)
 	if got := events(); len(got) != 1 || got[0] != want {
 		t.Errorf("events for a pod with another fsGroup: %q, want %q", got, want)

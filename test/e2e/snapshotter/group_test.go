@@ -47,14 +47,7 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 		volumes[e.pvOf(e.waitBound(name)).Spec.CSI.VolumeHandle] = name
 	}
 
-	vgs := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "group", Namespace: e.ns},
-		Spec: groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": "g1"}}}}}
-	if _, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Create(e.ctx, vgs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	vgs = e.waitGroup("group", "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
-		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
-	})
+	vgs := e.readyGroup("group", "g1")
 	contentName := snapshotter.GroupContentPrefix + string(vgs.UID)
 	switch {
 	case snapshotter.Str(vgs.Spec.VolumeGroupSnapshotClassName) != class:
@@ -124,13 +117,7 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 	}
 	e.waitEvent(e.ns, members["ga"].Name, "SnapshotDeletePending", "belongs to group snapshot")
 
-	if err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Delete(e.ctx, "group", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitGone("VolumeGroupSnapshot group", func(ctx context.Context) error {
-		_, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Get(ctx, "group", metav1.GetOptions{})
-		return err
-	})
+	e.deleteGroup("group")
 	e.waitGone("VolumeGroupSnapshotContent "+contentName, func(ctx context.Context) error {
 		_, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Get(ctx, contentName, metav1.GetOptions{})
 		return err
@@ -169,6 +156,32 @@ func (e *env) groupClass(policy snapv1.DeletionPolicy) string {
 		_ = e.snap.GroupsnapshotV1().VolumeGroupSnapshotClasses().Delete(context.Background(), out.Name, metav1.DeleteOptions{})
 	})
 	return out.Name
+}
+
+// readyGroup creates the VolumeGroupSnapshot name of the claims labelled group=label, from
+// the default group class, and waits until it is ready.
+func (e *env) readyGroup(name, label string) *groupv1.VolumeGroupSnapshot {
+	e.t.Helper()
+	vgs := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": label}}}}}
+	if _, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Create(e.ctx, vgs, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.waitGroup(name, "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
+		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+	})
+}
+
+// deleteGroup deletes the VolumeGroupSnapshot and waits until it is gone.
+func (e *env) deleteGroup(name string) {
+	e.t.Helper()
+	if err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitGone("VolumeGroupSnapshot "+name, func(ctx context.Context) error {
+		_, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 }
 
 func (e *env) waitGroup(name, what string, cond func(*groupv1.VolumeGroupSnapshot) bool) *groupv1.VolumeGroupSnapshot {

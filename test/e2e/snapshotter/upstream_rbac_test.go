@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -85,14 +84,7 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 		[]byte(`{"metadata":{"labels":{"group":"g"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	vgs := &groupv1.VolumeGroupSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "group", Namespace: e.ns},
-		Spec: groupv1.VolumeGroupSnapshotSpec{Source: groupv1.VolumeGroupSnapshotSource{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"group": "g"}}}}}
-	if _, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Create(e.ctx, vgs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	vgs = e.waitGroup("group", "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
-		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
-	})
+	vgs := e.readyGroup("group", "g")
 	member := e.waitReady(snapshotter.MemberSnapshotName(string(vgs.UID), pv.Spec.CSI.VolumeHandle))
 	e.claim("from-group", "32Mi", member)
 	got, err = os.ReadFile(filepath.Join(e.mountOf(e.podOn("group-reader", "from-group")), "data.txt"))
@@ -101,13 +93,7 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	}
 	fromGroup := e.pvOf(e.waitBound("from-group"))
 	e.deletePod("group-reader")
-	if err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Delete(e.ctx, "group", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitGone("VolumeGroupSnapshot group", func(ctx context.Context) error {
-		_, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Get(ctx, "group", metav1.GetOptions{})
-		return err
-	})
+	e.deleteGroup("group")
 	e.waitSnapshotGone(member.Name)
 
 	e.deletePod("reader")
