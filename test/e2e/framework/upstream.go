@@ -131,7 +131,9 @@ func upstreamRoles(path string) (Rules, error) {
 }
 
 // Forbidden is what a refused request leaves in a log: the apiserver's message or its code.
-var Forbidden = regexp.MustCompile(`(?i)forbidden|[^.\d]403[^\d]`)
+// The code stands alone: "403" inside a generated name (a VolumeAttachment's hex hash, a
+// UID) or a number is not one.
+var Forbidden = regexp.MustCompile(`(?i)forbidden|(^|[^.\w])403($|\W)`)
 
 // NodeAuthorizerLag is the Node authorizer's refusal of a node's request for an object of a
 // pod it does not yet know is bound to that node: its graph lags behind the binding, and the
