@@ -1,6 +1,10 @@
 package kubeletnode
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
 	"strings"
 
 	"github.com/kubevol/kubevol/internal/image"
@@ -8,13 +12,20 @@ import (
 
 // GlibcDNSTestingImage is the e2e suite's glibc-dns-testing image (imageutils.GlibcDnsTesting
 // of the same release), which the storage suite's multiVolume specs run as the pods that
-// share one volume. Upstream's is Debian with dnsutils; the specs need only a shell and the
-// file tools, so this one is the busybox layer with the host's glibc getent and the
-// libraries it links, so that it resolves names through glibc, as its name promises.
+// share one volume. Upstream's is Debian (bookworm-slim) with dnsutils. This one is the
+// busybox layer with, from the host's Debian packages, dash as /bin/sh, GNU coreutils (the
+// block specs write with GNU dd's oflag=nocache, which busybox's dd refuses) and glibc's
+// getent, with the libraries they link, so that it resolves names through glibc, as its
+// name promises. The shell must be dash: busybox's runs its own applets before any program
+// in PATH.
 const GlibcDNSTestingImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
 
 // getentHostBinary is glibc's getent, from Debian's libc-bin (always installed).
 const getentHostBinary = "/usr/bin/getent"
+
+// debianPath is the PATH of Debian's images: /usr/bin's GNU tools come before the busybox
+// applets in /bin.
+const debianPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // GlibcDNSTestingImages builds the glibc-dns-testing image for this platform.
 func GlibcDNSTestingImages() ([]image.Named, error) {
@@ -22,19 +33,55 @@ func GlibcDNSTestingImages() ([]image.Named, error) {
 	if err != nil {
 		return nil, err
 	}
-	return onBusybox(GlibcDNSTestingImage, image.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin:/usr/bin"}}, top)
+	return onBusybox(GlibcDNSTestingImage, image.Config{Cmd: []string{"/bin/sh"}, Env: []string{debianPath}}, top)
 }
 
-// glibcLayer is what the image adds to busybox: getent, its libraries and nsswitch.conf.
+// glibcLayer is what the image adds to busybox: dash, coreutils, getent, their libraries and
+// nsswitch.conf. A program of these replaces the busybox applet of its name in /bin.
 func glibcLayer() (*image.Layer, error) {
-	libs, err := sharedLibraries(getentHostBinary)
+	bins, err := debianPrograms("dash", "coreutils")
 	if err != nil {
 		return nil, err
 	}
-	top := image.NewLayer().HostFile(strings.TrimPrefix(getentHostBinary, "/"), getentHostBinary, 0o755).
-		File("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n"))
-	for _, l := range libs {
-		top.HostFile(strings.TrimPrefix(l, "/"), l, 0o755)
+	bins = append(bins, getentHostBinary)
+	top := image.NewLayer().File("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n")).
+		Symlink("bin/sh", "dash")
+	libs := map[string]bool{}
+	for _, b := range bins {
+		top.HostFile(strings.TrimPrefix(b, "/"), b, 0o755)
+		l, err := sharedLibraries(b)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range l {
+			libs[p] = true
+		}
+	}
+	for p := range libs {
+		top.HostFile(strings.TrimPrefix(p, "/"), p, 0o755)
 	}
 	return top, nil
+}
+
+// debianPrograms are the executables of the host's packages pkgs in /bin and /usr/bin, at
+// the paths the packages install them at (dpkg -L), sorted.
+func debianPrograms(pkgs ...string) ([]string, error) {
+	out, err := exec.Command("dpkg", append([]string{"-L"}, pkgs...)...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("dpkg -L %s (the glibc-dns-testing image carries Debian's programs): %w", strings.Join(pkgs, " "), err)
+	}
+	var bins []string
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, "/bin/") && !strings.HasPrefix(p, "/usr/bin/") {
+			continue
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			bins = append(bins, p)
+		}
+	}
+	if len(bins) == 0 {
+		return nil, fmt.Errorf("dpkg -L %s lists no program", strings.Join(pkgs, " "))
+	}
+	sort.Strings(bins)
+	return bins, nil
 }

@@ -132,7 +132,7 @@ func (s *Stack) e2eArchives(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginx image: %w", err)
 	}
-	glibc, err := cachedArchive(bin+"-glibc-dns-testing.tar", kubeletnode.GlibcDNSTestingImages)
+	glibc, err := cachedArchive(bin+"-glibc-dns-testing-dash-coreutils.tar", kubeletnode.GlibcDNSTestingImages)
 	if err != nil {
 		return nil, fmt.Errorf("glibc-dns-testing image: %w", err)
 	}
