@@ -46,6 +46,9 @@ var Controllers = []string{
 	"persistentvolume-expander-controller",
 	"persistentvolume-protection-controller",
 	"persistentvolumeclaim-protection-controller",
+	// The apiserver puts a finalizer on every VolumeAttributesClass; this controller lifts it
+	// once no claim or volume names the class, so that a deleted class goes.
+	"volumeattributesclass-protection-controller",
 	"ephemeral-volume-controller",
 	"garbage-collector-controller",
 	"namespace-controller",

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -99,5 +100,46 @@ func TestNamespacesGetDefaultServiceAccountAndRootCA(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("namespace %s never got its default ServiceAccount and kube-root-ca.crt: %v", ns, err)
+	}
+}
+
+// A VolumeAttributesClass gets the vac-protection finalizer at creation, and once deleted
+// while no claim or volume names it, it goes: the protection controller runs and lifts the
+// finalizer (without it, a deleted class stays forever, as the storage suite's
+// volume-modify "vac-protection finalizer" spec found).
+func TestDeletedAttributesClassGoes(t *testing.T) {
+	t.Parallel()
+	ctx := framework.Context(t, 2*time.Minute)
+	cs := framework.Client(t)
+	vac, err := cs.StorageV1().VolumeAttributesClasses().Create(ctx, &storagev1.VolumeAttributesClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + rand.String(6)},
+		DriverName: "kubevol.io/test",
+		Parameters: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.StorageV1().VolumeAttributesClasses().Delete(context.Background(), vac.Name, metav1.DeleteOptions{})
+	})
+	if !slices.Contains(vac.Finalizers, "kubernetes.io/vac-protection") {
+		t.Errorf("class finalizers %v lack kubernetes.io/vac-protection", vac.Finalizers)
+	}
+	if err := cs.StorageV1().VolumeAttributesClasses().Delete(ctx, vac.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var finalizers []string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := cs.StorageV1().VolumeAttributesClasses().Get(ctx, vac.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err == nil {
+			finalizers = c.Finalizers
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatalf("deleted VolumeAttributesClass %s still there after a minute (finalizers %v): %v", vac.Name, finalizers, err)
 	}
 }
