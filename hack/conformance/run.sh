@@ -171,7 +171,8 @@ for row in $rows; do
     upstream) start_up "$row" --sidecars attacher,resizer ;;
     *) echo "unknown row $row: want kubevol or upstream" >&2; exit 2 ;;
   esac
-  kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" >/dev/null
+  kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" \
+    -f "$root/hack/conformance/kubevol-vac.yaml" -f "$root/hack/conformance/vac-reader.yaml" >/dev/null
   [ "$row" = upstream ] && start_upstream "$work/$row"
   for def in ${DEFINITIONS:-dir block}; do
     echo "row $row: the $def definition" >&2
