@@ -46,32 +46,24 @@ func glibcLayer() (*image.Layer, error) {
 	bins = append(bins, getentHostBinary)
 	top := image.NewLayer().File("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n")).
 		Symlink("bin/sh", "dash")
-	libs := map[string]bool{}
 	for _, b := range bins {
 		top.HostFile(strings.TrimPrefix(b, "/"), b, 0o755)
-		l, err := sharedLibraries(b)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range l {
-			libs[p] = true
-		}
 	}
-	for p := range libs {
-		top.HostFile(strings.TrimPrefix(p, "/"), p, 0o755)
+	if err := addSharedLibraries(top, bins...); err != nil {
+		return nil, err
 	}
 	return top, nil
 }
 
 // debianPrograms are the executables of the host's packages pkgs in /bin and /usr/bin, at
-// the paths the packages install them at (dpkg -L), sorted.
+// the paths the packages install them at (dpkg -L, one path a line), sorted.
 func debianPrograms(pkgs ...string) ([]string, error) {
 	out, err := exec.Command("dpkg", append([]string{"-L"}, pkgs...)...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("dpkg -L %s (the glibc-dns-testing image carries Debian's programs): %w", strings.Join(pkgs, " "), err)
 	}
 	var bins []string
-	for _, p := range strings.Fields(string(out)) {
+	for _, p := range strings.Split(string(out), "\n") {
 		if !strings.HasPrefix(p, "/bin/") && !strings.HasPrefix(p, "/usr/bin/") {
 			continue
 		}

@@ -73,16 +73,12 @@ func NginxBinary(ctx context.Context, dir string) (string, error) {
 // libraries it links (and their own), on the busybox layer, so that the shell the specs run
 // in it is there too.
 func NginxImages(nginx string) ([]image.Named, error) {
-	libs, err := sharedLibraries(nginx)
-	if err != nil {
-		return nil, err
-	}
 	top := image.NewLayer().HostFile(strings.TrimPrefix(nginxHostBinary, "/"), nginx, 0o755).
 		File("etc/nginx/nginx.conf", 0o644, []byte(nginxConf)).
 		File("usr/share/nginx/html/index.html", 0o644, []byte("<html><body>nginx</body></html>\n")).
 		Dir("run", 0o755).Dir("var/log/nginx", 0o755).Dir("var/lib/nginx", 0o755)
-	for _, l := range libs {
-		top.HostFile(strings.TrimPrefix(l, "/"), l, 0o755)
+	if err := addSharedLibraries(top, nginx); err != nil {
+		return nil, err
 	}
 	return onBusybox(NginxImage, image.Config{Cmd: []string{"nginx"}, Env: []string{"PATH=/bin:/usr/sbin"}}, top)
 }
@@ -90,9 +86,22 @@ func NginxImages(nginx string) ([]image.Named, error) {
 // libDirs are where the dynamic loader of a Debian host finds libraries.
 var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib", "/lib64"}
 
-// sharedLibraries is the program interpreter and the closure of the DT_NEEDED libraries of
-// the ELF executable bin, as host paths.
-func sharedLibraries(bin string) ([]string, error) {
+// addSharedLibraries adds to l, at their host paths, what the host's ELF executables bins
+// load: sharedLibraries.
+func addSharedLibraries(l *image.Layer, bins ...string) error {
+	libs, err := sharedLibraries(bins...)
+	if err != nil {
+		return err
+	}
+	for _, p := range libs {
+		l.HostFile(strings.TrimPrefix(p, "/"), p, 0o755)
+	}
+	return nil
+}
+
+// sharedLibraries is the program interpreters and the closure of the DT_NEEDED libraries of
+// the ELF executables bins, as host paths, each once.
+func sharedLibraries(bins ...string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	var walk func(path string, top bool) error
@@ -109,9 +118,10 @@ func sharedLibraries(bin string) ([]string, error) {
 					if _, err := p.ReadAt(b, 0); err != nil {
 						return fmt.Errorf("%s: interpreter: %w", path, err)
 					}
-					interp := strings.TrimRight(string(b), "\x00")
-					seen[interp] = true
-					out = append(out, interp)
+					if interp := strings.TrimRight(string(b), "\x00"); !seen[interp] {
+						seen[interp] = true
+						out = append(out, interp)
+					}
 				}
 			}
 		}
@@ -141,5 +151,10 @@ func sharedLibraries(bin string) ([]string, error) {
 		}
 		return nil
 	}
-	return out, walk(bin, true)
+	for _, b := range bins {
+		if err := walk(b, true); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

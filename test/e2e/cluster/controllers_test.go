@@ -111,17 +111,11 @@ func TestDeletedAttributesClassGoes(t *testing.T) {
 	t.Parallel()
 	ctx := framework.Context(t, 2*time.Minute)
 	cs := framework.Client(t)
-	vac, err := cs.StorageV1().VolumeAttributesClasses().Create(ctx, &storagev1.VolumeAttributesClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + rand.String(6)},
-		DriverName: "kubevol.io/test",
-		Parameters: map[string]string{"k": "v"},
-	}, metav1.CreateOptions{})
+	name := framework.AttributesClass(ctx, t, cs, "e2e-"+rand.String(6), "kubevol.io/test", map[string]string{"k": "v"})
+	vac, err := cs.StorageV1().VolumeAttributesClasses().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cs.StorageV1().VolumeAttributesClasses().Delete(context.Background(), vac.Name, metav1.DeleteOptions{})
-	})
 	if !slices.Contains(vac.Finalizers, "kubernetes.io/vac-protection") {
 		t.Errorf("class finalizers %v lack kubernetes.io/vac-protection", vac.Finalizers)
 	}
