@@ -18,10 +18,17 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${KUBEVOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevol}
 out=${OUT:-$root/docs/conformance}
-work=$(mktemp -d /tmp/kubevol-conformance.XXXXXX)
 rows=${ROWS:-kubevol upstream}
 focus_dir=${FOCUS_DIR:-${FOCUS:-External.Storage}}
 focus_block=${FOCUS_BLOCK:-${FOCUS:-External.Storage}}
+# A mistyped row or definition stops the run before it builds or starts anything.
+for row in $rows; do
+  case $row in kubevol|upstream) ;; *) echo "unknown row $row: want kubevol or upstream" >&2; exit 2 ;; esac
+done
+for def in ${DEFINITIONS:-dir block}; do
+  case $def in dir|block) ;; *) echo "unknown definition $def: want dir or block" >&2; exit 2 ;; esac
+done
+work=$(mktemp -d /tmp/kubevol-conformance.XXXXXX)
 mkdir -p "$cache/e2e" "$out"
 
 echo "building e2e.test and ginkgo (k8s.io/kubernetes v1.37.2, hack/e2e)" >&2
@@ -169,7 +176,6 @@ for row in $rows; do
   case $row in
     kubevol) start_up "$row" ;;
     upstream) start_up "$row" --sidecars attacher,resizer ;;
-    *) echo "unknown row $row: want kubevol or upstream" >&2; exit 2 ;;
   esac
   kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" \
     -f "$root/hack/conformance/kubevol-vac.yaml" -f "$root/hack/conformance/vac-reader.yaml" >/dev/null
@@ -180,7 +186,6 @@ for row in $rows; do
     case $def in
       dir) suite "$row" dir kubevol-driver.yaml "$focus_dir" ;;
       block) suite "$row" block kubevol-block-driver.yaml "$focus_block" ;;
-      *) echo "unknown definition $def: want dir or block" >&2; exit 2 ;;
     esac
     secs=$(( $(date +%s) - start ))
     echo "row $row: the $def definition took $secs s" >&2
