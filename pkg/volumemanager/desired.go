@@ -60,7 +60,18 @@ type DesiredState struct {
 type desiredPod struct {
 	pod     *v1.Pod
 	volumes map[v1.UniqueVolumeName]*DesiredVolume
-	errors  []string
+	// errors say why volumes the pod wants could not be resolved: while there are any,
+	// what the pod wants is not fully known.
+	errors []string
+	// held are the failures of volumes kept from an earlier resolution: a read that failed
+	// once the volume was resolved does not take it from the pod.
+	held []string
+}
+
+// volumeFailure is a pod volume that could not be resolved, and why.
+type volumeFailure struct {
+	outer   string // the pod.spec.volumes[].name
+	message string
 }
 
 // newDesiredState returns an empty desired state.
@@ -73,9 +84,12 @@ func newDesiredState() *DesiredState {
 }
 
 // setPod replaces the volumes pod wants, keeping the request times of volumes it already
-// wanted, and records errors (volumes that could not be resolved). It is a refresh: the pod
-// object is updated every time.
-func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, errs []string) {
+// wanted, and records the volumes that could not be resolved. It is a refresh: the pod
+// object is updated every time. A volume the pod wanted before and that now failed to
+// resolve is kept as it was (held state wins over a failed read: the kubelet's populator
+// never removes a running pod's volume because a read failed); its failure is held, not
+// an error of the pod.
+func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, failures []volumeFailure) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.pods[pod.UID]
@@ -92,10 +106,19 @@ func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, errs []strin
 		}
 		dp.volumes[v.Name] = &v
 	}
-	if len(errs) > maxPodErrors {
-		errs = errs[:maxPodErrors]
+	for _, f := range failures {
+		if prev := old.volumeNamed(f.outer); prev != nil {
+			if _, ok := dp.volumes[prev.Name]; !ok {
+				dp.volumes[prev.Name] = prev
+			}
+			dp.held = append(dp.held, f.message)
+			continue
+		}
+		dp.errors = append(dp.errors, f.message)
 	}
-	dp.errors = errs
+	if len(dp.errors) > maxPodErrors {
+		dp.errors = dp.errors[:maxPodErrors]
+	}
 	if old != nil {
 		for name := range old.volumes {
 			if _, ok := dp.volumes[name]; !ok {
@@ -112,7 +135,19 @@ func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, errs []strin
 	d.pods[pod.UID] = dp
 }
 
-// deletePod removes every volume of the pod.
+// volumeNamed returns the volume that the pod volume outer resolved to, or nil.
+func (dp *desiredPod) volumeNamed(outer string) *DesiredVolume {
+	if dp == nil {
+		return nil
+	}
+	for _, v := range dp.volumes {
+		if slices.Contains(v.OuterNames, outer) {
+			return v
+		}
+	}
+	return nil
+}
+
 // deletePod forgets the pod and returns the volumes it wanted.
 func (d *DesiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
 	d.mu.Lock()
@@ -166,12 +201,23 @@ func (d *DesiredState) PodVolumes(uid types.UID) []DesiredVolume {
 	return dp.sortedVolumes()
 }
 
-// PodErrors returns the errors recorded for the pod at its last setPod.
+// PodErrors returns why volumes of the pod could not be resolved at its last setPod.
 func (d *DesiredState) PodErrors(uid types.UID) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if dp := d.pods[uid]; dp != nil {
-		return append([]string(nil), dp.errors...)
+		return slices.Clone(dp.errors)
+	}
+	return nil
+}
+
+// heldErrors returns why volumes the pod keeps from an earlier resolution could not be
+// read again at its last setPod.
+func (d *DesiredState) heldErrors(uid types.UID) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if dp := d.pods[uid]; dp != nil {
+		return slices.Clone(dp.held)
 	}
 	return nil
 }

@@ -67,6 +67,8 @@ type harness struct {
 	registerer prometheus.Registerer
 	// seLinux, if set, is the manager's SELinuxEnabled.
 	seLinux *bool
+	// claimSync, if set, is the manager's ClaimSyncPeriod.
+	claimSync time.Duration
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -135,7 +137,7 @@ func (h *harness) start() {
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
 		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder, Registerer: h.registerer,
-		SELinuxEnabled: h.seLinux,
+		SELinuxEnabled: h.seLinux, ClaimSyncPeriod: h.claimSync,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -26,6 +26,8 @@ type podRecord struct {
 	// says whether it was told anything.
 	status   podStatus
 	reported bool
+	// heldMessage is the last failure reported of volumes the pod keeps (reportHeld).
+	heldMessage string
 	// opErrors is the last final error of each volume's operations, until one succeeds.
 	opErrors map[v1.UniqueVolumeName]string
 	// tornDown is what the observer was last told about the pod's teardown.

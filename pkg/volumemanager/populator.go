@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,8 +44,8 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 		return
 	}
 	m.trackObjects(uid, pod)
-	volumes, errs := m.desiredVolumes(ctx, pod)
-	m.dsw.setPod(pod, volumes, errs)
+	volumes, failures := m.desiredVolumes(ctx, pod)
+	m.dsw.setPod(pod, volumes, failures)
 }
 
 // forgetPod drops the pod from the desired state. The devices of the volumes it wanted are
@@ -55,6 +56,9 @@ func (m *Manager) forgetPod(uid types.UID) {
 		m.deviceQueue.Add(name)
 	}
 }
+
+// pvcProtectionFinalizer is kube-controller-manager's finalizer on a claim that pods use.
+const pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 
 func isTerminal(pod *v1.Pod) bool {
 	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
@@ -89,11 +93,16 @@ func forEachContainer(pod *v1.Pod, f func(*v1.Container)) {
 	}
 }
 
-func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []string) {
+// desiredVolumes resolves the volumes the pod's containers use, and says why the others
+// could not be.
+func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVolume, []volumeFailure) {
 	mounts, devices := usedVolumes(pod)
 	seLinuxOpts := containerSELinuxOptions(pod)
 	var out []DesiredVolume
-	var errs []string
+	var failures []volumeFailure
+	fail := func(outer string, format string, args ...any) {
+		failures = append(failures, volumeFailure{outer: outer, message: fmt.Sprintf(format, args...)})
+	}
 	index := map[v1.UniqueVolumeName]int{}
 	for i := range pod.Spec.Volumes {
 		pv := &pod.Spec.Volumes[i]
@@ -101,17 +110,17 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			continue
 		}
 		if mounts[pv.Name] && devices[pv.Name] {
-			errs = append(errs, fmt.Sprintf("volume %q is used both in volumeMounts and in volumeDevices", pv.Name))
+			fail(pv.Name, "volume %q is used both in volumeMounts and in volumeDevices", pv.Name)
 			continue
 		}
 		spec, claim, err := m.specFor(ctx, pod, pv, devices[pv.Name])
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue
 		}
 		name, plugin, deviceMountable, err := UniqueVolumeName(m.plugins, spec, pod.UID)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue
 		}
 		if j, ok := index[name]; ok {
@@ -123,7 +132,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			err = m.seLinuxConflict(name, plugin.Name(), spec, pod.UID, sel)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue
 		}
 		if sel.mount != "" && len(m.dsw.VolumeUsers(name)) == 0 {
@@ -131,7 +140,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 		}
 		attachable, err := m.plugins.FindAttachable(spec)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("volume %q: %v", pv.Name, err))
+			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue
 		}
 		index[name] = len(out)
@@ -141,7 +150,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			Claim: claim, SELinuxLabel: sel.mount, seLinuxOriginal: sel.original,
 		})
 	}
-	return out, errs
+	return out, failures
 }
 
 // specFor resolves a pod volume: a claim (or generic ephemeral volume) through PVC → PV,
@@ -165,7 +174,9 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		switch {
 		case pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod):
 			return fmt.Errorf("PVC %s/%s was not created for pod %s (pod is not owner)", pod.Namespace, claim, pod.Name)
-		case pvc.DeletionTimestamp != nil:
+		case pvc.DeletionTimestamp != nil && !slices.Contains(pvc.Finalizers, pvcProtectionFinalizer):
+			// Upstream refuses a claim being deleted only once nothing protects it: a
+			// claim in use keeps kubernetes.io/pvc-protection until its pods are gone.
 			return fmt.Errorf("PVC %s/%s is being deleted", pod.Namespace, claim)
 		case pvc.Status.Phase != v1.ClaimBound:
 			return fmt.Errorf("PVC %s/%s is not bound", pod.Namespace, claim)

@@ -112,6 +112,7 @@ func (m *Manager) reconcileDevice(ctx context.Context, name v1.UniqueVolumeName)
 func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration {
 	logger := klog.FromContext(ctx)
 	if pod := m.dsw.Pod(uid); pod != nil {
+		m.reportHeld(ctx, pod)
 		st := m.podStatus(uid)
 		var prev podStatus
 		var seen bool
@@ -182,6 +183,24 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 	}
 	return 0
 }
+
+// reportHeld tells, once per distinct message, that volumes the pod keeps could not be read
+// again: they stay as they were, and the pod stays as ready as it was.
+func (m *Manager) reportHeld(ctx context.Context, pod *v1.Pod) {
+	msg := strings.Join(m.dsw.heldErrors(pod.UID), "; ")
+	changed := false
+	m.records.with(pod.UID, func(r *podRecord) {
+		changed, r.heldMessage = r.heldMessage != msg, msg
+	})
+	if !changed || msg == "" {
+		return
+	}
+	klog.FromContext(ctx).Info("Volumes kept as they were: reading them again failed", "pod", klog.KObj(pod), "reason", msg)
+	m.recorder.Event(pod, v1.EventTypeWarning, volumeRefreshFailed, "Volumes kept as they were: "+msg)
+}
+
+// volumeRefreshFailed is the reason of the event that reportHeld posts.
+const volumeRefreshFailed = "VolumeRefreshFailed"
 
 func (m *Manager) podStatus(uid types.UID) podStatus {
 	errs := m.dsw.PodErrors(uid)

@@ -50,12 +50,21 @@ func (p *sharedPlugin) events() []string {
 
 func (p *sharedPlugin) Init(h volume.Host) error { p.host = h; return nil }
 func (p *sharedPlugin) Name() string             { return "test/shared" }
-func (p *sharedPlugin) CanSupport(s *volume.Spec) bool {
-	return s.Volume != nil && s.Volume.NFS != nil
-}
+func (p *sharedPlugin) CanSupport(s *volume.Spec) bool { return nfsSource(s) != nil }
 func (p *sharedPlugin) RequiresRemount(*volume.Spec) bool { return false }
 func (p *sharedPlugin) VolumeName(s *volume.Spec) (string, error) {
-	return s.Volume.NFS.Path, nil
+	return nfsSource(s).Path, nil
+}
+
+// nfsSource is the NFS source of an inline volume or a PV, which sharedPlugin serves.
+func nfsSource(s *volume.Spec) *v1.NFSVolumeSource {
+	switch {
+	case s.Volume != nil:
+		return s.Volume.NFS
+	case s.PersistentVolume != nil:
+		return s.PersistentVolume.Spec.NFS
+	}
+	return nil
 }
 func (p *sharedPlugin) CanDeviceMount(*volume.Spec) (bool, error) { return true, nil }
 func (p *sharedPlugin) NewDeviceMounter() (volume.DeviceMounter, error) {
@@ -85,7 +94,7 @@ func (p *sharedPlugin) ConstructVolumeSpec(name, dir string) (*volume.Spec, erro
 type sharedDevice struct{ p *sharedPlugin }
 
 func (d sharedDevice) DeviceMountPath(s *volume.Spec) (string, error) {
-	return d.p.host.Paths().PluginDir("test/shared") + s.Volume.NFS.Path, nil
+	return d.p.host.Paths().PluginDir("test/shared") + nfsSource(s).Path, nil
 }
 func (d sharedDevice) MountDevice(context.Context, *volume.Spec, string, string, volume.MounterArgs) error {
 	d.p.record("stage")

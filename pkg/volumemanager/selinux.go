@@ -251,7 +251,9 @@ func (m *Manager) checkSELinuxMount(dv DesiredVolume) error {
 func (m *Manager) keepsMount(uid types.UID, name v1.UniqueVolumeName) bool {
 	dv, ok := m.dsw.podVolume(uid, name)
 	if !ok {
-		return false
+		// A pod whose volumes are not all resolved may want this one: after a restart,
+		// a claim that cannot be read yet is no reason to unmount what the pod runs on.
+		return len(m.dsw.PodErrors(uid)) > 0
 	}
 	c, ok := m.asw.seLinuxContext(name)
 	return !ok || c == dv.SELinuxLabel

@@ -25,7 +25,7 @@ func TestDesiredState(t *testing.T) {
 		t.Errorf("attachable %v", got)
 	}
 	time.Sleep(time.Millisecond)
-	d.setPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}}, []string{"boom"})
+	d.setPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}}, []volumeFailure{{outer: "c", message: "boom"}})
 	if vols := d.PodVolumes("p1"); len(vols) != 1 || !vols[0].RequestTime.Equal(first) {
 		t.Errorf("refresh lost the request time or kept b: %+v", vols)
 	}
@@ -45,6 +45,33 @@ func TestDesiredState(t *testing.T) {
 	d.deletePod("p1")
 	if d.HasPod("p1") || !d.VolumeWanted("a") {
 		t.Error("delete")
+	}
+}
+
+// A volume the pod wanted stays wanted, as it was, when reading it again fails; a volume
+// that never resolved is an error of the pod.
+func TestDesiredStateHoldsResolvedVolumes(t *testing.T) {
+	d := newDesiredState()
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}}
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "old"}}
+	d.setPod(pod, []DesiredVolume{{Name: "pv", PluginName: "x", OuterNames: []string{"data"}, Claim: claim}}, nil)
+	first := d.PodVolumes("p1")[0].RequestTime
+
+	d.setPod(pod, nil, []volumeFailure{{outer: "data", message: "get PVC: refused"}, {outer: "new", message: "not bound"}})
+	vols := d.PodVolumes("p1")
+	if len(vols) != 1 || vols[0].Name != "pv" || vols[0].Claim != claim || !vols[0].RequestTime.Equal(first) {
+		t.Fatalf("held volume not kept as it was: %+v", vols)
+	}
+	if !d.PodWantsVolume("p1", "pv") {
+		t.Error("held volume not wanted")
+	}
+	if errs, held := d.PodErrors("p1"), d.heldErrors("p1"); len(errs) != 1 || errs[0] != "not bound" || len(held) != 1 || held[0] != "get PVC: refused" {
+		t.Errorf("errors %q, held %q", errs, held)
+	}
+
+	d.setPod(pod, nil, nil) // resolved, and the pod no longer wants it
+	if d.VolumeWanted("pv") || len(d.heldErrors("p1")) != 0 {
+		t.Error("a volume the pod no longer wants is still held")
 	}
 }
 

@@ -45,11 +45,14 @@ func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ 
 	// GETs with backoff, not a watch: a node may GET its VolumeAttachments but not list or
 	// watch them, and the kubelet keeps no VolumeAttachment informer either. A NotFound (the
 	// attach/detach controller has not created it yet) or a Forbidden (the API server's node
-	// graph has not seen it yet) is waited out.
+	// graph has not seen it yet) is waited out, and so is one being deleted: it belongs to
+	// a detach (a pod that left), and the attach/detach controller creates it again for
+	// this pod once it is gone (upstream fails the wait, and the mount backs off).
 	delay := attachPollStart
 	for {
 		va, err := d.p.host.GetVolumeAttachment(ctx, name)
 		switch {
+		case err == nil && va.DeletionTimestamp != nil:
 		case err == nil && va.Status.Attached:
 			return name, nil
 		case err == nil && va.Status.AttachError != nil:
@@ -63,6 +66,9 @@ func (d *deviceMounter) WaitForAttach(ctx context.Context, spec *volume.Spec, _ 
 		}
 		select {
 		case <-ctx.Done():
+			if err == nil && va.DeletionTimestamp != nil {
+				return "", volume.NewTransientError(fmt.Errorf("timed out waiting for VolumeAttachment %s of volume %s to be deleted and created again", name, src.handle))
+			}
 			return "", volume.NewTransientError(fmt.Errorf("timed out waiting for external-attacher of %s CSI driver to attach volume %s (VolumeAttachment %s)", src.driver, src.handle, name))
 		case <-time.After(delay):
 		}
@@ -93,7 +99,10 @@ func (p *Plugin) publishContext(ctx context.Context, spec *volume.Spec, src sour
 	if err != nil {
 		return nil, volume.NewTransientError(fmt.Errorf("get VolumeAttachment %s: %w", name, err))
 	}
-	if !va.Status.Attached {
+	switch {
+	case va.DeletionTimestamp != nil:
+		return nil, volume.NewTransientError(fmt.Errorf("VolumeAttachment %s is being deleted", name))
+	case !va.Status.Attached:
 		return nil, volume.NewTransientError(fmt.Errorf("VolumeAttachment %s is not attached", name))
 	}
 	return va.Status.AttachmentMetadata, nil

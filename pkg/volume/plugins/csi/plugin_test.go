@@ -212,6 +212,41 @@ func TestWaitForAttach(t *testing.T) {
 	}
 }
 
+// A VolumeAttachment being deleted is a detach for a pod that left, even while it still says
+// attached: the node waits for the one the attach/detach controller creates again.
+func TestWaitForAttachOutlastsDetach(t *testing.T) {
+	name := AttachmentName("vol-1", "d.example.com", "n1")
+	now := metav1.Now()
+	f := newFixture(t, &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &now, Finalizers: []string{"external-attacher/d-example-com"}},
+		Status: storagev1.VolumeAttachmentStatus{Attached: true}})
+	a, _ := f.plugin.NewAttacher()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.WaitForAttach(context.Background(), pvSpec(), "", testPod())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitForAttach returned %v for a VolumeAttachment being deleted", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := f.plugin.publishContext(context.Background(), pvSpec(), mustSource(t, pvSpec())); err == nil {
+		t.Error("publishContext of a VolumeAttachment being deleted succeeded")
+	}
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: storagev1.VolumeAttachmentStatus{Attached: true}}
+	if _, err := f.client.StorageV1().VolumeAttachments().Update(context.Background(), va, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WaitForAttach did not see the new attach")
+	}
+}
+
 // Stage, publish with pod info and secrets, unpublish and unstage, in the kubelet's paths
 // and vol_data.json format.
 func TestStagePublishTearDown(t *testing.T) {
@@ -356,3 +391,12 @@ func TestServiceAccountTokens(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func mustSource(t *testing.T, spec *volume.Spec) source {
+	t.Helper()
+	src, err := sourceOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
