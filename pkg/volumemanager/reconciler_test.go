@@ -48,9 +48,9 @@ func (p *sharedPlugin) events() []string {
 	return append([]string(nil), p.log...)
 }
 
-func (p *sharedPlugin) Init(h volume.Host) error { p.host = h; return nil }
-func (p *sharedPlugin) Name() string             { return "test/shared" }
-func (p *sharedPlugin) CanSupport(s *volume.Spec) bool { return nfsSource(s) != nil }
+func (p *sharedPlugin) Init(h volume.Host) error          { p.host = h; return nil }
+func (p *sharedPlugin) Name() string                      { return "test/shared" }
+func (p *sharedPlugin) CanSupport(s *volume.Spec) bool    { return nfsSource(s) != nil }
 func (p *sharedPlugin) RequiresRemount(*volume.Spec) bool { return false }
 func (p *sharedPlugin) VolumeName(s *volume.Spec) (string, error) {
 	return nfsSource(s).Path, nil
