@@ -85,7 +85,7 @@ cluster-binary:
 test: export CGO_ENABLED := 0
 test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 test: deps lint cluster-binary
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh
 	GO=$(GO) ./hack/test-embed.sh
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime

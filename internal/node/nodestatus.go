@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -81,10 +82,12 @@ func memTotal() int64 {
 }
 
 // registerNode creates the Node, or adopts an existing one, with our labels, the
-// controller-managed attach/detach annotation, and a Ready status.
+// controller-managed attach/detach annotation, and a Ready status. It tries until the API
+// server answers, however long it is away, as the kubelet does (its registration retries
+// forever, at most 7 s apart): an agent started during an outage waits for it to end.
 func (a *Agent) registerNode(ctx context.Context) error {
 	nodes := a.cfg.Client.CoreV1().Nodes()
-	return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second},
+	return wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 7 * time.Second},
 		func(ctx context.Context) (bool, error) {
 			node, err := nodes.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 			switch {
