@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -147,6 +148,12 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 				b.delay = InitialBackoff
 			case b.delay < MaxBackoff:
 				b.delay = min(2*b.delay, MaxBackoff)
+			}
+			if apierrors.IsForbidden(err) {
+				// A node is refused a pod's object (a CSI secret, a service account
+				// token) until the API server's node graph has the pod: a lag of
+				// seconds, which upstream's doubling would turn into minutes.
+				b.delay = min(b.delay, claimBackoff.max)
 			}
 			b.until = e.now().Add(b.delay)
 		} else if err == nil {

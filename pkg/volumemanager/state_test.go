@@ -3,11 +3,13 @@ package volumemanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -151,6 +153,18 @@ func TestExecutorSerializesAndBacksOff(t *testing.T) {
 		t.Errorf("unmount held back by a failing mount: %v", err)
 	}
 	<-done
+	// A refusal (the node graph lagging behind a new pod) is retried within seconds.
+	refused := fmt.Errorf("request token: %w", apierrors.NewForbidden(v1.Resource("serviceaccounts/token"), "default", errors.New("no relationship found")))
+	for i := 0; i < 12; i++ {
+		now = now.Add(MaxBackoff)
+		if err := run(OpKey{"v", "p3"}, opMount, refused); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
+	if err := run(OpKey{"v", "p3"}, opMount, nil); !errors.As(err, &be) || be.Until.Sub(now) != claimBackoff.max {
+		t.Errorf("backoff after refusals: %v, want %v", err, claimBackoff.max)
+	}
 }
 
 func TestExecutorTimeoutIsUncertain(t *testing.T) {
