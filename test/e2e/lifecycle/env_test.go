@@ -50,6 +50,8 @@ type env struct {
 	procs []*framework.Process
 	// proxy is between the agent and the driver's node service (envOptions.nodeProxy).
 	proxy *nodeProxy
+	// api is between the agent and the API server (envOptions.apiProxy).
+	api *framework.APIProxy
 }
 
 type envOptions struct {
@@ -71,6 +73,9 @@ type envOptions struct {
 	csiDriver func(*storagev1.CSIDriverSpec)
 	// nodeProxy registers the driver with the agent through a nodeProxy.
 	nodeProxy bool
+	// apiProxy puts a framework.APIProxy between the agent and the API server, which
+	// forwards as the node (system:node:<name>) and can refuse requests.
+	apiProxy bool
 	// agentArgs are more flags of the node agent; driverArgs of the driver.
 	agentArgs  []string
 	driverArgs []string
@@ -155,8 +160,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	e.metrics = "http://" + addr + "/metrics"
 	// The agent runs as its node, with nothing but what the Node authorizer grants.
-	agentArgs := append([]string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "--register-with-taints="},
-		framework.NodeCredentialArgs(t)...)
+	agentArgs := []string{"node", "--node-name", e.node, "--root-dir", e.root, "--metrics-address", addr, "--register-with-taints="}
+	if o.apiProxy {
+		e.api = framework.StartAPIProxy(t, "system:node:"+e.node, "system:nodes", "system:authenticated")
+		agentArgs = append(agentArgs, "--kubeconfig", e.api.Kubeconfig(t))
+	} else {
+		agentArgs = append(agentArgs, framework.NodeCredentialArgs(t)...)
+	}
 	if o.verbosity == "" {
 		agentArgs = append(agentArgs, "-v", "4")
 	}
