@@ -198,6 +198,13 @@ func TestWaitForAttach(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // let the watch start; the result does not depend on it
+	attachAndWait(t, f, name, done)
+}
+
+// attachAndWait marks the VolumeAttachment name attached, as a fresh object, and waits for
+// the WaitForAttach that reports to done.
+func attachAndWait(t *testing.T, f *fixture, name string, done <-chan error) {
+	t.Helper()
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: storagev1.VolumeAttachmentStatus{Attached: true}}
 	if _, err := f.client.StorageV1().VolumeAttachments().Update(context.Background(), va, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -233,18 +240,7 @@ func TestWaitForAttachOutlastsDetach(t *testing.T) {
 	if _, err := f.plugin.publishContext(context.Background(), pvSpec(), mustSource(t, pvSpec())); err == nil {
 		t.Error("publishContext of a VolumeAttachment being deleted succeeded")
 	}
-	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: storagev1.VolumeAttachmentStatus{Attached: true}}
-	if _, err := f.client.StorageV1().VolumeAttachments().Update(context.Background(), va, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("WaitForAttach did not see the new attach")
-	}
+	attachAndWait(t, f, name, done)
 }
 
 // Stage, publish with pod info and secrets, unpublish and unstage, in the kubelet's paths
