@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build binaries debs images push up test deps lint cluster-binary conformance
+.PHONY: all build binaries debs images push up test deps lint vet staticcheck cluster-binary conformance
 
 all: build
 
@@ -61,12 +61,16 @@ deps:
 # example's (examples/embed) and the CRD generator's (hack/crdgen, its own module to keep
 # controller-tools out of the main one). staticcheck skips the control plane: that 40-line
 # main would make it analyse all of Kubernetes (10+ minutes); go vet covers it.
-lint:
+lint: vet staticcheck
+
+vet:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd cmd/kubevol-cluster && $(GO) vet ./...
 	cd examples/embed && $(GO) vet ./...
 	cd hack/crdgen && $(GO) vet ./...
+
+staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 	cd examples/embed && $(GO) run $(STATICCHECK) ./...
 
@@ -84,9 +88,12 @@ cluster-binary:
 # 1451 of the tests.
 test: export CGO_ENABLED := 0
 test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
-test: deps lint cluster-binary
-	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh
-	GO=$(GO) ./hack/test-embed.sh
+#
+# The tests wait on clusters far more than they compute, so staticcheck and the embedding
+# test run beside `go test ./...` (hack/test.sh), and up to four packages test at once: the
+# slowest packages (verify, lifecycle, up) then overlap instead of running last, alone.
+test: deps vet cluster-binary
+	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh"
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
 # containerd`, with kubevol's sidecars and with upstream's provisioner and snapshotter, side by

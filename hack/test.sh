@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# Runs every Go test package (make test's `go test ./...`), then prints each package's time,
-# slowest first, so that a slow package shows the day it lands. The exit code is go test's.
+# Runs every Go test package (`go test ./...`, up to four packages at once) and, beside it,
+# each command given as an argument (make test gives staticcheck and the embedding test):
+# the end-to-end packages mostly wait on their clusters, so the side jobs use the idle CPU
+# instead of adding their time to the run. A side job's output is printed, whole, once it
+# ends. Then each package's time, slowest first, so that a slow package shows the day it
+# lands. Fails if go test or any side job failed.
 set -uo pipefail
 GO=${GO:-go}
-log=$(mktemp /tmp/kubevol-test-XXXXXX.log)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d /tmp/kubevol-test-XXXXXX)
+trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
-"$GO" test -count=1 -timeout "${TEST_TIMEOUT:-80m}" ./... 2>&1 | tee "$log"
+
+pids=()
+for i in $(seq 1 $#); do
+  cmd=${!i}
+  ( s=$(date +%s); bash -c "$cmd"; rc=$?; echo "$rc $(( $(date +%s) - s ))" > "$work/side-$i.rc" ) > "$work/side-$i.log" 2>&1 &
+  pids+=($!)
+done
+
+"$GO" test -p "${TEST_PACKAGES:-4}" -count=1 -timeout "${TEST_TIMEOUT:-80m}" ./... 2>&1 | tee "$work/go-test.log"
 rc=${PIPESTATUS[0]}
+tested=$(( $(date +%s) - start ))
+
+for i in $(seq 1 $#); do
+  wait "${pids[$((i - 1))]}"
+  read -r side_rc side_secs < "$work/side-$i.rc" || { side_rc=1; side_secs=?; }
+  echo
+  echo "=== ${!i} (exit $side_rc, $side_secs s)"
+  cat "$work/side-$i.log"
+  [ "$side_rc" = 0 ] || rc=1
+done
+
 echo
-echo "package times (go test ./... took $(( $(date +%s) - start )) s):"
-awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ { t = $3; sub(/s$/, "", t); printf "%8.1f s  %-4s %s\n", t, $1, $2 }' "$log" | sort -rn
+echo "package times (go test ./... took $tested s, everything $(( $(date +%s) - start )) s):"
+awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ { t = $3; sub(/s$/, "", t); printf "%8.1f s  %-4s %s\n", t, $1, $2 }' "$work/go-test.log" | sort -rn
 exit "$rc"

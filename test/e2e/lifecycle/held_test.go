@@ -2,9 +2,11 @@ package lifecycle
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,14 +151,14 @@ func TestControlPlaneDownUnderRunningPod(t *testing.T) {
 }
 
 // The agent killed and started again while etcd is down, and a pod deleted while the agent
-// was away: nothing is torn down before the agent has read the current pods, a running pod
-// keeps its volume even though its claim cannot be read yet (the API server may list pods
-// from its cache while every claim read fails), and the deleted pod's volume is torn down
-// once the control plane is back.
+// was away: nothing is torn down before the agent has read the current pods. Once it has,
+// its claim and PV reads are refused for a while (through the API proxy): the running pod
+// keeps its volume all the same, since what it wants is not known yet, while the deleted
+// pod's volume is torn down.
 //
 // It stops the package's control plane, so it does not run in parallel.
 func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
-	e := newEnv(t, envOptions{agentArgs: heldSyncArgs})
+	e := newEnv(t, envOptions{agentArgs: heldSyncArgs, apiProxy: true})
 	e.waitRegistered()
 	keep := e.runningPod("keep")
 	gone := e.runningPod("gone")
@@ -166,6 +168,9 @@ func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
 	if err := e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, gone.pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.api.Refuse(func(r *http.Request) bool {
+		return r.Method == http.MethodGet && (strings.Contains(r.URL.Path, "/persistentvolumeclaims/") || strings.Contains(r.URL.Path, "/persistentvolumes/"))
+	})
 	startEtcd := stopComponent(t, localcluster.Etcd)
 	e.agent.Start()
 	e.holdFor(15*time.Second, "agent restarted with etcd down", keep, gone)
@@ -178,8 +183,13 @@ func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
 	if isMountPoint(gone.target) {
 		t.Errorf("the deleted pod's volume is still mounted at %s", gone.target)
 	}
-	e.checkHeld(keep, "etcd back")
+	e.holdFor(10*time.Second, "pods read, claims refused", keep)
+	if len(e.api.Refused()) == 0 {
+		t.Fatal("the agent read no claim or PV while they were refused")
+	}
+	e.api.Refuse(nil)
 	e.waitVolumesReady(keep.pod)
+	e.checkHeld(keep, "claims readable again")
 	e.deleteClaim(gone.claim, gone.pv)
 	e.teardown(keep)
 	if m := mountsUnder(e.dir); len(m) > 0 {

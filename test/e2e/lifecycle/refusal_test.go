@@ -34,8 +34,9 @@ func TestRefusalCostsSeconds(t *testing.T) {
 	e := newEnv(t, envOptions{apiProxy: true})
 	e.waitRegistered()
 
-	lag, ready := e.graphLag("measured")
+	measured, lag, ready := e.graphLag("measured")
 	t.Logf("node graph: the token of a new pod allowed %s after its binding; volumes ready %s after it", lag, ready)
+	e.deletePod(measured)
 
 	var first time.Time
 	e.api.Refuse(func(r *http.Request) bool {
@@ -60,14 +61,18 @@ func TestRefusalCostsSeconds(t *testing.T) {
 	if late > recoveredWithin {
 		t.Errorf("volumes ready %s after the refusal ended, want within %s: a refusal must not back the mount off for long", late, recoveredWithin)
 	}
+	e.deletePod(pod)
+	if m := mountsUnder(e.dir); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
 }
 
 // graphLag creates a pod and measures how long after the scheduler binds it the Node
 // authorizer allows the node to request its service account token, and how long after that
 // its volumes are ready.
-func (e *env) graphLag(name string) (allowed, ready time.Duration) {
+func (e *env) graphLag(name string) (pod *corev1.Pod, allowed, ready time.Duration) {
 	e.t.Helper()
-	pod := e.pod(name, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	pod = e.pod(name, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	var bound time.Time
 	if err := wait.PollUntilContextTimeout(e.ctx, 5*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -95,5 +100,5 @@ func (e *env) graphLag(name string) (allowed, ready time.Duration) {
 		e.t.Fatalf("the node is never allowed the token of pod %s: %v", pod.Name, err)
 	}
 	e.waitVolumesReady(pod)
-	return allowedAt.Sub(bound).Round(time.Millisecond), time.Since(allowedAt).Round(10 * time.Millisecond)
+	return pod, allowedAt.Sub(bound).Round(time.Millisecond), time.Since(allowedAt).Round(10 * time.Millisecond)
 }
