@@ -307,8 +307,8 @@ func readProof(dir, want string) error {
 	return nil
 }
 
-// explain gathers what Kubernetes said about a failure: the Warning events of the case's
-// namespace and of its PVs' VolumeAttachments, and pods whose volumes are not ready. The
+// explain gathers what Kubernetes said about a failure: the last Warning events of the case's
+// namespace, then what is still waiting (stuck). The
 // CSI errors reach users this way (ProvisioningFailed, FailedMount, FailedAttachVolume...).
 func (k *caseEnv) explain() string {
 	if k == nil {
@@ -328,19 +328,62 @@ func (k *caseEnv) explain() string {
 			}
 		}
 	}
-	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, p := range pods.Items {
-			for _, c := range p.Status.Conditions {
-				if (c.Type == volumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue && c.Message != "" {
-					lines = append(lines, fmt.Sprintf("pod %s %s: %s: %s", p.Name, c.Type, c.Reason, c.Message))
-				}
-			}
-		}
-	}
 	if len(lines) > 4 {
 		lines = lines[len(lines)-4:]
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(append(lines, k.stuck(ctx)...), "\n")
+}
+
+// stuck describes what of the case is still waiting: pods whose volumes are not ready (with
+// their node and the condition's reason even when it says nothing more, as while a volume
+// waits for its attach) and the VolumeAttachments of the case's volumes that are not
+// attached or are being deleted.
+func (k *caseEnv) stuck(ctx context.Context) []string {
+	var lines []string
+	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			if volumesUp(&p) {
+				continue
+			}
+			line := fmt.Sprintf("pod %s not ready: node %q, phase %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+			for _, c := range p.Status.Conditions {
+				if (c.Type == volumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue {
+					line += fmt.Sprintf("; %s: %s %s", c.Type, c.Reason, c.Message)
+				}
+			}
+			lines = append(lines, line)
+		}
+	}
+	pvs, err := k.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return lines
+	}
+	ours := map[string]bool{}
+	for _, pv := range pvs.Items {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == k.ns {
+			ours[pv.Name] = true
+		}
+	}
+	if vas, err := k.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, va := range vas.Items {
+			pv := va.Spec.Source.PersistentVolumeName
+			if pv == nil || !ours[*pv] || (va.Status.Attached && va.DeletionTimestamp == nil) {
+				continue
+			}
+			line := fmt.Sprintf("VolumeAttachment %s of %s on %s: attached %v", va.Name, *pv, va.Spec.NodeName, va.Status.Attached)
+			if va.DeletionTimestamp != nil {
+				line += ", being deleted since " + va.DeletionTimestamp.UTC().Format(time.TimeOnly)
+			}
+			if e := va.Status.AttachError; e != nil {
+				line += ", attach error: " + e.Message
+			}
+			if e := va.Status.DetachError; e != nil {
+				line += ", detach error: " + e.Message
+			}
+			lines = append(lines, line)
+		}
+	}
+	return lines
 }
 
 func eventTime(ev corev1.Event) time.Time {
