@@ -3,13 +3,16 @@
 # each command given as an argument (make test gives staticcheck and the embedding test):
 # the end-to-end packages mostly wait on their clusters, so the side jobs use the idle CPU
 # instead of adding their time to the run. A side job's output is printed, whole, once it
-# ends. Then each package's time, slowest first, so that a slow package shows the day it
-# lands. Fails if go test or any side job failed.
+# ends. Then the figures the tests measured (framework.Figure) and each package's time,
+# slowest first, so that a slow package shows the day it lands. Fails if go test or any
+# side job failed.
 set -uo pipefail
 GO=${GO:-go}
 work=$(mktemp -d /tmp/kubevol-test-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
+# Measurements the tests print (framework.Figure), shown at the end.
+export KUBEVOL_TEST_FIGURES="$work/figures.txt"
 
 pids=()
 for i in $(seq 1 $#); do
@@ -31,6 +34,11 @@ for i in $(seq 1 $#); do
   [ "$side_rc" = 0 ] || rc=1
 done
 
+if [ -s "$KUBEVOL_TEST_FIGURES" ]; then
+  echo
+  echo "figures:"
+  sort "$KUBEVOL_TEST_FIGURES"
+fi
 echo
 echo "package times (go test ./... took $tested s, everything $(( $(date +%s) - start )) s):"
 awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ { t = $3; sub(/s$/, "", t); printf "%8.1f s  %-4s %s\n", t, $1, $2 }' "$work/go-test.log" | sort -rn

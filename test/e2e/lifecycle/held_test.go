@@ -110,13 +110,14 @@ func TestClaimDeletedUnderRunningPod(t *testing.T) {
 	}
 }
 
-// stopComponent stops a component of the package's control plane; the cleanup starts it
-// again if the test did not, so that a failure leaves the other tests a working cluster.
-func stopComponent(t *testing.T, name string) (start func()) {
+// killComponent kills a component of the package's control plane, as a crash would; the
+// cleanup starts it again if the test did not, so that a failure leaves the other tests a
+// working cluster.
+func killComponent(t *testing.T, name string) (start func()) {
 	t.Helper()
 	c := framework.Cluster()
-	if err := c.Process(name).Stop(20 * time.Second); err != nil {
-		t.Fatalf("stop %s: %v", name, err)
+	if err := c.Process(name).Kill(); err != nil {
+		t.Fatalf("kill %s: %v", name, err)
 	}
 	started := false
 	start = func() {
@@ -132,7 +133,7 @@ func stopComponent(t *testing.T, name string) (start func()) {
 	return start
 }
 
-// The control plane stopped across several claim syncs: the agent's claim and PV reads fail
+// kube-apiserver down across several claim syncs: the agent's claim and PV reads fail
 // after its pods were read, and the running pod keeps its volume; it is still ready when
 // the control plane is back.
 //
@@ -142,7 +143,7 @@ func TestControlPlaneDownUnderRunningPod(t *testing.T) {
 	e.waitRegistered()
 	r := e.runningPod("app")
 
-	startAPI := stopComponent(t, localcluster.APIServer)
+	startAPI := killComponent(t, localcluster.APIServer)
 	e.holdFor(10*time.Second, "kube-apiserver down", r)
 	startAPI()
 	e.holdFor(5*time.Second, "kube-apiserver back", r)
@@ -171,7 +172,7 @@ func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
 	e.api.Refuse(func(r *http.Request) bool {
 		return r.Method == http.MethodGet && (strings.Contains(r.URL.Path, "/persistentvolumeclaims/") || strings.Contains(r.URL.Path, "/persistentvolumes/"))
 	})
-	startEtcd := stopComponent(t, localcluster.Etcd)
+	startEtcd := killComponent(t, localcluster.Etcd)
 	e.agent.Start()
 	e.holdFor(15*time.Second, "agent restarted with etcd down", keep, gone)
 	startEtcd()

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // tokenRefusal is how long the injected refusal of a pod's service account token lasts,
@@ -35,7 +37,7 @@ func TestRefusalCostsSeconds(t *testing.T) {
 	e.waitRegistered()
 
 	measured, lag, ready := e.graphLag("measured")
-	t.Logf("node graph: the token of a new pod allowed %s after its binding; volumes ready %s after it", lag, ready)
+	framework.Figure(t, "node graph: the token of a new pod allowed %s after its binding; volumes ready %s after it", lag, ready)
 	e.deletePod(measured)
 
 	var first time.Time
@@ -57,7 +59,7 @@ func TestRefusalCostsSeconds(t *testing.T) {
 	}
 	end := refused[0].Add(tokenRefusal)
 	late := readyAt.Sub(end)
-	t.Logf("token refused %d times over %s; volumes ready %s after the refusal ended", len(refused), tokenRefusal, late.Round(10*time.Millisecond))
+	framework.Figure(t, "token refused %d times over %s; volumes ready %s after the refusal ended", len(refused), tokenRefusal, late.Round(10*time.Millisecond))
 	if late > recoveredWithin {
 		t.Errorf("volumes ready %s after the refusal ended, want within %s: a refusal must not back the mount off for long", late, recoveredWithin)
 	}

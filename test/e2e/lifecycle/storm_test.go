@@ -84,7 +84,7 @@ func TestStorm(t *testing.T) {
 	}
 	t.Logf("etcd and kube-apiserver back in %s", time.Since(restart).Round(100*time.Millisecond))
 	e.waitWave(ctx, pods)
-	t.Logf("converged %s after the restart, %s after the start", time.Since(restart).Round(time.Second), time.Since(start).Round(time.Second))
+	framework.Figure(t, "converged %s after the restart of etcd and kube-apiserver, %s after the start", time.Since(restart).Round(time.Second), time.Since(start).Round(time.Second))
 	e.checkNoDuplicates(ctx, ctrl, 2*len(pods))
 	for _, p := range []struct {
 		name string
