@@ -16,15 +16,15 @@ import (
 )
 
 // tokenRefusal is how long the injected refusal of a pod's service account token lasts,
-// from the first refused request: the refused mount has been retried five times by then.
-// Backing off by doubling from 500 ms, as for any failed operation, the sixth attempt
-// would come 16 s after the fifth, about 15 s after the refusal ended.
-const tokenRefusal = 17 * time.Second
+// from the first refused request: the refused mount has been retried six times by then.
+// Backing off by doubling from 500 ms, as for any failed operation, the seventh attempt
+// would come 32 s after the sixth, about 30 s after the refusal ended.
+const tokenRefusal = 33 * time.Second
 
 // recoveredWithin bounds the time from the end of the refusal to the pod's volumes being
-// ready: a retry at most 2 s apart, the mount and the status patch, with room for a
-// loaded machine; far below the 15 s that doubling would cost.
-const recoveredWithin = 8 * time.Second
+// ready: a retry at most 2 s apart, the mount and the status patch, with much room for a
+// loaded machine; half of what doubling would cost.
+const recoveredWithin = 15 * time.Second
 
 // The Node authorizer refuses a node a new pod's objects until its graph has the pod. The
 // refusal is injected here, through the API proxy, on the pod's service account token (every
