@@ -79,6 +79,23 @@ func (c clients) unpublish(t testing.TB, id, target string) {
 	}
 }
 
+// retryAborted calls f until it answers something else than ABORTED (another operation on
+// the volume in progress), as a CO does, for at most 20 s; anything but success fails t.
+func retryAborted(t testing.TB, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (c clients) unstage(t testing.TB, id, path string) {
 	t.Helper()
 	if _, err := c.node.NodeUnstageVolume(ctxT(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: path}); err != nil {

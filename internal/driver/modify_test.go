@@ -149,7 +149,12 @@ func TestModifyVolumeReadOnlySplit(t *testing.T) {
 		}
 		checkWritable(t, target, !ro)
 	}
-	c.unpublish(t, id, target)
+	// The node process may still hold the volume for the change it just applied, and
+	// answers ABORTED meanwhile, which a CO retries.
+	retryAborted(t, "NodeUnpublishVolume", func() error {
+		_, err := c.node.NodeUnpublishVolume(ctxT(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+		return err
+	})
 	c.unstage(t, id, staging)
 	c.delete(t, id)
 }

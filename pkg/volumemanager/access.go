@@ -67,7 +67,9 @@ func (m *Manager) objectChanged(ref ObjectRef) {
 // its operations does not GET them every time (upstream #112209). Only a claim that
 // resolved is kept, so an unbound or refused one is read again on every retry; the cache
 // is emptied every ClaimSyncPeriod (the kubelet reads them again on every pod sync) and an
-// entry is dropped when the manager writes the claim.
+// entry is dropped when the manager writes the claim. It serves only pods that resolved the
+// claim before: a pod setting a claim up for the first time reads it as it is now, as the
+// kubelet does, so that it is refused a claim whose deletion began since another pod read it.
 type claims struct {
 	mu      sync.Mutex
 	entries map[string]resolvedClaim
@@ -105,11 +107,11 @@ func (c *claims) clear() {
 	clear(c.entries)
 }
 
-// fetchClaim returns the claim and its volume, from the cache or by GET. A claim whose
-// volume grew beyond its status is not cached: the node's part of the expansion starts when
-// the resizer hands over, and that is learnt by reading the claim again.
-func (m *Manager) fetchClaim(ctx context.Context, namespace, name string, check func(resolvedClaim) error) (resolvedClaim, error) {
-	if r, ok := m.claims.get(namespace, name); ok {
+// fetchClaim returns the claim and its volume, from the cache (if cached) or by GET. A
+// claim whose volume grew beyond its status is not cached: the node's part of the expansion
+// starts when the resizer hands over, and that is learnt by reading the claim again.
+func (m *Manager) fetchClaim(ctx context.Context, namespace, name string, cached bool, check func(resolvedClaim) error) (resolvedClaim, error) {
+	if r, ok := m.claims.get(namespace, name); ok && cached {
 		if err := check(r); err == nil {
 			return r, nil
 		}

@@ -148,6 +148,13 @@ func (dp *desiredPod) volumeNamed(outer string) *DesiredVolume {
 	return nil
 }
 
+// resolved reports whether the pod volume outer resolved at an earlier setPod.
+func (d *DesiredState) resolved(uid types.UID, outer string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.pods[uid].volumeNamed(outer) != nil
+}
+
 // deletePod forgets the pod and returns the volumes it wanted.
 func (d *DesiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
 	d.mu.Lock()

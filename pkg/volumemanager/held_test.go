@@ -186,3 +186,30 @@ func drain(rec *record.FakeRecorder) []string {
 		}
 	}
 }
+
+// A pod setting a claim up reads it as it is now, not as the cache holds it from another
+// pod's resolution: once the claim's deletion began and nothing protects it, the new pod is
+// refused, as by the kubelet, while the running pod keeps its volume.
+func TestNewPodReadsClaimAsItIsNow(t *testing.T) {
+	sp := &sharedPlugin{}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{sp}
+	pvc := sharedClaim(h)
+	h.start() // the claim sync, and so the cache's emptying, is a minute away
+	h.create(claimPod("app", "uid-app"))
+	h.ready("uid-app")
+
+	now := metav1.Now()
+	pvc.DeletionTimestamp, pvc.Finalizers = &now, nil
+	if _, err := h.client.CoreV1().PersistentVolumeClaims("ns").Update(context.Background(), pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.create(claimPod("late", "uid-late"))
+	h.eventually("late refused", func() bool {
+		return h.obs.get(func(o *observer) bool { return strings.Contains(o.failed["uid-late"], "is being deleted") })
+	})
+	if h.m.PodVolumesReady("uid-late") {
+		t.Error("a new pod mounted a claim being deleted")
+	}
+	noTeardown(t, sp, "after a new pod was refused the claim")
+}

@@ -169,7 +169,7 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 	default:
 		return volume.SpecFromVolume(pv), nil, nil
 	}
-	r, err := m.fetchClaim(ctx, pod.Namespace, claim, func(r resolvedClaim) error {
+	r, err := m.fetchClaim(ctx, pod.Namespace, claim, m.dsw.resolved(pod.UID, pv.Name), func(r resolvedClaim) error {
 		pvc := r.pvc
 		switch {
 		case pv.Ephemeral != nil && !metav1.IsControlledBy(pvc, pod):
