@@ -133,15 +133,28 @@ func PatchStatus[T Object[T]](ctx context.Context, cl Client[T], obj T, st map[s
 }
 
 // SetError records msg in the content's status.error, with readyToUse false, unless current
-// (the message stored now) is msg already.
+// (the message stored now) is msg already. The patch holds obj's resourceVersion, as
+// upstream's Update does: written from an outdated copy (an informer behind a write that
+// made the content ready), it fails with a conflict instead of turning a ready content back.
 func SetError[T Object[T]](ctx context.Context, cl Client[T], obj T, current *string, msg string) (T, error) {
 	if current != nil && *current == msg {
 		return obj, nil
 	}
-	return PatchStatus(ctx, cl, obj, map[string]any{
-		"readyToUse": false,
-		"error":      map[string]any{"time": metav1.Now(), "message": msg},
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion()},
+		"status": map[string]any{
+			"readyToUse": false,
+			"error":      map[string]any{"time": metav1.Now(), "message": msg},
+		},
 	})
+	if err != nil {
+		return obj, err
+	}
+	out, err := cl.Patch(ctx, obj.GetName(), types.MergePatchType, data, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return obj, err
+	}
+	return out, nil
 }
 
 // Filter is what the csi-snapshotter's update filter needs to know of a content kind.
@@ -158,8 +171,8 @@ type Filter[T metav1.Object] struct {
 
 // Changed filters out the updates the csi-snapshotter causes itself (status, the
 // being-created annotation, finalizers, managed fields), as upstream does to avoid a hot
-// loop on its own writes, unless the content turned ready or gained the bound finalizer,
-// which may unblock a create. Resyncs (same resourceVersion) always pass.
+// loop on its own writes, unless the content's readiness changed or it gained the bound
+// finalizer, which may unblock a create. Resyncs (same resourceVersion) always pass.
 func (f Filter[T]) Changed(old, cur T) bool {
 	if old.GetResourceVersion() == cur.GetResourceVersion() {
 		return true
@@ -167,8 +180,8 @@ func (f Filter[T]) Changed(old, cur T) bool {
 	if !snapshotter.HasFinalizer(old, f.BoundFinalizer) && snapshotter.HasFinalizer(cur, f.BoundFinalizer) {
 		return true
 	}
-	if !f.Ready(old) && f.Ready(cur) {
-		return true
+	if f.Ready(old) != f.Ready(cur) {
+		return true // turned ready, which may unblock a create, or not ready, to be retried
 	}
 	if !equality.Semantic.DeepEqual(f.Spec(old), f.Spec(cur)) || !equality.Semantic.DeepEqual(old.GetDeletionTimestamp(), cur.GetDeletionTimestamp()) {
 		return true

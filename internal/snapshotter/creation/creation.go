@@ -39,8 +39,10 @@ type Create[T Object[T], R any] struct {
 	// NotReady is returned while the driver has not finished the snapshot: the content is
 	// synced again with backoff.
 	NotReady error
-	// Handle is the backend handle in the content's status, "" for none.
+	// Handle is the backend handle in the content's status, "" for none; Ready reports
+	// its status.readyToUse.
 	Handle func(T) string
+	Ready  func(T) bool
 	// ErrorMessage is the message of the content's status.error, nil for none.
 	ErrorMessage func(T) *string
 	// Request builds the CSI request; its error is the user's to fix (nothing was asked of
@@ -62,6 +64,15 @@ func (p Create[T, R]) Run(ctx context.Context, content T) (T, error) {
 		// The snapshot-controller adds it; until then the content could vanish unseen, and
 		// with it the only record of the backend snapshot. Its arrival requeues the content.
 		klog.FromContext(ctx).V(4).Info("Waiting for the content's finalizer before " + p.Op)
+		return content, nil
+	}
+	if p.Handle(content) != "" && p.Ready(content) {
+		// The answer is recorded: upstream makes no call for a ready content. The
+		// annotation is left by a kill between the status write and its removal; a
+		// second call whose reply is lost would record an error over the ready status.
+		if content.GetAnnotations()[p.BeingCreated] == "yes" {
+			return p.setBeingCreated(ctx, content, false)
+		}
 		return content, nil
 	}
 	req, err := p.Request(ctx, content)

@@ -56,6 +56,7 @@ func (h *harness) protocol() Create[*snapv1.VolumeSnapshotContent, string] {
 			}
 			return snapshotter.Str(c.Status.SnapshotHandle)
 		},
+		Ready: func(c *snapv1.VolumeSnapshotContent) bool { return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse) },
 		ErrorMessage: func(c *snapv1.VolumeSnapshotContent) *string {
 			if c.Status == nil || c.Status.Error == nil {
 				return nil
@@ -184,6 +185,30 @@ func TestCreate(t *testing.T) {
 		if a.GetVerb() == "update" {
 			t.Errorf("the content was updated (%v) although its annotation did not change", a)
 		}
+	}
+}
+
+// A ready content whose being-created annotation was left behind (the sidecar killed
+// between the status write and the annotation's removal) gets no second call, whose lost
+// reply would record an error over the ready status: only the annotation goes.
+func TestReadyContentIsNotCreatedAgain(t *testing.T) {
+	c := content()
+	c.Annotations = map[string]string{snapshotter.AnnBeingCreated: "yes"}
+	c.Status = &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: new("h-1"), ReadyToUse: new(true)}
+	h := newHarness(t, c)
+	h.callErr = status.Error(codes.Unavailable, "reply lost")
+	out, err := h.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := h.stored()
+	switch {
+	case len(h.calls) != 0:
+		t.Errorf("calls %v for a ready content, want none", h.calls)
+	case got.Annotations[snapshotter.AnnBeingCreated] != "" || out.Annotations[snapshotter.AnnBeingCreated] != "":
+		t.Error("being-created kept on a ready content")
+	case !snapshotter.IsTrue(got.Status.ReadyToUse) || got.Status.Error != nil:
+		t.Errorf("status %+v, want ready without error", got.Status)
 	}
 }
 

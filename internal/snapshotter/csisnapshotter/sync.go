@@ -124,6 +124,7 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 			}
 			return snapshotter.Str(content.Status.SnapshotHandle)
 		},
+		Ready:        contentFilter.Ready,
 		ErrorMessage: errorMessage,
 		Request:      c.createRequest,
 		// CreateSnapshot is serialized per source volume.

@@ -100,6 +100,7 @@ func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSna
 			}
 			return snapshotter.Str(content.Status.VolumeGroupSnapshotHandle)
 		},
+		Ready:        contentFilter.Ready,
 		ErrorMessage: errorMessage,
 		Request:      c.createRequest,
 		Call:         c.createGroup,
