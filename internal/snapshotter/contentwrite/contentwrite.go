@@ -121,7 +121,13 @@ func Delete[T Object[T]](ctx context.Context, cl Client[T], obj T) error {
 // PatchStatus merge-patches the content's status subresource with st and returns the stored
 // content; on an error, obj.
 func PatchStatus[T Object[T]](ctx context.Context, cl Client[T], obj T, st map[string]any) (T, error) {
-	data, err := json.Marshal(map[string]any{"status": st})
+	return patchStatus(ctx, cl, obj, map[string]any{"status": st})
+}
+
+// patchStatus merge-patches the status subresource with patch and returns the stored
+// content; on an error, obj.
+func patchStatus[T Object[T]](ctx context.Context, cl Client[T], obj T, patch map[string]any) (T, error) {
+	data, err := json.Marshal(patch)
 	if err != nil {
 		return obj, err
 	}
@@ -140,21 +146,13 @@ func SetError[T Object[T]](ctx context.Context, cl Client[T], obj T, current *st
 	if current != nil && *current == msg {
 		return obj, nil
 	}
-	data, err := json.Marshal(map[string]any{
+	return patchStatus(ctx, cl, obj, map[string]any{
 		"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion()},
 		"status": map[string]any{
 			"readyToUse": false,
 			"error":      map[string]any{"time": metav1.Now(), "message": msg},
 		},
 	})
-	if err != nil {
-		return obj, err
-	}
-	out, err := cl.Patch(ctx, obj.GetName(), types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return obj, err
-	}
-	return out, nil
 }
 
 // Filter is what the csi-snapshotter's update filter needs to know of a content kind.
