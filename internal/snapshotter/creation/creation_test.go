@@ -56,7 +56,9 @@ func (h *harness) protocol() Create[*snapv1.VolumeSnapshotContent, string] {
 			}
 			return snapshotter.Str(c.Status.SnapshotHandle)
 		},
-		Ready: func(c *snapv1.VolumeSnapshotContent) bool { return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse) },
+		Ready: func(c *snapv1.VolumeSnapshotContent) bool {
+			return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+		},
 		ErrorMessage: func(c *snapv1.VolumeSnapshotContent) *string {
 			if c.Status == nil || c.Status.Error == nil {
 				return nil
