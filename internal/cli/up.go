@@ -37,6 +37,7 @@ type upOptions struct {
 	syncFrequency  time.Duration
 	backoffMax     time.Duration
 	runtime        string
+	volumeManager  string
 	images         []string
 	e2eImages      bool
 	sidecars       []string
@@ -84,6 +85,7 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.DurationVar(&o.syncFrequency, "node-sync-frequency", up.DefaultNodeSyncFrequency, "the node agent's --sync-frequency: how often it reads the claims of running pods again (so how soon an expansion reaches the mount) and republishes requiresRepublish volumes; the kubelet's default is 1m")
 	f.DurationVar(&o.backoffMax, "restart-backoff-max", up.DefaultBackoff.Max, "longest wait before a component that exited is restarted (the wait starts at 1s and doubles)")
 	f.StringVar(&o.runtime, "runtime", "", `"containerd": the node is the upstream kubelet `+localcluster.UpstreamVersion+` on containerd and runc (Debian packages; hack/install-runtime-deps.sh), pods run in containers on a CNI bridge that never leaves this machine; empty: the kubevol node agent, no containers`)
+	f.StringVar(&o.volumeManager, "volume-manager", up.DefaultVolumeManager, `with --runtime containerd: the kubelet's volume manager, "kubevol" (kubevol's pkg/volumemanager, linked into the same kubelet binary) or "kubelet" (its own)`)
 	f.StringArrayVar(&o.images, "image", nil, "with --runtime containerd: an image archive (OCI layout or docker-archive tarball) to import at start (repeatable)")
 	f.BoolVar(&o.e2eImages, "e2e-images", false, "with --runtime containerd: also build and import the e2e suite's agnhost image, its nginx image (of Debian's nginx package) and its glibc-dns-testing image (busybox with Debian's dash, coreutils and glibc's getent; busybox and the sandbox image are always there)")
 	f.StringSliceVar(&o.sidecars, "sidecars", up.BuiltinSidecars, "the kubevol sidecars to run for the built-in driver (some of "+strings.Join(up.BuiltinSidecars, ",")+"; snapshotter is both the snapshot-controller and the csi-snapshotter); leave one out to run another implementation of it against the driver, as make conformance runs upstream's provisioner and snapshotter")
@@ -129,6 +131,14 @@ func (o *upOptions) validate() error {
 	if o.nodes > 1 && o.runtime != "" {
 		return usageErrorf("--nodes %d needs the kubevol node agent: --runtime %s runs one kubelet", o.nodes, o.runtime)
 	}
+	switch o.volumeManager {
+	case kubeletnode.VolumeManagerKubevol, kubeletnode.VolumeManagerKubelet:
+	default:
+		return usageErrorf("--volume-manager %q: want %s or %s", o.volumeManager, kubeletnode.VolumeManagerKubevol, kubeletnode.VolumeManagerKubelet)
+	}
+	if o.volumeManager != up.DefaultVolumeManager && o.runtime == "" {
+		return usageErrorf("--volume-manager needs --runtime %s: the kubevol node agent is kubevol's volume manager", up.RuntimeContainerd)
+	}
 	if (len(o.images) > 0 || o.e2eImages) && o.runtime == "" {
 		return usageErrorf("--image and --e2e-images need --runtime %s", up.RuntimeContainerd)
 	}
@@ -168,7 +178,7 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	stack, err := up.Start(ctx, up.Options{Dir: o.dir, ClusterBinary: o.clusterBinary, NodeName: o.nodeName, Nodes: o.nodes, Progress: stderr,
 		Drivers: o.drivers, DriverConfig: o.driverCfg, NodeSyncFrequency: o.syncFrequency,
 		Backoff: up.Backoff{Initial: up.DefaultBackoff.Initial, Max: o.backoffMax, ResetAfter: up.DefaultBackoff.ResetAfter},
-		Runtime: o.runtime, Images: o.images, E2EImages: o.e2eImages, Sidecars: o.sidecars})
+		Runtime: o.runtime, VolumeManager: o.volumeManager, Images: o.images, E2EImages: o.e2eImages, Sidecars: o.sidecars})
 	var driverErr *up.DriverError
 	var missing *kubeletnode.MissingError
 	if errors.As(err, &driverErr) || errors.As(err, &missing) {

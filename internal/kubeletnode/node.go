@@ -38,6 +38,10 @@ type Options struct {
 	BootstrapKubeconfig string
 	// Port and HealthzPort are the kubelet's loopback ports.
 	Port, HealthzPort int
+	// VolumeManager is the kubelet's volume manager: VolumeManagerKubevol for kubevol's
+	// (pkg/volumemanager, linked into kubevol-cluster's kubelet), VolumeManagerKubelet or ""
+	// for the kubelet's own.
+	VolumeManager string
 	// Subnet is the pods' network (IPv4); empty means a /24 in 10.250.0.0/16 derived from
 	// Dir. Its first address is the host's on the pods' bridge, so two nodes on one machine
 	// need different subnets: Prepare refuses one that another interface already holds.
@@ -56,6 +60,11 @@ type Node struct {
 func New(o Options) (*Node, error) {
 	if o.Dir == "" || o.NodeName == "" || o.ClusterBinary == "" || o.CNIBinDir == "" {
 		return nil, fmt.Errorf("kubeletnode: Dir, NodeName, ClusterBinary and CNIBinDir are required")
+	}
+	switch o.VolumeManager {
+	case "", VolumeManagerKubelet, VolumeManagerKubevol:
+	default:
+		return nil, fmt.Errorf("kubeletnode: volume manager %q: want %s or %s", o.VolumeManager, VolumeManagerKubevol, VolumeManagerKubelet)
 	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
@@ -115,6 +124,8 @@ type Command struct {
 	Name string
 	Path string
 	Args []string
+	// Env is added to the environment.
+	Env []string
 }
 
 // Containerd is the containerd process, on its own configuration only.
@@ -135,7 +146,22 @@ func (n *Node) Kubelet() Command {
 		// is InternalIP): the node's name need not resolve.
 		"--node-ip=" + n.NodeIP(),
 		"--v=2",
-	}}
+	}, Env: []string{volumeManagerEnv + "=" + n.volumeManager()}}
+}
+
+// The kubelet's volume managers. Kubelet flags are strict, so kubevol-cluster's kubelet is
+// told which to run by its environment (cmd/kubevol-cluster/kubeletvm).
+const (
+	VolumeManagerKubevol = "kubevol"
+	VolumeManagerKubelet = "kubelet"
+	volumeManagerEnv     = "KUBEVOL_VOLUME_MANAGER"
+)
+
+func (n *Node) volumeManager() string {
+	if n.o.VolumeManager == "" {
+		return VolumeManagerKubelet
+	}
+	return n.o.VolumeManager
 }
 
 // Prepare writes every configuration and creates the directories and cgroup roots. It is

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kubevol/kubevol/internal/filelock"
+	"github.com/kubevol/kubevol/internal/kubeletoverlay"
 )
 
 const (
@@ -144,19 +146,36 @@ func sourceKey(root, module, salt string) (string, error) {
 }
 
 // sourceFiles lists, relative to root, the files a module's binaries are built from: its
-// go.mod, go.sum and top-level sources.
+// go.mod, go.sum and sources, and those of the kubevol module that its kubelet adapter
+// links (pkg/, internal/ and the overlay the build generates).
 func sourceFiles(root, module string) ([]string, error) {
-	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum")}
-	srcs, err := filepath.Glob(filepath.Join(root, module, "*.go"))
-	if err != nil {
-		return nil, err
+	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum"), "go.mod", "go.sum"}
+	for _, dir := range []string{module, "pkg", "internal"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			files = append(files, rel)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
-	sort.Strings(srcs)
-	for _, s := range srcs {
-		rel, _ := filepath.Rel(root, s)
-		files = append(files, rel)
-	}
+	sort.Strings(files[4:])
 	return files, nil
+}
+
+// KubeletOverlay generates the build overlay that links kubevol's volume manager into the
+// kubelet (internal/kubeletoverlay), for the control plane's module, and returns the build
+// flags that use it.
+func KubeletOverlay(root string) (kubeletoverlay.Build, error) {
+	cache, err := cacheDir()
+	if err != nil {
+		return kubeletoverlay.Build{}, err
+	}
+	return kubeletoverlay.Generate(filepath.Join(root, clusterModule), filepath.Join(cache, "kubelet-overlay"))
 }
 
 func cacheDir() (string, error) {
@@ -177,9 +196,14 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 		progress = io.Discard
 	}
 	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
-	total := countPackages(ctx, root)
+	overlay, err := KubeletOverlay(root)
+	if err != nil {
+		return fmt.Errorf("the kubelet's build overlay: %w", err)
+	}
+	total := countPackages(ctx, root, overlay.Flags())
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-v", "-ldflags", versionLDFlags, "-o", tmp, ".")
+	args := append(append([]string{"build", "-v"}, overlay.Flags()...), "-ldflags", versionLDFlags, "-o", tmp, ".")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(root, clusterModule)
 	// The environment is left as is: the same settings as `go test` share the build cache.
 	stderr, err := cmd.StderrPipe()
@@ -217,8 +241,8 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	return os.Rename(tmp, out)
 }
 
-func countPackages(ctx context.Context, root string) int {
-	cmd := exec.CommandContext(ctx, "go", "list", "-deps", ".")
+func countPackages(ctx context.Context, root string, flags []string) int {
+	cmd := exec.CommandContext(ctx, "go", append(append([]string{"list"}, flags...), "-deps", ".")...)
 	cmd.Dir = filepath.Join(root, clusterModule)
 	out, err := cmd.Output()
 	if err != nil {

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,10 @@ import (
 // RuntimeContainerd is the --runtime that makes the upstream kubelet on containerd the node.
 const RuntimeContainerd = "containerd"
 
+// DefaultVolumeManager is the kubelet's volume manager unless Options.VolumeManager says
+// otherwise (docs/up.md says why).
+const DefaultVolumeManager = kubeletnode.VolumeManagerKubelet
+
 // runtimeNode is the kubelet node of a stack started with RuntimeContainerd.
 type runtimeNode struct {
 	node       *kubeletnode.Node
@@ -37,6 +42,7 @@ func (s *Stack) newRuntimeNode() (*runtimeNode, error) {
 	node, err := kubeletnode.New(kubeletnode.Options{
 		Dir: s.path("runtime"), NodeName: s.opts.NodeName, ClusterBinary: s.Cluster.Binary(), CNIBinDir: s.cniDir,
 		CAFile: s.Cluster.PKI().CAFile(), BootstrapKubeconfig: s.path("kubelet-bootstrap.kubeconfig"), Port: ports[0], HealthzPort: ports[1],
+		VolumeManager: cmp.Or(s.opts.VolumeManager, DefaultVolumeManager),
 	})
 	if err != nil {
 		return nil, err
@@ -72,6 +78,7 @@ func (s *Stack) startRuntimeNode(ctx context.Context, cs kubernetes.Interface, r
 	}
 	kl := node.Kubelet()
 	rn.kubelet = newComponent(kl.Name, kl.Path, kl.Args, s.Cluster.LogPath(kl.Name), node.HealthURL())
+	rn.kubelet.env = kl.Env
 	if err := s.startComponent(ctx, rn.kubelet, &s.nodeProcs); err != nil {
 		return err
 	}

@@ -69,6 +69,10 @@ type Options struct {
 	// Runtime "containerd" makes the upstream kubelet, on containerd, this machine's node
 	// instead of the kubevol node agent; "" runs the node agent.
 	Runtime string
+	// VolumeManager is the kubelet's volume manager with Runtime "containerd":
+	// kubeletnode.VolumeManagerKubevol or VolumeManagerKubelet; "" means
+	// DefaultVolumeManager.
+	VolumeManager string
 	// Images are image archives (OCI layout tarballs) imported into containerd at start.
 	Images []string
 	// Sidecars are the kubevol sidecars run for the built-in driver, a subset of

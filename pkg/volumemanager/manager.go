@@ -92,6 +92,12 @@ type Config struct {
 	Objects ObjectSource
 	// Pods delivers the node's pods; default NewAPIPodSource(Client, NodeName).
 	Pods PodSource
+	// InKubelet says the manager runs inside a kubelet (cmd/kubevol-cluster/kubeletvm),
+	// which prepares each container's subPaths itself, posts the pod-level FailedMount
+	// ("Unable to attach or mount volumes: ...") when its wait for the volumes fails, and
+	// removes the directories of pods it no longer has: the manager then does none of these.
+	// Pods should come from a PodSource that is a PodLifecycle.
+	InKubelet bool
 	// ClaimSyncPeriod is how often the claims and volumes of running pods are read again,
 	// to learn that a volume grew (the kubelet reads them on every pod sync); default one
 	// minute, the kubelet's --sync-frequency.
@@ -362,9 +368,45 @@ func (m *Manager) PodVolumesReady(uid types.UID) (ready bool) {
 }
 
 // PodHasPossiblyMountedVolumes reports whether any volume of the pod is mounted or
-// uncertain.
+// uncertain, reconstructed ones included; until the actual state is reconstructed after a
+// start, any pod may have some.
 func (m *Manager) PodHasPossiblyMountedVolumes(uid types.UID) bool {
+	select {
+	case <-m.initialized:
+	default:
+		return true
+	}
 	return len(m.asw.PodVolumes(uid)) > 0
+}
+
+// Sync asks for the pod's volumes to be reconciled now (upstream: ReprocessPod).
+func (m *Manager) Sync(uid types.UID) { m.podQueue.Add(uid) }
+
+// PodErrors says why volumes of the pod are not set up, if anything failed: volumes that
+// cannot be resolved, and the last error of each volume not mounted yet.
+func (m *Manager) PodErrors(uid types.UID) []string {
+	var notMounted []v1.UniqueVolumeName
+	for _, dv := range m.dsw.PodVolumes(uid) {
+		if mv, ok := m.asw.PodVolume(uid, dv.Name); !ok || mv.State != VolumeMounted {
+			notMounted = append(notMounted, dv.Name)
+		}
+	}
+	return m.podErrors(uid, notMounted)
+}
+
+func (m *Manager) podErrors(uid types.UID, notMounted []v1.UniqueVolumeName) []string {
+	errs := m.dsw.PodErrors(uid)
+	m.records.with(uid, func(r *podRecord) {
+		if r.subpathErr != "" {
+			errs = append(errs, r.subpathErr)
+		}
+		for _, name := range notMounted {
+			if e := r.opErrors[name]; e != "" {
+				errs = append(errs, e)
+			}
+		}
+	})
+	return errs
 }
 
 func (m *Manager) clusterTrustBundle(ctx context.Context, src v1.ClusterTrustBundleProjection) (string, error) {

@@ -34,7 +34,12 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 			deleted = true
 		}
 	}
-	if deleted || pod.DeletionTimestamp != nil || isTerminal(pod) {
+	lifecycle, runtime := m.pods.(PodLifecycle)
+	wantsNothing := deleted || pod.DeletionTimestamp != nil || isTerminal(pod)
+	if runtime {
+		wantsNothing = lifecycle.RuntimeRemoved(uid)
+	}
+	if wantsNothing {
 		if m.dsw.HasPod(uid) {
 			klog.FromContext(ctx).V(2).Info("Pod no longer wants its volumes", "pod", klog.KObj(pod), "deleted", deleted,
 				"terminating", pod.DeletionTimestamp != nil, "phase", pod.Status.Phase)
@@ -42,6 +47,9 @@ func (m *Manager) populate(ctx context.Context, uid types.UID) {
 		m.trackObjects(uid, nil)
 		m.forgetPod(uid)
 		return
+	}
+	if runtime && (deleted || lifecycle.ContainersTerminating(uid)) {
+		return // keeps what it has until its containers are gone, and wants nothing new
 	}
 	m.trackObjects(uid, pod)
 	volumes, failures := m.desiredVolumes(ctx, pod)

@@ -65,7 +65,7 @@ func (m *Manager) reconcilePod(ctx context.Context, uid types.UID) time.Duration
 			}
 			after = minPositive(after, m.startMount(ctx, pod, dv))
 		}
-		if allMounted && len(m.dsw.PodErrors(uid)) == 0 {
+		if allMounted && len(m.dsw.PodErrors(uid)) == 0 && !m.cfg.InKubelet {
 			after = minPositive(after, m.ensureSubpaths(ctx, pod, volumes))
 		}
 	}
@@ -132,7 +132,7 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 			}
 		case st.message != "" && st.message != prev.message:
 			logger.Info("Pod volumes not ready", "pod", klog.KObj(pod), "reason", st.message)
-			if len(m.dsw.PodErrors(uid)) > 0 {
+			if len(m.dsw.PodErrors(uid)) > 0 && !m.cfg.InKubelet {
 				// Operation failures have their own events; unresolvable volumes do not.
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", st.message)
 			}
@@ -203,7 +203,6 @@ func (m *Manager) reportHeld(ctx context.Context, pod *v1.Pod) {
 const volumeRefreshFailed = "VolumeRefreshFailed"
 
 func (m *Manager) podStatus(uid types.UID) podStatus {
-	errs := m.dsw.PodErrors(uid)
 	var unmounted []string
 	var notMounted []v1.UniqueVolumeName
 	for _, dv := range m.dsw.PodVolumes(uid) {
@@ -212,16 +211,7 @@ func (m *Manager) podStatus(uid types.UID) podStatus {
 			notMounted = append(notMounted, dv.Name)
 		}
 	}
-	m.records.with(uid, func(r *podRecord) {
-		if r.subpathErr != "" {
-			errs = append(errs, r.subpathErr)
-		}
-		for _, name := range notMounted {
-			if e := r.opErrors[name]; e != "" {
-				errs = append(errs, e)
-			}
-		}
-	})
+	errs := m.podErrors(uid, notMounted)
 	if len(unmounted) == 0 && len(errs) == 0 {
 		return podStatus{ready: true}
 	}
@@ -261,6 +251,9 @@ func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
 	}
 	if len(mps) > 0 {
 		return fmt.Errorf("%s is still mounted", mps[0])
+	}
+	if m.cfg.InKubelet {
+		return nil // the kubelet removes the directories of the pods it no longer has
 	}
 	// The check above reads the mount table once; removeall also stops at a mount it
 	// missed or that appeared since (upstream: RemoveAllOneFilesystem).

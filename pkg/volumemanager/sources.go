@@ -86,6 +86,20 @@ type PodSource interface {
 	ListPods() ([]*v1.Pod, error)
 }
 
+// PodLifecycle is implemented by a PodSource whose pods' containers are run by someone
+// else, a kubelet. The manager then keeps a pod's volumes until RuntimeRemoved says its
+// containers are gone, instead of tearing them down at its deletionTimestamp or terminal
+// phase, under containers still in their grace period (upstream: the populator's
+// podStateProvider). The source must deliver an update of the pod when either answer
+// changes.
+type PodLifecycle interface {
+	// ContainersTerminating: no container of the pod will start again, so volumes it does
+	// not have yet are not set up (ShouldPodContainersBeTerminating).
+	ContainersTerminating(uid types.UID) bool
+	// RuntimeRemoved: the pod's containers are gone (ShouldPodRuntimeBeRemoved).
+	RuntimeRemoved(uid types.UID) bool
+}
+
 // objectWatcher is an ObjectSource that can count its watches, for the metrics.
 type objectWatcher interface {
 	// Watches is the number of watches held per kind: the distinct objects referenced.

@@ -1,0 +1,272 @@
+package up
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubevol/kubevol/internal/kubeletnode"
+	"github.com/kubevol/kubevol/test/e2e/framework"
+)
+
+// TestKubeletRunsKubevolVolumeManager is the smoke test of the kubelet with kubevol's volume
+// manager (`kubevol up --runtime containerd --volume-manager kubevol`): containers read a
+// ConfigMap update, a subPath and a subPathExpr of a claim, the claim's data (a CSI volume
+// of kubevol's driver) and a raw block device; the kubelet killed and started again keeps
+// the running pod's container and mounts; and once the pods are deleted nothing is left
+// under the kubelet's root.
+func TestKubeletRunsKubevolVolumeManager(t *testing.T) {
+	bin := kubevolBinary(t)
+	dir := t.TempDir()
+	r := startRuntimeUp(t, bin, dir, "kubevol-vm", "--volume-manager", "kubevol")
+	cs := r.cs
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	kubeletLog := filepath.Join(dir, "logs", "kubelet.log")
+	if data, _ := os.ReadFile(kubeletLog); !strings.Contains(string(data), "The kubelet runs kubevol's volume manager") {
+		t.Fatalf("the kubelet does not say it runs kubevol's volume manager; its log:\n%s", tail(string(data), 40))
+	}
+	const ns = "default"
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: ns}, Data: map[string]string{"k": "v1"}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createClaim(t, ctx, cs, ns, "data", "", corev1.PersistentVolumeFilesystem)
+	createBlockClass(t, ctx, cs)
+	createClaim(t, ctx, cs, ns, "raw", "kubevol-vm-block", corev1.PersistentVolumeBlock)
+
+	// One long-running pod holds every volume kind of the smoke. Its script checks, once,
+	// what it can check alone, and then reports every new ConfigMap value it reads.
+	script := `set -e
+echo x > /sub/f; test "$(cat /data/s/f)" = x
+echo y > /expr/f; test "$(cat /data/$POD_NAME/f)" = y
+echo block > /tmp/b; dd if=/tmp/b of=/dev/xvda bs=512 count=1 conv=sync 2>/dev/null
+test "$(dd if=/dev/xvda bs=5 count=1 2>/dev/null)" = block
+echo checks-passed
+last=
+while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; last=$v; fi; sleep 0.05; done`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "volumes", Namespace: ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "c", Image: kubeletnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script},
+				Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "conf", MountPath: "/conf"},
+					{Name: "data", MountPath: "/data"},
+					{Name: "data", MountPath: "/sub", SubPath: "s"},
+					{Name: "data", MountPath: "/expr", SubPathExpr: "$(POD_NAME)"},
+				},
+				VolumeDevices: []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/xvda"}},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+				{Name: "raw", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "raw"}}},
+			},
+		},
+	}
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, ctx, cs, ns, pod.Name, "seen:v1", 3*time.Minute)
+	if logs := podLog(ctx, cs, ns, pod.Name); !strings.Contains(logs, "checks-passed") {
+		t.Fatalf("the pod's checks failed; its log:\n%s", logs)
+	}
+	updateSeen(t, ctx, cs, ns, pod.Name, "v2")
+
+	// The kubelet killed and started again (up restarts it): the container keeps running
+	// with its mounts, and updates still reach it.
+	restarts := containerRestarts(t, ctx, cs, ns, pod.Name)
+	killKubelet(t, filepath.Join(dir, "runtime", "kubelet"))
+	waitKubeletBack(t, ctx, kubeletLog)
+	updateSeen(t, ctx, cs, ns, pod.Name, "v3")
+	if got := containerRestarts(t, ctx, cs, ns, pod.Name); got != restarts {
+		t.Errorf("the container restarted %d times across the kubelet's restart", got-restarts)
+	}
+
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, func(ctx context.Context) error {
+		_, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err
+	})
+	podDir := filepath.Join(dir, "runtime", "kubelet", "pods", string(created.UID))
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Lstat(podDir)
+		return os.IsNotExist(err), nil
+	})
+	if err != nil {
+		t.Errorf("%s still there after the pod was deleted: %v", podDir, leftUnder(podDir))
+	}
+	r.interruptLeavesNothing(t, dir)
+}
+
+func createClaim(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, class string, mode corev1.PersistentVolumeMode) {
+	t.Helper()
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:  &mode,
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
+		},
+	}
+	if class != "" {
+		claim.Spec.StorageClassName = &class
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createBlockClass is examples/block's class: the built-in driver's loop devices.
+func createBlockClass(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	t.Helper()
+	mode := storagev1.VolumeBindingWaitForFirstConsumer
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "kubevol-vm-block"}, Provisioner: "local.kubevol.io",
+		Parameters: map[string]string{"type": "block"}, VolumeBindingMode: &mode}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// updateSeen changes the ConfigMap and waits until the container reads the new value,
+// which it reports as a figure.
+func updateSeen(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod, value string) {
+	t.Helper()
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "conf", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["k"] = value
+	start := time.Now()
+	if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, ctx, cs, ns, pod, "seen:"+value, time.Minute)
+	framework.Figure(t, "kubevol volume manager in the kubelet: ConfigMap update "+value+" read in the container", "%.2f s (through the pod log, read every 0.5 s)", time.Since(start).Seconds())
+}
+
+func waitLog(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod, want string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return strings.Contains(podLog(ctx, cs, ns, pod), want), nil
+	})
+	if err != nil {
+		p, _ := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		var status any
+		if p != nil {
+			status = p.Status
+		}
+		t.Fatalf("pod %s never logged %q: %v\nlog:\n%s\nstatus: %+v\nevents: %s", pod, want, err, podLog(ctx, cs, ns, pod), status, events(ctx, cs, ns))
+	}
+}
+
+func podLog(ctx context.Context, cs kubernetes.Interface, ns, pod string) string {
+	data, _ := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	return string(data)
+}
+
+func events(ctx context.Context, cs kubernetes.Interface, ns string) string {
+	list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "\n  %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+func containerRestarts(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod string) int32 {
+	t.Helper()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// killKubelet sends SIGKILL to the kubelet whose --root-dir is root.
+func killKubelet(t *testing.T, root string) {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && args[1] == "kubelet" && strings.Contains(string(cmdline), "--root-dir="+root+"\x00") {
+			var pid int
+			if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("no kubelet with --root-dir=%s", root)
+}
+
+// waitKubeletBack waits until the kubelet's log says, a second time, that it runs
+// kubevol's volume manager and that its volume manager has synced.
+func waitKubeletBack(t *testing.T, ctx context.Context, log string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(log)
+		s := string(data)
+		i := strings.LastIndex(s, "The kubelet runs kubevol's volume manager")
+		return i > 0 && strings.Count(s, "The kubelet runs kubevol's volume manager") >= 2 && strings.Contains(s[i:], "Volume manager initialized"), nil
+	})
+	if err != nil {
+		data, _ := os.ReadFile(log)
+		t.Fatalf("the kubelet did not come back with kubevol's volume manager: %v\n%s", err, tail(string(data), 40))
+	}
+}
+
+// leftUnder lists what is under dir.
+func leftUnder(dir string) []string {
+	var out []string
+	_ = filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+		if err == nil {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
