@@ -49,8 +49,10 @@ type mapped struct {
 var _ kvolume.BlockVolumeMapper = (*mapped)(nil)
 
 func (m *mapped) GetGlobalMapPath(*kvolume.Spec) (string, error) { return "", errSetUpElsewhere }
-func (m *mapped) GetPodDeviceMapPath() (string, string)          { return filepath.Dir(m.link), filepath.Base(m.link) }
-func (m *mapped) SupportsMetrics() bool                          { return true }
+func (m *mapped) GetPodDeviceMapPath() (string, string) {
+	return filepath.Dir(m.link), filepath.Base(m.link)
+}
+func (m *mapped) SupportsMetrics() bool { return true }
 
 // metricsFor chooses how the kubelet's /stats/summary and emptyDir sizeLimit eviction
 // measure a volume, as the kubelet's plugins do: du for the volumes on the node's disk
