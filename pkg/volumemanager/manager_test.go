@@ -69,6 +69,9 @@ type harness struct {
 	seLinux *bool
 	// claimSync, if set, is the manager's ClaimSyncPeriod.
 	claimSync time.Duration
+	// pods and inKubelet, if set, are the manager's Pods and InKubelet.
+	pods      PodSource
+	inKubelet bool
 }
 
 func newHarness(t *testing.T, objs ...any) *harness {
@@ -137,7 +140,7 @@ func (h *harness) start() {
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
 		VolumesInUseChanged: h.inUseChanged, Recorder: h.recorder, Registerer: h.registerer,
-		SELinuxEnabled: h.seLinux, ClaimSyncPeriod: h.claimSync,
+		SELinuxEnabled: h.seLinux, ClaimSyncPeriod: h.claimSync, Pods: h.pods, InKubelet: h.inKubelet,
 	})
 	if err != nil {
 		h.t.Fatal(err)
