@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/image"
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
@@ -83,7 +84,15 @@ func (s *Stack) startRuntimeNode(ctx context.Context, cs kubernetes.Interface, r
 		return err
 	}
 	fmt.Fprintf(s.opts.Progress, "waiting for Node %s to be Ready\n", s.opts.NodeName)
-	return waitNodeReady(ctx, cs, s.opts.NodeName, 3*time.Minute)
+	if err := waitNodeReady(ctx, cs, s.opts.NodeName, 3*time.Minute); err != nil {
+		return err
+	}
+	// Until the kubelet has registered the built-in driver, its CSINode has no topology
+	// key, and a claim created at once would fail to provision and wait for a new schedule.
+	if err := waitRegistered(ctx, cs, s.opts.NodeName, driver.DefaultDriverName); err != nil {
+		return fmt.Errorf("the kubelet did not register driver %s: %w", driver.DefaultDriverName, err)
+	}
+	return nil
 }
 
 // importImages builds the sandbox and test images (once per state directory) and the
