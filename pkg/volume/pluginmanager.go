@@ -63,6 +63,9 @@ func (pm *PluginManager) FindBySpec(spec *Spec) (Plugin, error) {
 	}
 	switch len(found) {
 	case 0:
+		if t := spec.SourceType(); t != "" {
+			return nil, fmt.Errorf("no volume plugin supports volume %q of type %s", spec.Name(), t)
+		}
 		return nil, fmt.Errorf("no volume plugin supports volume %q", spec.Name())
 	case 1:
 		return found[0], nil

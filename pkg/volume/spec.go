@@ -1,6 +1,9 @@
 package volume
 
 import (
+	"reflect"
+	"strings"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -37,6 +40,29 @@ func (s *Spec) Name() string {
 		return s.Volume.Name
 	case s.PersistentVolume != nil:
 		return s.PersistentVolume.Name
+	}
+	return ""
+}
+
+// SourceType is the volume's type as the API names it (nfs, iscsi, csi, configMap, ...):
+// the JSON name of the source that is set, "" if none is.
+func (s *Spec) SourceType() string {
+	var src reflect.Value
+	switch {
+	case s == nil:
+		return ""
+	case s.Volume != nil:
+		src = reflect.ValueOf(s.Volume.VolumeSource)
+	case s.PersistentVolume != nil:
+		src = reflect.ValueOf(s.PersistentVolume.Spec.PersistentVolumeSource)
+	default:
+		return ""
+	}
+	for i := 0; i < src.NumField(); i++ {
+		if f := src.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(src.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
 	}
 	return ""
 }
