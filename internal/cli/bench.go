@@ -8,6 +8,6 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks of the kubevol components; each prints its figures and writes a CSV and a plot",
 	}
-	cmd.AddCommand(newBenchProvisionCommand(), newBenchNodeCommand(), newBenchNodesCommand(), newBenchE2ECommand(), newBenchSnapshotCommand())
+	cmd.AddCommand(newBenchProvisionCommand(), newBenchNodeCommand(), newBenchNodesCommand(), newBenchE2ECommand(), newBenchSnapshotCommand(), newBenchKubeletCommand())
 	return cmd
 }
