@@ -310,8 +310,12 @@ func (b *bench) deleteAll(ctx context.Context) error {
 		return err
 	}
 	for _, del := range []func() error{
-		func() error { return b.cs.CoreV1().ConfigMaps(namespace).DeleteCollection(ctx, opts, metav1.ListOptions{}) },
-		func() error { return b.cs.CoreV1().Secrets(namespace).DeleteCollection(ctx, opts, metav1.ListOptions{}) },
+		func() error {
+			return b.cs.CoreV1().ConfigMaps(namespace).DeleteCollection(ctx, opts, metav1.ListOptions{})
+		},
+		func() error {
+			return b.cs.CoreV1().Secrets(namespace).DeleteCollection(ctx, opts, metav1.ListOptions{})
+		},
 		func() error {
 			return b.cs.CoreV1().PersistentVolumeClaims(namespace).DeleteCollection(ctx, opts, metav1.ListOptions{})
 		},
