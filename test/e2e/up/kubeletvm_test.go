@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -103,11 +104,36 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 	// The kubelet killed and started again (up restarts it): the container keeps running
 	// with its mounts, and updates still reach it.
 	restarts := containerRestarts(t, ctx, cs, ns, pod.Name)
-	killKubelet(t, filepath.Join(dir, "runtime", "kubelet"))
-	waitKubeletBack(t, ctx, kubeletLog)
+	root := filepath.Join(dir, "runtime", "kubelet")
+	killKubelet(t, root)
+	waitKubeletBack(t, ctx, kubeletLog, 2)
 	updateSeen(t, ctx, cs, ns, pod.Name, "v3")
 	if got := containerRestarts(t, ctx, cs, ns, pod.Name); got != restarts {
 		t.Errorf("the container restarted %d times across the kubelet's restart", got-restarts)
+	}
+
+	// Switched to the kubelet's own volume manager and back under the running pod: the
+	// container keeps running with its mounts, and kubevol's takes over what the kubelet's
+	// held.
+	stock := r.switchToStockKubelet(t, root, filepath.Join(dir, "logs", "kubelet-stock.log"))
+	mounts := mountsUnder(filepath.Join(root, "pods", string(created.UID)))
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(stock)
+		return strings.Contains(string(data), "Starting Kubelet Volume Manager"), nil
+	})
+	if err != nil {
+		data, _ := os.ReadFile(stock)
+		t.Fatalf("the kubelet did not start with its own volume manager: %v\n%s", err, tail(string(data), 40))
+	}
+	time.Sleep(10 * time.Second) // the stock volume manager's reconstruction and first reconcile
+	if got := mountsUnder(filepath.Join(root, "pods", string(created.UID))); len(got) < len(mounts) {
+		t.Errorf("the kubelet's own volume manager unmounted the running pod's volumes: %v, were %v", got, mounts)
+	}
+	r.switchBack(t, root)
+	waitKubeletBack(t, ctx, kubeletLog, 3)
+	updateSeen(t, ctx, cs, ns, pod.Name, "v4")
+	if got := containerRestarts(t, ctx, cs, ns, pod.Name); got != restarts {
+		t.Errorf("the container restarted %d times across the switches", got-restarts)
 	}
 
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
@@ -219,8 +245,9 @@ func containerRestarts(t *testing.T, ctx context.Context, cs kubernetes.Interfac
 	return n
 }
 
-// killKubelet sends SIGKILL to the kubelet whose --root-dir is root.
-func killKubelet(t *testing.T, root string) {
+// killKubelet sends SIGKILL to the kubelet whose --root-dir is root, and returns its
+// command line and environment.
+func killKubelet(t *testing.T, root string) (args, env []string) {
 	t.Helper()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -228,29 +255,88 @@ func killKubelet(t *testing.T, root string) {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
+		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
 		if len(args) > 1 && args[1] == "kubelet" && strings.Contains(string(cmdline), "--root-dir="+root+"\x00") {
 			var pid int
 			if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
+				environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
 				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
-				return
+				return args, strings.Split(strings.TrimSuffix(string(environ), "\x00"), "\x00")
 			}
 		}
 	}
 	t.Fatalf("no kubelet with --root-dir=%s", root)
+	return nil, nil
 }
 
-// waitKubeletBack waits until the kubelet's log says, a second time, that it runs
-// kubevol's volume manager and that its volume manager has synced.
-func waitKubeletBack(t *testing.T, ctx context.Context, log string) {
+// switchToStockKubelet stops up's supervision (SIGSTOP), kills its kubelet and starts the
+// same kubelet with its own volume manager, logging to log, which it returns.
+func (r *runtimeUp) switchToStockKubelet(t *testing.T, root, log string) string {
+	t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.cmd.Process.Signal(syscall.SIGCONT) })
+	args, env := killKubelet(t, root)
+	var kept []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "KUBEVOL_VOLUME_MANAGER=") {
+			kept = append(kept, e)
+		}
+	}
+	out, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(kept, "KUBEVOL_VOLUME_MANAGER=kubelet")
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.stock = cmd
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		out.Close()
+	})
+	return log
+}
+
+// switchBack kills the stock kubelet and lets up restart its own.
+func (r *runtimeUp) switchBack(t *testing.T, root string) {
+	t.Helper()
+	_ = r.stock.Process.Kill()
+	_ = r.stock.Wait()
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mountsUnder lists the mount points under dir.
+func mountsUnder(dir string) []string {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// waitKubeletBack waits until the kubelet's log says, for the nth time, that it runs
+// kubevol's volume manager, and that its volume manager has synced.
+func waitKubeletBack(t *testing.T, ctx context.Context, log string, n int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		data, _ := os.ReadFile(log)
 		s := string(data)
 		i := strings.LastIndex(s, "The kubelet runs kubevol's volume manager")
-		return i > 0 && strings.Count(s, "The kubelet runs kubevol's volume manager") >= 2 && strings.Contains(s[i:], "Volume manager initialized"), nil
+		return i > 0 && strings.Count(s, "The kubelet runs kubevol's volume manager") >= n && strings.Contains(s[i:], "Volume manager initialized"), nil
 	})
 	if err != nil {
 		data, _ := os.ReadFile(log)

@@ -3,6 +3,7 @@ package up
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,6 +156,8 @@ type runtimeUp struct {
 	node *kubeletnode.Node
 	cfg  *rest.Config
 	cs   kubernetes.Interface
+	// stock is a kubelet the test started itself, with the kubelet's own volume manager.
+	stock *exec.Cmd
 }
 
 // startRuntimeUp checks the prerequisites of a containerd node, then starts
