@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build binaries debs images push up test deps lint vet staticcheck cluster-binary conformance
+.PHONY: all build binaries debs images push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance
 
 all: build
 
@@ -94,7 +94,13 @@ test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 # test run beside `go test ./...` (hack/test.sh), and up to four packages test at once: the
 # slowest packages (verify, lifecycle, up) then overlap instead of running last, alone.
 test: deps vet cluster-binary
-	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh"
+	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh" \
+		"$(MAKE) --no-print-directory test-kubeletvm"
+
+# The kubelet adapter's unit tests: a package of the control plane's module, which builds
+# only under the kubelet's overlay (internal/kubeletoverlay).
+test-kubeletvm:
+	flags="$$($(GO) run ./hack/kubeletoverlay)" && cd cmd/kubevol-cluster && $(GO) test $$flags -count=1 ./kubeletvm/
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
 # containerd`, with kubevol's sidecars and with upstream's provisioner and snapshotter, side by

@@ -11,11 +11,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/informers"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	"k8s.io/kubernetes/pkg/kubelet/container"
@@ -84,6 +86,7 @@ func New(args kvm.Args) kvm.VolumeManager {
 		rejected: map[types.UID]string{}, volumes: map[volumeKey]container.VolumeInfo{},
 	}
 	csi := csiplugin.New(csiplugin.Config{Drivers: a.drivers, CSIDrivers: a.informer.Storage().V1().CSIDrivers().Lister()})
+	metrics := prometheus.NewRegistry()
 	m, err := volumemanager.New(volumemanager.Config{
 		Client:   args.KubeClient,
 		NodeName: string(args.NodeName),
@@ -93,14 +96,16 @@ func New(args kvm.Args) kvm.VolumeManager {
 		Recorder: args.Recorder,
 		Observer: a,
 		Pods:     a.pods,
-		// The kubelet exports its own volume metrics: none are registered twice.
-		InKubelet: true,
+		// What the kubelet's /metrics gets of these is bridged below.
+		Registerer: metrics,
+		InKubelet:  true,
 	})
 	if err != nil {
 		logger.Error(err, "Kubevol's volume manager cannot start; the kubelet's own is used")
 		return nil
 	}
 	a.m = m
+	legacyregistry.RawMustRegister(bridge{from: metrics})
 	logger.Info("The kubelet runs kubevol's volume manager", "rootDir", a.paths.Root)
 	return a
 }
