@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -163,6 +165,9 @@ func (u *blockUnmapper) TearDown(ctx context.Context) error {
 	}
 	dev := filepath.Join(u.p.blockDevDir(u.pv), string(u.uid))
 	if mnt, err := u.p.host.Mounter().IsLikelyNotMountPoint(dev); err == nil && !mnt {
+		if err := detachLoopReferences(dev); err != nil {
+			return err
+		}
 		if err := u.p.host.Mounter().Unmount(dev); err != nil {
 			return err
 		}
@@ -192,6 +197,36 @@ func (u *blockUnmapper) TearDown(ctx context.Context) error {
 		return err
 	}
 	return removeIfEmpty(filepath.Dir(target))
+}
+
+// loopBackingFiles is where the kernel names each loop device's backing file.
+var loopBackingFiles = "/sys/block/loop*/loop/backing_file"
+
+// detachLoopReferences detaches the loop devices backed by a pod's device file. The
+// kubelet's own volume manager holds each block volume it maps open that way
+// (volumepathhandler.AttachFileDevice), and the file's bind mount cannot be unmounted while
+// one is: a volume mapped by the kubelet and torn down by kubevol (after a switch of volume
+// managers) needs them gone, as the kubelet's unmap does (DetachFileDevice).
+func detachLoopReferences(path string) error {
+	files, _ := filepath.Glob(loopBackingFiles)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil || strings.TrimSuffix(strings.TrimSpace(string(data)), " (deleted)") != path {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		loop, err := os.Open(dev)
+		if err != nil {
+			return fmt.Errorf("the kubelet's reference %s to %s: %w", dev, path, err)
+		}
+		// A loop device still open elsewhere is only marked to clear on its last close.
+		err = unix.IoctlSetInt(int(loop.Fd()), unix.LOOP_CLR_FD, 0)
+		loop.Close()
+		if err != nil && !errors.Is(err, unix.ENXIO) {
+			return fmt.Errorf("detach the kubelet's reference %s to %s: %w", dev, path, err)
+		}
+	}
+	return nil
 }
 
 // removeIfEmpty removes dir unless other pods' entries are still in it.

@@ -3,8 +3,11 @@ package csi
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -107,5 +110,41 @@ func TestBlockMapUnmap(t *testing.T) {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
+	}
+}
+
+// A loop device that the kubelet's own volume manager attached over a pod's device file
+// (its reference to a mapped block volume) is detached by the teardown, which could not
+// unmount the file otherwise.
+func TestDetachLoopReferences(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root for a loop device; run the tests as root")
+	}
+	file := filepath.Join(t.TempDir(), "dev")
+	if err := os.WriteFile(file, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", file).Output()
+	if err != nil {
+		t.Fatalf("losetup: %v", err)
+	}
+	loop := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", loop).Run() })
+	backing := filepath.Join("/sys/block", filepath.Base(loop), "loop", "backing_file")
+	if _, err := os.Stat(backing); err != nil {
+		t.Fatalf("%s attached but %v", loop, err)
+	}
+	if err := detachLoopReferences(file); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(backing); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still backed by %s", loop, file)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
