@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/informers"
@@ -57,6 +58,11 @@ type Manager struct {
 	// volumes caches what GetMountedVolumesForPod hands out per pod volume, so that metrics
 	// caches (du) outlive one call.
 	volumes map[volumeKey]container.VolumeInfo
+	// allocatable is the Node's, read at most once a minute, under its own lock: the read
+	// may wait on the API server.
+	allocatableMu sync.Mutex
+	allocatable   v1.ResourceList
+	allocatableAt time.Time
 }
 
 type volumeKey struct {
@@ -96,6 +102,8 @@ func New(args kvm.Args) kvm.VolumeManager {
 		Recorder: args.Recorder,
 		Observer: a,
 		Pods:     a.pods,
+		// Sizes memory-backed emptyDirs and fills the downward API's resource defaults.
+		NodeAllocatable: a.nodeAllocatable,
 		// What the kubelet's /metrics gets of these is bridged below.
 		Registerer: metrics,
 		InKubelet:  true,
@@ -307,6 +315,23 @@ func (a *Manager) volumeInfo(pod *v1.Pod, dv volumemanager.DesiredVolume, mv vol
 	a.volumes[key] = info
 	a.mu.Unlock()
 	return info, true
+}
+
+// nodeAllocatable is the Node's allocatable resources, as the kubelet reports them.
+func (a *Manager) nodeAllocatable() v1.ResourceList {
+	a.allocatableMu.Lock()
+	defer a.allocatableMu.Unlock()
+	if a.allocatable != nil && time.Since(a.allocatableAt) < time.Minute {
+		return a.allocatable
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	node, err := a.args.KubeClient.CoreV1().Nodes().Get(ctx, string(a.args.NodeName), metav1.GetOptions{})
+	if err != nil {
+		return a.allocatable // the last known, or unknown
+	}
+	a.allocatable, a.allocatableAt = node.Status.Allocatable, time.Now()
+	return a.allocatable
 }
 
 // forgetVolumes drops what GetMountedVolumesForPod cached for volumes no longer mounted.
