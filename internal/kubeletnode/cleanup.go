@@ -199,6 +199,24 @@ func (n *Node) removeCgroups() error {
 // shimPIDs are the containerd shims started for this node's containerd: their command line
 // names its socket.
 func (n *Node) shimPIDs() []int {
+	return pidsWhere(func(args []string) bool {
+		return strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, n.Socket())
+	})
+}
+
+// KubeletPID is the kubelet (kubevol-cluster kubelet) whose --root-dir is rootDir.
+func KubeletPID(rootDir string) (int, error) {
+	pids := pidsWhere(func(args []string) bool {
+		return len(args) > 1 && args[1] == "kubelet" && slices.Contains(args, "--root-dir="+rootDir)
+	})
+	if len(pids) == 0 {
+		return 0, fmt.Errorf("no kubelet with --root-dir=%s", rootDir)
+	}
+	return pids[0], nil
+}
+
+// pidsWhere lists the processes whose command line matches.
+func pidsWhere(match func(args []string) bool) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
@@ -207,14 +225,10 @@ func (n *Node) shimPIDs() []int {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
+		if err != nil || len(cmdline) == 0 {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		if slices.Contains(args, n.Socket()) {
+		if match(strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")) {
 			pids = append(pids, pid)
 		}
 	}

@@ -123,7 +123,7 @@ func (b *bench) updateAndIdle(ctx context.Context) (st report.Stats, cpu, rssMiB
 			err = derr
 		}
 	}()
-	pid, err := kubeletPID(b.root)
+	pid, err := kubeletnode.KubeletPID(b.root)
 	if err != nil {
 		return st, 0, 0, err
 	}

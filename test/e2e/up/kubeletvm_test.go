@@ -249,26 +249,17 @@ func containerRestarts(t *testing.T, ctx context.Context, cs kubernetes.Interfac
 // command line and environment.
 func killKubelet(t *testing.T, root string) (args, env []string) {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-		if len(args) > 1 && args[1] == "kubelet" && strings.Contains(string(cmdline), "--root-dir="+root+"\x00") {
-			var pid int
-			if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
-				environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-					t.Fatal(err)
-				}
-				return args, strings.Split(strings.TrimSuffix(string(environ), "\x00"), "\x00")
-			}
-		}
+	pid, err := kubeletnode.KubeletPID(root)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no kubelet with --root-dir=%s", root)
-	return nil, nil
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	split := func(b []byte) []string { return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00") }
+	return split(cmdline), split(environ)
 }
 
 // switchToStockKubelet stops up's supervision (SIGSTOP), kills its kubelet and starts the
