@@ -85,67 +85,81 @@ type result struct {
 	update  report.Stats
 	// idleCPU is the kubelet's CPU share at idle (cores), rssMiB its resident memory.
 	idleCPU, rssMiB float64
-	// load is the machine's load average (1 min) when the cases started and ended: the
-	// volume managers run one after the other, so a load that differs shows.
+	// load is the machine's load average (1 min) before and after the update and idle
+	// measurement, which the stacks take one after the other.
 	load [2]string
 }
 
 // Run measures every volume manager in turn and prints the table, then writes the CSV and
 // SVG files.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("bench kubelet runs containers and mounts volumes: run it as root")
 	}
 	if err := kubeletnode.CheckPrerequisites(); err != nil {
 		return err
 	}
-	var results []result
-	for _, vm := range cfg.Managers {
+	// Both stacks run at once and take turns, case by case, the first to go alternating:
+	// whatever else loads the machine then weighs on both rows alike.
+	benches := make([]*bench, len(cfg.Managers))
+	defer func() {
+		for _, b := range benches {
+			if b != nil {
+				err = errors.Join(err, b.stop())
+			}
+		}
+	}()
+	results := make([]result, len(cfg.Managers))
+	for i, vm := range cfg.Managers {
 		fmt.Fprintf(cfg.Out, "volume manager %s: starting a throwaway kubevol up --runtime containerd stack\n", vm)
-		r, err := measure(ctx, cfg, vm)
-		if err != nil {
+		if benches[i], err = start(ctx, cfg, vm); err != nil {
 			return fmt.Errorf("volume manager %s: %w", vm, err)
 		}
-		results = append(results, r)
+		results[i] = result{manager: vm, startup: map[string]report.Stats{}}
+	}
+	for n, c := range cfg.cases() {
+		for k := range benches {
+			i := (k + n) % len(benches)
+			st, err := benches[i].startup(ctx, c)
+			if err != nil {
+				return fmt.Errorf("volume manager %s: %s: %w", cfg.Managers[i], c.name, err)
+			}
+			results[i].startup[c.name] = st
+			fmt.Fprintf(cfg.Out, "  %-8s %-28s p50 %8s  p90 %8s  p99 %8s  (load %s)\n", cfg.Managers[i], c.name,
+				report.Round(st.P50), report.Round(st.P90), report.Round(st.P99), loadAverage())
+		}
+	}
+	for i, b := range benches {
+		r := &results[i]
+		r.load[0] = loadAverage()
+		if r.update, r.idleCPU, r.rssMiB, err = b.updateAndIdle(ctx); err != nil {
+			return fmt.Errorf("volume manager %s: %w", cfg.Managers[i], err)
+		}
+		r.load[1] = loadAverage()
+		fmt.Fprintf(cfg.Out, "  %-8s ConfigMap update in %d containers: p50 %s  p99 %s; kubelet idle %.3f cores, RSS %.0f MiB; load %s to %s\n",
+			r.manager, cfg.Pods, report.Round(r.update.P50), report.Round(r.update.P99), r.idleCPU, r.rssMiB, r.load[0], r.load[1])
 	}
 	printTable(cfg, results)
 	return writeFiles(cfg, results)
 }
 
-// measure runs every case on a stack whose kubelet runs the volume manager vm.
-func measure(ctx context.Context, cfg Config, vm string) (res result, err error) {
+// start starts a stack whose kubelet runs the volume manager vm.
+func start(ctx context.Context, cfg Config, vm string) (*bench, error) {
 	dir, err := os.MkdirTemp("", "kubevol-bench-kubelet-")
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	stack, err := up.Start(ctx, up.Options{Dir: filepath.Join(dir, "up"), ClusterBinary: cfg.ClusterBinary, NodeName: "bench-kubelet",
+	stack, err := up.Start(ctx, up.Options{Dir: filepath.Join(dir, "up"), ClusterBinary: cfg.ClusterBinary, NodeName: "bench-" + vm,
 		Progress: io.Discard, UnsafeNoFsync: true, Runtime: up.RuntimeContainerd, VolumeManager: vm})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return res, err
+		return nil, err
 	}
-	defer func() { err = errors.Join(err, stack.Stop(), os.RemoveAll(dir)) }()
 	b, err := newBench(ctx, cfg, stack, dir)
 	if err != nil {
-		return res, err
+		return nil, errors.Join(err, stack.Stop(), os.RemoveAll(dir))
 	}
-	res = result{manager: vm, startup: map[string]report.Stats{}}
-	res.load[0] = loadAverage()
-	for _, c := range cfg.cases() {
-		st, err := b.startup(ctx, c)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", c.name, err)
-		}
-		res.startup[c.name] = st
-		fmt.Fprintf(cfg.Out, "  %-28s p50 %8s  p90 %8s  p99 %8s\n", c.name, report.Round(st.P50), report.Round(st.P90), report.Round(st.P99))
-	}
-	if res.update, res.idleCPU, res.rssMiB, err = b.updateAndIdle(ctx); err != nil {
-		return res, err
-	}
-	res.load[1] = loadAverage()
-	fmt.Fprintf(cfg.Out, "  ConfigMap update in %d containers: p50 %s  p99 %s; kubelet idle %.3f cores, RSS %.0f MiB; load average %s to %s\n",
-		cfg.Pods, report.Round(res.update.P50), report.Round(res.update.P99), res.idleCPU, res.rssMiB, res.load[0], res.load[1])
-	return res, nil
+	return b, nil
 }
 
 func printTable(cfg Config, results []result) {
@@ -183,7 +197,7 @@ func printTable(cfg Config, results []result) {
 	row("ConfigMap update in the container p99", func(r result) float64 { return r.update.P99.Seconds() }, "s")
 	row("kubelet CPU at idle", func(r result) float64 { return r.idleCPU }, "cores")
 	row("kubelet RSS at idle", func(r result) float64 { return r.rssMiB }, "MiB")
-	line := "machine load average (1 min), start to end\t"
+	line := "load average (1 min) around the idle and update figures\t"
 	for _, r := range results {
 		line += r.load[0] + " to " + r.load[1] + "\t"
 	}

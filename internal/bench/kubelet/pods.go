@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,8 @@ const namespace = "bench-kubelet"
 // bench is one stack's measurements.
 type bench struct {
 	cfg       Config
+	stack     *up.Stack
+	dir       string
 	cs        kubernetes.Interface
 	root      string // the kubelet's --root-dir
 	reportDir string // where the update pods' containers report what they read
@@ -44,7 +47,7 @@ func newBench(ctx context.Context, cfg Config, stack *up.Stack, dir string) (*be
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, cs: cs, root: filepath.Join(dir, "up", "runtime", "kubelet"), reportDir: filepath.Join(dir, "report"),
+	b := &bench{cfg: cfg, stack: stack, dir: dir, cs: cs, root: filepath.Join(dir, "up", "runtime", "kubelet"), reportDir: filepath.Join(dir, "report"),
 		running: map[string]time.Time{}}
 	if err := os.MkdirAll(b.reportDir, 0o755); err != nil {
 		return nil, err
@@ -73,6 +76,9 @@ func newBench(ctx context.Context, cfg Config, stack *up.Stack, dir string) (*be
 	f.WaitForCacheSync(ctx.Done())
 	return b, nil
 }
+
+// stop stops the stack and removes its directory.
+func (b *bench) stop() error { return errors.Join(b.stack.Stop(), os.RemoveAll(b.dir)) }
 
 func (b *bench) observe(obj any) {
 	pod, ok := obj.(*corev1.Pod)
