@@ -29,6 +29,7 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
+	"github.com/kubevol/kubevol/pkg/volume/plugins/projected"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
@@ -97,7 +98,7 @@ func New(args kvm.Args) kvm.VolumeManager {
 		Client:   args.KubeClient,
 		NodeName: string(args.NodeName),
 		Paths:    a.paths,
-		Plugins:  append(plugins.All(), csi),
+		Plugins:  append(a.inTreePlugins(), csi),
 		Mounter:  args.Mounter,
 		Recorder: args.Recorder,
 		Observer: a,
@@ -116,6 +117,31 @@ func New(args kvm.Args) kvm.VolumeManager {
 	legacyregistry.RawMustRegister(bridge{from: metrics})
 	logger.Info("The kubelet runs kubevol's volume manager", "rootDir", a.paths.Root)
 	return a
+}
+
+// inTreePlugins are kubevol's in-tree plugins; the projected plugin takes pod certificates
+// from the kubelet's pod certificate manager, which files their PodCertificateRequests for
+// every pod it runs: a second request of kubevol's would be a second certificate.
+func (a *Manager) inTreePlugins() []volume.Plugin {
+	all := plugins.All()
+	host, ok := a.args.VolumePluginMgr.Host.(podCertificateHost)
+	for i, p := range all {
+		if p.Name() != projected.PluginName || !ok {
+			continue
+		}
+		all[i] = projected.NewWithConfig(projected.Config{
+			Credentials: func(ctx context.Context, pod *v1.Pod, volume string, index int) ([]byte, []byte, error) {
+				return host.GetPodCertificateCredentialBundle(ctx, pod.Namespace, pod.Name, string(pod.UID), volume, index)
+			},
+		})
+	}
+	return all
+}
+
+// podCertificateHost is the kubelet's volume host, which serves the pod certificates its
+// manager holds.
+type podCertificateHost interface {
+	GetPodCertificateCredentialBundle(ctx context.Context, namespace, podName, podUID, volumeName string, sourceIndex int) ([]byte, []byte, error)
 }
 
 // Run runs the volume manager until ctx ends.

@@ -142,3 +142,50 @@ func checkCredentialFiles(t *testing.T, dir string, req *certificatesv1.PodCerti
 	}
 	return key, data
 }
+
+// With Config.Credentials (a kubelet's pod certificate manager), the plugin files no
+// PodCertificateRequest of its own: it writes what the manager has, and again every minute.
+func TestProjectedPodCertificateFromHost(t *testing.T) {
+	pm := volume.NewPluginManager(volume.HostConfig{
+		Paths: volume.Paths{Root: t.TempDir()}, NodeName: "n1", Mounter: mount.NewFakeMounter(nil),
+		PodCertificateCreator: func(context.Context, *v1.Pod, *certificatesv1.PodCertificateRequest) (*certificatesv1.PodCertificateRequest, error) {
+			t.Error("the plugin filed a PodCertificateRequest itself")
+			return nil, fmt.Errorf("refused")
+		},
+	})
+	var asked []string
+	cfg := projected.Config{Credentials: func(_ context.Context, pod *v1.Pod, volume string, index int) ([]byte, []byte, error) {
+		asked = append(asked, fmt.Sprintf("%s/%s/%d", pod.Name, volume, index))
+		return []byte("KEY\n"), []byte("CHAIN\n"), nil
+	}}
+	if err := pm.Register(emptydir.New(), projected.NewWithConfig(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	vol := v1.Volume{Name: "certs", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		Sources: []v1.VolumeProjection{{PodCertificate: &v1.PodCertificateProjection{
+			SignerName: "example.com/s", KeyType: podcertificate.ED25519, CredentialBundlePath: "bundle.pem",
+		}}},
+	}}}
+	pod := testPod(vol)
+	spec := volume.SpecFromVolume(&vol)
+	p, err := pm.FindBySpec(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := p.NewMounter(spec, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readFile(t, filepath.Join(m.Path(), "bundle.pem")); got != "KEY\nCHAIN\n" {
+		t.Errorf("bundle %q, want the manager's key then chain", got)
+	}
+	if len(asked) != 1 || asked[0] != pod.Name+"/certs/0" {
+		t.Errorf("asked the manager for %v", asked)
+	}
+	if d := m.(volume.Refresher).RefreshAfter(); d != time.Minute {
+		t.Errorf("RefreshAfter = %v, want a minute", d)
+	}
+}

@@ -39,7 +39,15 @@ type Config struct {
 	// PodCertificates configures how podCertificate sources are served (a fake clock in
 	// tests); the zero value is the kubelet's behaviour.
 	PodCertificates podcertificate.Config
+	// Credentials, when set, serves podCertificate sources from a manager that files and
+	// renews their PodCertificateRequests itself (a kubelet's), instead of the plugin's own
+	// requests, so that none is filed twice. A volume with such a source is then written
+	// again every minute (the kubelet's pod sync) to take the renewals.
+	Credentials func(ctx context.Context, pod *v1.Pod, volume string, index int) (key, chain []byte, err error)
 }
+
+// credentialsRefresh is how often a volume served by Config.Credentials is written again.
+const credentialsRefresh = time.Minute
 
 // NewWithConfig returns the plugin configured by cfg.
 func NewWithConfig(cfg Config) volume.Plugin {
@@ -53,10 +61,14 @@ func NewWithConfig(cfg Config) volume.Plugin {
 		NewPayload: func(h volume.Host, spec *volume.Spec, pod *v1.Pod) (wrapped.PayloadFunc, func() time.Duration, error) {
 			src := spec.Volume.Projected
 			build := func(ctx context.Context, args volume.MounterArgs) (payload.Files, error) {
-				return collect(ctx, h, sources{tokens, certs}, pod, spec.Name(), src, args)
+				return collect(ctx, h, sources{tokens, certs, cfg.Credentials}, pod, spec.Name(), src, args)
 			}
 			refresh := func() time.Duration {
-				return minPositive(tokens.refreshAfter(pod.UID, src), certs.RefreshAfter(pod.UID, spec.Name()))
+				certsAfter := certs.RefreshAfter(pod.UID, spec.Name())
+				if cfg.Credentials != nil && hasPodCertificate(src) {
+					certsAfter = credentialsRefresh
+				}
+				return minPositive(tokens.refreshAfter(pod.UID, src), certsAfter)
 			}
 			return build, refresh, nil
 		},
@@ -85,6 +97,17 @@ func (p *plugin) PodCertificateStates() map[podcertificate.StateKey]int { return
 type sources struct {
 	tokens *tokenCache
 	certs  *podcertificate.Store
+	// credentials is Config.Credentials.
+	credentials func(ctx context.Context, pod *v1.Pod, volume string, index int) (key, chain []byte, err error)
+}
+
+func hasPodCertificate(src *v1.ProjectedVolumeSource) bool {
+	for _, s := range src.Sources {
+		if s.PodCertificate != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func minPositive(a, b time.Duration) time.Duration {
@@ -143,7 +166,7 @@ func collect(ctx context.Context, h volume.Host, held sources, pod *v1.Pod, volN
 			}
 			merge(payload.Files{s.ClusterTrustBundle.Path: {Data: []byte(pem), Mode: mode(src.DefaultMode)}})
 		case s.PodCertificate != nil:
-			f, err := certificateFiles(ctx, h, held.certs, pod, volName, i, s.PodCertificate, src.DefaultMode, args)
+			f, err := certificateFiles(ctx, h, held, pod, volName, i, s.PodCertificate, src.DefaultMode, args)
 			if err != nil {
 				return nil, err
 			}
@@ -184,7 +207,7 @@ func tokenFile(ctx context.Context, h volume.Host, tokens *tokenCache, pod *v1.P
 // credential bundle (the key's PEM, then the chain), the key, the chain, each where the
 // source says; mode 0600 when the pod runs as a fixed user or has an fsGroup, the volume's
 // default mode otherwise. The key is never logged.
-func certificateFiles(ctx context.Context, h volume.Host, certs *podcertificate.Store, pod *v1.Pod, volName string, index int, src *v1.PodCertificateProjection, defaultMode *int32, args volume.MounterArgs) (payload.Files, error) {
+func certificateFiles(ctx context.Context, h volume.Host, held sources, pod *v1.Pod, volName string, index int, src *v1.PodCertificateProjection, defaultMode *int32, args volume.MounterArgs) (payload.Files, error) {
 	paths := []string{src.CredentialBundlePath, src.KeyPath, src.CertificateChainPath}
 	for _, p := range paths {
 		if p == "" {
@@ -194,7 +217,14 @@ func certificateFiles(ctx context.Context, h volume.Host, certs *podcertificate.
 			return nil, fmt.Errorf("podCertificate: %w", err)
 		}
 	}
-	creds, err := certs.Get(ctx, h, pod, volName, index, src)
+	var creds *podcertificate.Credentials
+	var err error
+	if held.credentials != nil {
+		creds = &podcertificate.Credentials{}
+		creds.Key, creds.Chain, err = held.credentials(ctx, pod, volName, index)
+	} else {
+		creds, err = held.certs.Get(ctx, h, pod, volName, index, src)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("podCertificate: %w", err)
 	}
