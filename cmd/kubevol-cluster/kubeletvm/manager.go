@@ -37,9 +37,10 @@ const (
 	// waitTimeout bounds WaitForAttachAndMount and WaitForUnmount: the kubelet syncs the pod
 	// again after it (upstream's podAttachAndMountTimeout).
 	waitTimeout = 2*time.Minute + 3*time.Second
-	// waitPoll is how often those waits look at the states: a map lookup, so more often
-	// than upstream's 300 ms, which a container start would wait out.
-	waitPoll = 20 * time.Millisecond
+	// waitPoll is how often those waits look at the states besides when the manager tells
+	// that a pod's volumes changed (upstream polls every 300 ms, which a container start
+	// would wait out).
+	waitPoll = time.Second
 	// gidAnnotation is a PV's group ID that the pods using it get as a supplemental group.
 	gidAnnotation = "pv.beta.kubernetes.io/gid"
 )
@@ -52,6 +53,11 @@ type Manager struct {
 	drivers  *drivers
 	paths    volume.Paths
 	informer informers.SharedInformerFactory
+
+	// changed is closed, and replaced, whenever the manager reports a pod's volumes ready,
+	// failed or torn down: the waits wake on it instead of polling.
+	changedMu sync.Mutex
+	changed   chan struct{}
 
 	mu sync.Mutex
 	// rejected holds the pods refused for a driver's attachment limit, with why.
@@ -90,7 +96,7 @@ func New(args kvm.Args) kvm.VolumeManager {
 		args: args, pods: newPodSource(args.PodManager, args.PodStateProvider), drivers: newDrivers(),
 		paths:    volume.Paths{Root: filepath.Dir(filepath.Clean(args.KubeletPodsDir))},
 		informer: informers.NewSharedInformerFactory(args.KubeClient, 0),
-		rejected: map[types.UID]string{}, volumes: map[volumeKey]container.VolumeInfo{},
+		rejected: map[types.UID]string{}, volumes: map[volumeKey]container.VolumeInfo{}, changed: make(chan struct{}),
 	}
 	csi := csiplugin.New(csiplugin.Config{Drivers: a.drivers, CSIDrivers: a.informer.Storage().V1().CSIDrivers().Lister()})
 	metrics := prometheus.NewRegistry()
@@ -235,15 +241,32 @@ func (a *Manager) wait(ctx context.Context, done func() (bool, error)) error {
 	t := time.NewTicker(waitPoll)
 	defer t.Stop()
 	for {
+		// Taken before the check, so that a change during it is not missed.
+		changed := a.changes()
 		if ok, err := done(); ok {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-changed:
 		case <-t.C:
 		}
 	}
+}
+
+func (a *Manager) changes() <-chan struct{} {
+	a.changedMu.Lock()
+	defer a.changedMu.Unlock()
+	return a.changed
+}
+
+// notify wakes the waits.
+func (a *Manager) notify() {
+	a.changedMu.Lock()
+	defer a.changedMu.Unlock()
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
 // notReady lists, by pod volume name, the volumes not mounted, those waiting for their
@@ -436,14 +459,15 @@ func (a *Manager) ResizeEphemeralVolume(pod *v1.Pod, volumeName string, _ *resou
 	return fmt.Errorf("volume %s of pod %s does not support direct resizing", volumeName, klog.KObj(pod))
 }
 
-// VolumesReady, VolumesFailed and VolumesTornDown: the kubelet learns these through the
-// waits; its status manager writes the pod's status.
-func (a *Manager) VolumesReady(*v1.Pod)          {}
-func (a *Manager) VolumesFailed(*v1.Pod, string) {}
+// VolumesReady, VolumesFailed and VolumesTornDown wake the waits, through which the kubelet
+// learns them; its status manager writes the pod's status.
+func (a *Manager) VolumesReady(*v1.Pod)          { a.notify() }
+func (a *Manager) VolumesFailed(*v1.Pod, string) { a.notify() }
 func (a *Manager) VolumesTornDown(pod *v1.Pod) {
 	a.mu.Lock()
 	delete(a.rejected, pod.UID)
 	a.mu.Unlock()
+	a.notify()
 }
 
 // RejectPod records a pod refused for a driver's attachment limit: WaitForAttachAndMount
@@ -452,6 +476,7 @@ func (a *Manager) RejectPod(pod *v1.Pod, _, message string) {
 	a.mu.Lock()
 	a.rejected[pod.UID] = message
 	a.mu.Unlock()
+	a.notify()
 }
 
 func (a *Manager) rejection(uid types.UID) string {
