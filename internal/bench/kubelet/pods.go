@@ -43,6 +43,20 @@ type bench struct {
 func newBench(ctx context.Context, cfg Config, stack *up.Stack, dir string) (*bench, error) {
 	rc := stack.Cluster.RESTConfig()
 	rc.QPS, rc.Burst = 1000, 2000
+	// Credentials in memory: the first stack's files go while the second still runs, and a
+	// client that reloads them from disk would complain every second.
+	for _, f := range []struct {
+		path *string
+		data *[]byte
+	}{{&rc.CertFile, &rc.CertData}, {&rc.KeyFile, &rc.KeyData}, {&rc.CAFile, &rc.CAData}} {
+		if *f.path != "" {
+			data, err := os.ReadFile(*f.path)
+			if err != nil {
+				return nil, err
+			}
+			*f.data, *f.path = data, ""
+		}
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
