@@ -245,15 +245,18 @@ func (m *Manager) removePodDir(ctx context.Context, uid types.UID) error {
 	if err := m.cleanSubpaths(uid, ""); err != nil {
 		return err
 	}
+	if m.cfg.InKubelet {
+		// The kubelet removes the directories of the pods it no longer has, once it finds
+		// nothing mounted below them: reading the whole mount table here again, for every
+		// pod, would cost a node with many pods dearly.
+		return nil
+	}
 	mps, err := m.mountsBelow(dir)
 	if err != nil {
 		return err
 	}
 	if len(mps) > 0 {
 		return fmt.Errorf("%s is still mounted", mps[0])
-	}
-	if m.cfg.InKubelet {
-		return nil // the kubelet removes the directories of the pods it no longer has
 	}
 	// The check above reads the mount table once; removeall also stops at a mount it
 	// missed or that appeared since (upstream: RemoveAllOneFilesystem).
