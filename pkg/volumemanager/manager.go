@@ -95,7 +95,8 @@ type Config struct {
 	// InKubelet says the manager runs inside a kubelet (cmd/kubevol-cluster/kubeletvm),
 	// which prepares each container's subPaths itself, posts the pod-level FailedMount
 	// ("Unable to attach or mount volumes: ...") when its wait for the volumes fails, and
-	// removes the directories of pods it no longer has: the manager then does none of these.
+	// removes the directories of pods it no longer has: the manager then does none of these,
+	// and posts no pod-level SuccessfulMountVolume either, as the kubelet's does not.
 	// Pods should come from a PodSource that is a PodLifecycle.
 	InKubelet bool
 	// ClaimSyncPeriod is how often the claims and volumes of running pods are read again,

@@ -125,7 +125,11 @@ func (m *Manager) updateStatus(ctx context.Context, uid types.UID) time.Duration
 		}
 		switch {
 		case st.ready:
-			m.recorder.Eventf(pod, v1.EventTypeNormal, "SuccessfulMountVolume", "MountVolume.SetUp succeeded for all %d volumes", len(m.dsw.PodVolumes(uid)))
+			// A kubelet posts no such event (its containers' events tell): one write
+			// less per pod start.
+			if !m.cfg.InKubelet {
+				m.recorder.Eventf(pod, v1.EventTypeNormal, "SuccessfulMountVolume", "MountVolume.SetUp succeeded for all %d volumes", len(m.dsw.PodVolumes(uid)))
+			}
 			logger.V(2).Info("Pod volumes ready", "pod", klog.KObj(pod))
 			if m.cfg.Observer != nil {
 				m.cfg.Observer.VolumesReady(pod)
