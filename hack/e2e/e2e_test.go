@@ -1,7 +1,9 @@
 // Package e2e is the storage part of Kubernetes' e2e suite: `go test -c` makes the e2e.test
-// binary that `make conformance` runs with -storage.testdriver. It registers the external
-// storage specs (test/e2e/storage/external) and the framework's flags as the full e2e.test
-// does, and nothing else, so it builds in a fraction of the time.
+// binary that `make conformance` runs. It registers the framework's flags as the full
+// e2e.test does, the external storage specs (test/e2e/storage/external, run with
+// -storage.testdriver), and the node-level volume specs: test/e2e/common/storage and
+// test/e2e/storage, whose specs run.sh picks by focus (that package also holds cloud,
+// multi-node and disruptive ones). Nothing else, so it builds in a fraction of the time.
 package e2e
 
 import (
@@ -16,10 +18,12 @@ import (
 	e2etestingmanifests "k8s.io/kubernetes/test/e2e/testing-manifests"
 	testfixtures "k8s.io/kubernetes/test/fixtures"
 
+	_ "k8s.io/kubernetes/test/e2e/common/storage"
 	_ "k8s.io/kubernetes/test/e2e/feature"
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/metrics/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
+	_ "k8s.io/kubernetes/test/e2e/storage"
 	_ "k8s.io/kubernetes/test/e2e/storage/external"
 )
 
