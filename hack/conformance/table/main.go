@@ -1,8 +1,10 @@
 // Command table prints the side-by-side result table of `make conformance` from the JUnit
 // reports of ginkgo runs: one line per spec with its result and run time in each row
-// (kubevol, upstream), then one totals line per row, "kubevol: N passed, N failed, N skipped
-// in Ts". A row may be several runs, one per driver definition, each naming its specs with
-// its label.
+// (kubevol, upstream, kubevol-vm, as many as given), then one totals line per row,
+// "kubevol: N passed, N failed, N skipped in Ts", and one per definition of the row,
+// "kubevol dir: N passed, ...". A row may be several runs, one per definition, each naming
+// its specs with its label. A spec the run's focus and skip left out is not in the table;
+// one the suite skipped as it ran (a capability the driver does not claim) is.
 package main
 
 import (
@@ -15,9 +17,11 @@ import (
 )
 
 type testcase struct {
-	Name    string    `xml:"name,attr"`
-	Time    float64   `xml:"time,attr"`
-	Skipped *struct{} `xml:"skipped"`
+	Name    string  `xml:"name,attr"`
+	Time    float64 `xml:"time,attr"`
+	Skipped *struct {
+		Message string `xml:"message,attr"`
+	} `xml:"skipped"`
 	Failure *struct{} `xml:"failure"`
 	Error   *struct{} `xml:"error"`
 }
@@ -43,7 +47,7 @@ type total struct{ passed, failed, skipped int }
 func main() {
 	var rows, secs pairs
 	flag.Var(&rows, "row", "name=[label:]junit.xml[,[label:]junit.xml...], one per row, in column order; a label names the driver definition of that run")
-	flag.Var(&secs, "seconds", "name=N: the run time of a row")
+	flag.Var(&secs, "seconds", "name=N: the run time of a row; name:label=N: of one of its runs")
 	flag.Parse()
 	results := map[string]map[string]cell{} // spec -> row -> result
 	var names []string
@@ -52,7 +56,8 @@ func main() {
 		n, v, _ := strings.Cut(s, "=")
 		seconds[n] = v
 	}
-	totals := map[string]*total{}
+	totals := map[string]*total{} // row, and row:label, -> its counts
+	labels := map[string][]string{}
 	for _, r := range rows {
 		name, files, ok := strings.Cut(r, "=")
 		if !ok {
@@ -71,6 +76,11 @@ func main() {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
+			run := &total{}
+			if label != "" {
+				labels[name] = append(labels[name], label)
+				totals[name+":"+label] = run
+			}
 			for _, c := range cases {
 				spec := c.Name
 				if label != "" {
@@ -79,7 +89,7 @@ func main() {
 				if results[spec] == nil {
 					results[spec] = map[string]cell{}
 				}
-				results[spec][name] = classify(c, totals[name])
+				results[spec][name] = classify(c, totals[name], run)
 			}
 		}
 	}
@@ -112,11 +122,22 @@ func main() {
 	for _, n := range names {
 		t := totals[n]
 		fmt.Printf("%s: %d passed, %d failed, %d skipped in %ss\n\n", n, t.passed, t.failed, t.skipped, seconds[n])
+		if len(labels[n]) < 2 {
+			continue
+		}
+		for _, l := range labels[n] {
+			t := totals[n+":"+l]
+			fmt.Printf("- %s %s: %d passed, %d failed, %d skipped in %ss\n", n, l, t.passed, t.failed, t.skipped, seconds[n+":"+l])
+		}
+		fmt.Println()
 	}
 }
 
-// readCases are the spec cases of a JUnit report, without the suite's own setup and
-// teardown nodes.
+// readCases are the spec cases of a JUnit report that the run's focus and skip chose: its
+// It nodes, without the suite's own setup and teardown nodes, and without the specs the
+// filters left out (e2e.test holds every spec of the packages it imports, and the report
+// names each, skipped with the bare message "skipped"; a spec that skips itself as it runs
+// gives its reason: "skipped - Driver ... doesn't support ...").
 func readCases(file string) ([]testcase, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -129,25 +150,35 @@ func readCases(file string) ([]testcase, error) {
 	var out []testcase
 	for _, s := range rep.Suites {
 		for _, c := range s.Cases {
-			if strings.Contains(c.Name, "External Storage") {
-				out = append(out, c)
+			if !strings.HasPrefix(c.Name, "[It] ") || c.Skipped != nil && c.Skipped.Message == "skipped" {
+				continue
 			}
+			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
-// classify is a case's result, counted in t.
-func classify(c testcase, t *total) cell {
+// classify is a case's result, counted in each of ts.
+func classify(c testcase, ts ...*total) cell {
+	var r cell
 	switch {
 	case c.Skipped != nil:
-		t.skipped++
-		return cell{result: "skipped"}
+		r = cell{result: "skipped"}
 	case c.Failure != nil || c.Error != nil:
-		t.failed++
-		return cell{result: "FAILED", secs: c.Time}
+		r = cell{result: "FAILED", secs: c.Time}
 	default:
-		t.passed++
-		return cell{result: "passed", secs: c.Time}
+		r = cell{result: "passed", secs: c.Time}
 	}
+	for _, t := range ts {
+		switch r.result {
+		case "skipped":
+			t.skipped++
+		case "FAILED":
+			t.failed++
+		default:
+			t.passed++
+		}
+	}
+	return r
 }
