@@ -1,32 +1,52 @@
 #!/usr/bin/env bash
 # make conformance: the Kubernetes external storage e2e suite (e2e.test and ginkgo from
 # k8s.io/kubernetes v1.37.2, built from hack/e2e) against kubevol's driver on `kubevol up
-# --runtime containerd`, in two rows:
-#   kubevol   kubevol's sidecars;
-#   upstream  upstream's external-provisioner and external-snapshotter (snapshot-controller
-#             and csi-snapshotter), built from the module proxy (upstream-sidecars.sh) and run
-#             as processes on this machine under their upstream RBAC, with kubevol's attacher
-#             and resizer (upstream does not serve those modules).
-# Each row runs two driver definitions: kubevol-driver.yaml (the type: dir default class) and
-# kubevol-block-driver.yaml (the type: block class). Then one side-by-side table.
-# ROWS picks rows (default "kubevol upstream"); FOCUS_DIR and FOCUS_BLOCK narrow each
-# definition's specs (ginkgo regexps; FOCUS sets both); SKIP replaces the skipped ones;
-# DEFINITIONS orders (or picks) the definitions (default "dir block"); TIMEOUT bounds each
-# ginkgo run (a timed-out run still reports); PROCS runs specs in parallel;
-# KEEP=1 keeps the logs of every component.
+# --runtime containerd`, in three rows:
+#   kubevol     kubevol's sidecars, the kubelet's own volume manager;
+#   upstream    upstream's external-provisioner and external-snapshotter (snapshot-controller
+#               and csi-snapshotter), built from the module proxy (upstream-sidecars.sh) and
+#               run as processes on this machine under their upstream RBAC, with kubevol's
+#               attacher and resizer (upstream does not serve those modules);
+#   kubevol-vm  kubevol's sidecars, and kubevol's volume manager in the kubelet
+#               (`kubevol up --volume-manager kubevol`).
+# Each row runs three definitions: kubevol-driver.yaml (dir: the type: dir default class),
+# kubevol-block-driver.yaml (block: the type: block class), and node: the suite's node-level
+# volume specs (configMap, secret, projected, downwardAPI, emptyDir, hostPath, subPath, local
+# PVs...), which use no driver definition. Then one side-by-side table.
+# ROWS picks rows (default "kubevol upstream kubevol-vm"); FOCUS_DIR, FOCUS_BLOCK and
+# FOCUS_NODE narrow each definition's specs (ginkgo regexps; FOCUS sets all three); SKIP
+# replaces the skipped ones of dir and block, SKIP_NODE those of node; DEFINITIONS orders (or
+# picks) the definitions (default "dir block node"); TIMEOUT bounds each ginkgo run (a
+# timed-out run still reports); PROCS runs specs in parallel; KEEP=1 keeps the logs of every
+# component.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cache=${KUBEVOL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kubevol}
 out=${OUT:-$root/docs/conformance}
-rows=${ROWS:-kubevol upstream}
+all_rows="kubevol upstream kubevol-vm"
+all_definitions="dir block node"
+rows=${ROWS:-$all_rows}
+definitions=${DEFINITIONS:-$all_definitions}
 focus_dir=${FOCUS_DIR:-${FOCUS:-External.Storage}}
 focus_block=${FOCUS_BLOCK:-${FOCUS:-External.Storage}}
+# The node definition: the specs of test/e2e/common/storage and the single-node ones of
+# test/e2e/storage that run pods on the kubelet, by their describe names.
+focus_node=${FOCUS_NODE:-${FOCUS:-'\[sig-storage\] (ConfigMap|Secrets|Projected (configMap|secret|downwardAPI|combined)|Downward API volume|EmptyDir volumes|EmptyDir wrapper volumes|HostPath|HostPathType [A-Za-z ]+|Subpath|PersistentVolumes-local|Ephemeralstorage|Volume metrics) '}}
+# What node leaves out (SKIP_NODE replaces it):
+# - Disruptive, Serial and Flaky specs, as dir and block do;
+# - [Slow] specs, but HostPathType's (all marked [Slow], a few seconds each): the regexp
+#   skips [Slow] under every describe that does not begin with H. Most of the others wait
+#   out a 5-minute timeout each (a pod that must stay pending, a local PV that cannot mount);
+# - [Feature:...] specs and alpha feature gates (off on this cluster);
+# - the Volume metrics specs that deploy upstream's csi-hostpath driver from its images,
+#   which this machine cannot pull or build (each would wait out 5 minutes for its pod).
+skip_node=${SKIP_NODE:-'Disruptive|Serial|Flaky|\[Feature:|\[Alpha\]|Feature:OffByDefault|\[sig-storage\] [^H].*\[Slow\]|Volume metrics (PVC|Ephemeral) '}
 # A mistyped row or definition stops the run before it builds or starts anything.
 for row in $rows; do
-  case $row in kubevol|upstream) ;; *) echo "unknown row $row: want kubevol or upstream" >&2; exit 2 ;; esac
+  case " $all_rows " in *" $row "*) ;; *) echo "unknown row $row: want one of $all_rows" >&2; exit 2 ;; esac
 done
-for def in ${DEFINITIONS:-dir block}; do
-  case $def in dir|block) ;; *) echo "unknown definition $def: want dir or block" >&2; exit 2 ;; esac
+for def in $definitions; do
+  case " $all_definitions " in *" $def "*) ;; *) echo "unknown definition $def: want one of $all_definitions" >&2; exit 2 ;; esac
 done
 work=$(mktemp -d /tmp/kubevol-conformance.XXXXXX)
 mkdir -p "$cache/e2e" "$out"
@@ -158,13 +178,14 @@ promoterE2eRegistry: registry.k8s.io/e2e-test-images
 sigStorageRegistry: registry.k8s.io/sig-storage
 " > "$work/repo-list.yaml"
 
-# suite <row> <definition label> <driver.yaml> <focus>: one ginkgo run, its JUnit report and
-# log kept as docs/conformance/<row>-<label>.{xml,log}.
+# suite <row> <definition label> <driver.yaml or ""> <focus> <skip>: one ginkgo run, its JUnit
+# report and log kept as docs/conformance/<row>-<label>-junit.xml and <row>-<label>.log.
 suite() {
-  local row=$1 label=$2 def=$3 focus=$4
-  KUBE_TEST_REPO_LIST="$work/repo-list.yaml" nice -n 10 "$cache/e2e/ginkgo" --focus="$focus" --skip="${SKIP:-Disruptive|Serial|Slow}" \
+  local row=$1 label=$2 def=$3 focus=$4 skip=$5 testdriver=()
+  [ -n "$def" ] && testdriver=(--storage.testdriver="$root/hack/conformance/$def")
+  KUBE_TEST_REPO_LIST="$work/repo-list.yaml" nice -n 10 "$cache/e2e/ginkgo" --focus="$focus" --skip="$skip" \
     --timeout="${TIMEOUT:-2h}" --procs="${PROCS:-1}" --junit-report="$row-$label.xml" --output-dir="$work/$row" --no-color "$cache/e2e/e2e.test" -- \
-    --kubeconfig="$work/$row/up/kubeconfig" --storage.testdriver="$root/hack/conformance/$def" \
+    --kubeconfig="$work/$row/up/kubeconfig" "${testdriver[@]}" \
     --provider=local --report-dir="$work/$row" >"$work/$row/$label.log" 2>&1 || true
   cp "$work/$row/$label.log" "$out/$row-$label.log"
   cp "$work/$row/$row-$label.xml" "$out/$row-$label-junit.xml" 2>/dev/null || true
@@ -176,16 +197,18 @@ for row in $rows; do
   case $row in
     kubevol) start_up "$row" ;;
     upstream) start_up "$row" --sidecars attacher,resizer ;;
+    kubevol-vm) start_up "$row" --volume-manager kubevol ;;
   esac
   kubectl --kubeconfig "$work/$row/up/kubeconfig" apply -f "$root/hack/conformance/kubevol-block-class.yaml" \
     -f "$root/hack/conformance/kubevol-vac.yaml" -f "$root/hack/conformance/vac-reader.yaml" >/dev/null
   [ "$row" = upstream ] && start_upstream "$work/$row"
-  for def in ${DEFINITIONS:-dir block}; do
+  for def in $definitions; do
     echo "row $row: the $def definition" >&2
     start=$(date +%s)
     case $def in
-      dir) suite "$row" dir kubevol-driver.yaml "$focus_dir" ;;
-      block) suite "$row" block kubevol-block-driver.yaml "$focus_block" ;;
+      dir) suite "$row" dir kubevol-driver.yaml "$focus_dir" "${SKIP:-Disruptive|Serial|Slow}" ;;
+      block) suite "$row" block kubevol-block-driver.yaml "$focus_block" "${SKIP:-Disruptive|Serial|Slow}" ;;
+      node) suite "$row" node "" "$focus_node" "$skip_node" ;;
     esac
     secs=$(( $(date +%s) - start ))
     echo "row $row: the $def definition took $secs s" >&2
@@ -193,16 +216,17 @@ for row in $rows; do
   done
   stop_row
 done
-# The table has every row with reports in docs/conformance/, so that ROWS=kubevol and
-# ROWS=upstream, and DEFINITIONS=dir and DEFINITIONS=block, may run apart. A row's time is
-# the sum of its definitions' runs.
+# The table has every row with reports in docs/conformance/, so that rows and definitions
+# may run apart (ROWS=kubevol, then ROWS=kubevol-vm; DEFINITIONS=dir, then DEFINITIONS=node).
+# A row's time is the sum of its definitions' runs; each definition's is given too.
 table_rows=()
-for row in kubevol upstream; do
+for row in $all_rows; do
   reports= secs=0
-  for def in dir block; do
+  for def in $all_definitions; do
     [ -f "$out/$row-$def-junit.xml" ] && [ -f "$out/$row-$def-seconds" ] || continue
     reports+=${reports:+,}$def:$out/$row-$def-junit.xml
     secs=$(( secs + $(cat "$out/$row-$def-seconds") ))
+    table_rows+=(-seconds "$row:$def=$(cat "$out/$row-$def-seconds")")
   done
   if [ -n "$reports" ]; then table_rows+=(-row "$row=$reports" -seconds "$row=$secs"); fi
 done
