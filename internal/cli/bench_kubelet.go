@@ -47,6 +47,8 @@ content. It prints both rows and the ratios, and writes kubelet.{csv,svg} to --o
 	f.IntVar(&cfg.Volumes, "volumes", 100, "volumes of the one-pod cases")
 	f.StringSliceVar(&cfg.Managers, "volume-managers", []string{kubeletnode.VolumeManagerKubelet, kubeletnode.VolumeManagerKubevol}, "the volume managers to run, in order; the ratio column is the first over the second")
 	f.DurationVar(&cfg.Idle, "idle", time.Minute, "how long the kubelet's CPU is sampled at idle")
+	f.BoolVar(&cfg.Startup, "startup", true, "run the pod-startup cases")
+	f.BoolVar(&cfg.Update, "update", true, "run the ConfigMap update and idle measurement")
 	f.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up on a case after this long")
 	f.StringVar(&cfg.ClusterBinary, "cluster-binary", "", "kubevol-cluster binary (default: build or find it, as kubevol up)")
 	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for the CSV and SVG files")

@@ -34,6 +34,8 @@ type Config struct {
 	Managers []string
 	// Idle is how long the kubelet's CPU is sampled at idle.
 	Idle time.Duration
+	// Startup and Update run the pod-startup cases and the update and idle measurement.
+	Startup, Update bool
 	// Timeout bounds each case.
 	Timeout       time.Duration
 	ClusterBinary string
@@ -67,6 +69,14 @@ func (c Config) cases() []podCase {
 		podCase{name: fmt.Sprintf("1 pod × %d configMaps", c.Volumes), pods: 1, kinds: repeat(kindConfigMap, c.Volumes)},
 		podCase{name: fmt.Sprintf("1 pod × %d PVs", c.Volumes), pods: 1, kinds: repeat(kindPV, c.Volumes)})
 	return out
+}
+
+// measuredCases are the cases a run measures: none without Startup.
+func (c Config) measuredCases() []podCase {
+	if !c.Startup {
+		return nil
+	}
+	return c.cases()
 }
 
 func repeat(s string, n int) []string {
@@ -118,6 +128,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		results[i] = result{manager: vm, startup: map[string]report.Stats{}}
 	}
 	for n, c := range cfg.cases() {
+		if !cfg.Startup {
+			break
+		}
 		for k := range benches {
 			i := (k + n) % len(benches)
 			st, err := benches[i].startup(ctx, c)
@@ -130,6 +143,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	for i, b := range benches {
+		if !cfg.Update {
+			break
+		}
 		r := &results[i]
 		r.load[0] = loadAverage()
 		if r.update, r.idleCPU, r.rssMiB, err = b.updateAndIdle(ctx); err != nil {
@@ -184,7 +200,7 @@ func printTable(cfg Config, results []result) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	for _, c := range cfg.cases() {
+	for _, c := range cfg.measuredCases() {
 		for _, p := range []struct {
 			name string
 			get  func(report.Stats) time.Duration
@@ -193,15 +209,17 @@ func printTable(cfg Config, results []result) {
 			row(c.name+" to Running "+p.name, func(r result) float64 { return p.get(r.startup[c.name]).Seconds() }, "s")
 		}
 	}
-	row("ConfigMap update in the container p50", func(r result) float64 { return r.update.P50.Seconds() }, "s")
-	row("ConfigMap update in the container p99", func(r result) float64 { return r.update.P99.Seconds() }, "s")
-	row("kubelet CPU at idle", func(r result) float64 { return r.idleCPU }, "cores")
-	row("kubelet RSS at idle", func(r result) float64 { return r.rssMiB }, "MiB")
-	line := "load average (1 min) around the idle and update figures\t"
-	for _, r := range results {
-		line += r.load[0] + " to " + r.load[1] + "\t"
+	if cfg.Update {
+		row("ConfigMap update in the container p50", func(r result) float64 { return r.update.P50.Seconds() }, "s")
+		row("ConfigMap update in the container p99", func(r result) float64 { return r.update.P99.Seconds() }, "s")
+		row("kubelet CPU at idle", func(r result) float64 { return r.idleCPU }, "cores")
+		row("kubelet RSS at idle", func(r result) float64 { return r.rssMiB }, "MiB")
+		line := "load average (1 min) around the idle and update figures\t"
+		for _, r := range results {
+			line += r.load[0] + " to " + r.load[1] + "\t"
+		}
+		fmt.Fprintln(w, line)
 	}
-	fmt.Fprintln(w, line)
 	_ = w.Flush()
 }
 
@@ -218,17 +236,18 @@ func ratio(a, b float64) float64 {
 func writeFiles(cfg Config, results []result) error {
 	s := &report.Scaling{Group: "volume_manager", X: "case", Series: []string{"p50_seconds", "p90_seconds", "p99_seconds"}}
 	var legend []string
-	for i, c := range cfg.cases() {
+	for i, c := range cfg.measuredCases() {
 		legend = append(legend, fmt.Sprintf("%d: %s", i+1, c.name))
 		for _, r := range results {
 			st := r.startup[c.name]
 			s.Upsert(report.ScalingRow{Group: r.manager, X: float64(i + 1), Values: []float64{st.P50.Seconds(), st.P90.Seconds(), st.P99.Seconds()}})
 		}
 	}
-	n := len(cfg.cases()) + 1
-	legend = append(legend, fmt.Sprintf("%d: ConfigMap update read in %d containers", n, cfg.Pods))
-	for _, r := range results {
-		s.Upsert(report.ScalingRow{Group: r.manager, X: float64(n), Values: []float64{r.update.P50.Seconds(), r.update.P90.Seconds(), r.update.P99.Seconds()}})
+	if n := len(cfg.measuredCases()) + 1; cfg.Update {
+		legend = append(legend, fmt.Sprintf("%d: ConfigMap update read in %d containers", n, cfg.Pods))
+		for _, r := range results {
+			s.Upsert(report.ScalingRow{Group: r.manager, X: float64(n), Values: []float64{r.update.P50.Seconds(), r.update.P90.Seconds(), r.update.P99.Seconds()}})
+		}
 	}
 	title := "kubelet pod startup by volume manager (cases: " + strings.Join(legend, "; ") + ")"
 	return s.WriteFiles(cfg.OutDir, "kubelet", title, cfg.Out)
