@@ -61,7 +61,8 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		}
 		return "", err
 	}
-	key, err := sourceKey(root, clusterModule, versionLDFlags)
+	// The kubelet links kubevol's volume manager: the kubevol sources are part of its key.
+	key, err := sourceKey(root, clusterModule, versionLDFlags, kubevolSources...)
 	if err != nil {
 		return "", err
 	}
@@ -122,8 +123,8 @@ func FindModuleRoot() (string, error) {
 
 // sourceKey fingerprints everything that decides the content of what is built from module
 // (relative to root): the Go version, salt (build flags) and the module's files.
-func sourceKey(root, module, salt string) (string, error) {
-	files, err := sourceFiles(root, module)
+func sourceKey(root, module, salt string, extra ...string) (string, error) {
+	files, err := sourceFiles(root, module, extra...)
 	if err != nil {
 		return "", err
 	}
@@ -145,12 +146,35 @@ func sourceKey(root, module, salt string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
+// kubevolSources are what kubevol-cluster's kubelet links of the kubevol module besides its
+// own module: the main module's go.mod and go.sum, and pkg/ and internal/ (the overlay's
+// generator among them).
+var kubevolSources = []string{"go.mod", "go.sum", filepath.Join(clusterModule, "kubeletvm"), "pkg", "internal"}
+
 // sourceFiles lists, relative to root, the files a module's binaries are built from: its
-// go.mod, go.sum and sources, and those of the kubevol module that its kubelet adapter
-// links (pkg/, internal/ and the overlay the build generates).
-func sourceFiles(root, module string) ([]string, error) {
-	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum"), "go.mod", "go.sum"}
-	for _, dir := range []string{module, "pkg", "internal"} {
+// go.mod, go.sum and top-level sources, then the extra files and the sources under the
+// extra directories.
+func sourceFiles(root, module string, extra ...string) ([]string, error) {
+	files := []string{filepath.Join(module, "go.mod"), filepath.Join(module, "go.sum")}
+	srcs, err := filepath.Glob(filepath.Join(root, module, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(srcs)
+	for _, s := range srcs {
+		rel, _ := filepath.Rel(root, s)
+		files = append(files, rel)
+	}
+	var dirs []string
+	for _, e := range extra {
+		if st, err := os.Stat(filepath.Join(root, e)); err == nil && !st.IsDir() {
+			files = append(files, e)
+		} else {
+			dirs = append(dirs, e)
+		}
+	}
+	fixed := len(files)
+	for _, dir := range dirs {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -163,7 +187,7 @@ func sourceFiles(root, module string) ([]string, error) {
 			return nil, err
 		}
 	}
-	sort.Strings(files[4:])
+	sort.Strings(files[fixed:])
 	return files, nil
 }
 

@@ -42,4 +42,19 @@ func TestMainModuleCanBeDepended(t *testing.T) {
 			t.Errorf("the binary's cache key ignores %s: it covers %v", want, files)
 		}
 	}
+	// The kubelet links kubevol's volume manager; the tools built in the same module
+	// (agnhost) do not, and must not be rebuilt, nor their running copies removed, at every
+	// change of kubevol.
+	withKubevol, err := sourceFiles(root, clusterModule, kubevolSources...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"cmd/kubevol-cluster/kubeletvm/manager.go", "pkg/volumemanager/manager.go", "internal/kubeletoverlay/overlay.go", "go.sum"} {
+		if !slices.Contains(withKubevol, want) {
+			t.Errorf("the binary's cache key ignores %s", want)
+		}
+		if slices.Contains(files, want) {
+			t.Errorf("the key of the module's other tools covers %s", want)
+		}
+	}
 }
