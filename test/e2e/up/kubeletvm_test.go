@@ -136,6 +136,8 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 		t.Errorf("the container restarted %d times across the switches", got-restarts)
 	}
 
+	checkFailedMount(t, ctx, cs, ns, "kubevol-vm")
+
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +154,52 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 		t.Errorf("%s still there after the pod was deleted: %v", podDir, leftUnder(podDir))
 	}
 	r.interruptLeavesNothing(t, dir)
+}
+
+// checkFailedMount runs a pod with a claim that does not exist and an nfs volume, which
+// kubevol does not implement: the kubelet posts its FailedMount, with its words, naming both.
+// The pod is bound to the node by name (the scheduler would keep a pod of a missing claim).
+func checkFailedMount(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, node string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "faulty", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr(int64(0)),
+			Containers: []corev1.Container{{Name: "c", Image: kubeletnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"true"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "gone", MountPath: "/gone"}, {Name: "nfs", MountPath: "/nfs"}}}},
+			Volumes: []corev1.Volume{
+				{Name: "gone", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "gone"}}},
+				{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "192.0.2.1", Path: "/x"}}},
+			},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=faulty,reason=FailedMount"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			got = e.Message
+			if strings.HasPrefix(got, "Unable to attach or mount volumes: unmounted volumes=[gone nfs]") &&
+				strings.Contains(got, "failed to process volumes=[gone nfs]") && strings.Contains(got, "of type nfs") &&
+				strings.Contains(got, `"gone"`) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no FailedMount naming the missing claim and the nfs type; last: %q", got)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func createClaim(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, class string, mode corev1.PersistentVolumeMode) {
