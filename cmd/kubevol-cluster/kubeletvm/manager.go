@@ -79,18 +79,22 @@ type volumeKey struct {
 
 var _ kvm.VolumeManager = (*Manager)(nil)
 
-// New builds kubevol's volume manager from the kubelet's arguments. It returns nil, and
-// the kubelet keeps its own, for a kubelet without an API server (kubevol's needs one) or
-// one that attaches volumes itself (kubevol's waits for the attach/detach controller).
+// New builds kubevol's volume manager from the kubelet's arguments. A kubelet that was
+// asked for it and cannot run it stops with the reason, rather than run its own volume
+// manager unnoticed: one without an API server (kubevol's needs one), or one that attaches
+// volumes itself (kubevol's waits for the attach/detach controller).
 func New(args kvm.Args) kvm.VolumeManager {
 	logger := klog.Background()
+	fail := func(err error, msg string) kvm.VolumeManager {
+		logger.Error(err, msg)
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		return nil
+	}
 	switch {
 	case args.KubeClient == nil:
-		logger.Error(nil, "Kubevol's volume manager needs an API server; the kubelet's own is used")
-		return nil
+		return fail(nil, "Kubevol's volume manager needs an API server; unset "+Env+" to run the kubelet's own")
 	case !args.ControllerAttachDetachEnabled:
-		logger.Error(nil, "Kubevol's volume manager needs --enable-controller-attach-detach; the kubelet's own is used")
-		return nil
+		return fail(nil, "Kubevol's volume manager needs --enable-controller-attach-detach; unset "+Env+" to run the kubelet's own")
 	}
 	a := &Manager{
 		args: args, pods: newPodSource(args.PodManager, args.PodStateProvider), drivers: newDrivers(),
@@ -116,8 +120,7 @@ func New(args kvm.Args) kvm.VolumeManager {
 		InKubelet:  true,
 	})
 	if err != nil {
-		logger.Error(err, "Kubevol's volume manager cannot start; the kubelet's own is used")
-		return nil
+		return fail(err, "Kubevol's volume manager cannot start")
 	}
 	a.m = m
 	legacyregistry.RawMustRegister(bridge{from: metrics})
