@@ -224,7 +224,7 @@ func TestEmptyDirMemorySize(t *testing.T) {
 	pod := testPod(vol)
 	pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("32Mi")}
 	t.Cleanup(func() { e.tearDown(t, pod, vol) })
-	m, err := e.setUp(t, pod, vol, volume.MounterArgs{})
+	m, err := e.setUp(t, pod, vol, volume.MounterArgs{FsGroup: ptr(int64(123))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +235,12 @@ func TestEmptyDirMemorySize(t *testing.T) {
 	if size := st.Blocks * uint64(st.Bsize); size != 32<<20 {
 		t.Errorf("tmpfs size %d, want the pod limit 32Mi", size)
 	}
+	// The kubelet's tmpfs keeps the kernel's sticky bit, and fsGroup adds setgid: the
+	// conformance spec "nonexistent volume subPath should have the correct mode and owner
+	// using FSGroup" reads dgtrwxrwxrwx.
 	info, _ := os.Stat(m.Path())
-	if info.Mode().Perm() != 0o777 {
-		t.Errorf("mode %v", info.Mode())
+	if want := os.ModeDir | os.ModeSetgid | os.ModeSticky | 0o777; info.Mode() != want {
+		t.Errorf("mode %v, want %v", info.Mode(), want)
 	}
 	// Data survives a second SetUp (remount, restart).
 	os.WriteFile(filepath.Join(m.Path(), "data"), []byte("x"), 0o644)

@@ -176,7 +176,6 @@ func (m *mounter) SetUpAt(ctx context.Context, dir string, args volume.MounterAr
 		if err != nil {
 			klog.FromContext(ctx).Info("The emptyDir's tmpfs gets the kernel's default size", "dir", dir, "reason", err.Error())
 		}
-		opts = append(opts, "mode=0777")
 		if err := m.mounter.MountSensitiveWithoutSystemd("tmpfs", dir, "tmpfs", opts, nil); err != nil {
 			return err
 		}
@@ -186,9 +185,15 @@ func (m *mounter) SetUpAt(ctx context.Context, dir string, args volume.MounterAr
 			return err
 		}
 	}
-	// 0777 despite the umask: every container user must be able to write.
-	if err := os.Chmod(dir, 0o777); err != nil {
+	// 0777 despite the umask: every container user must be able to write. As the kubelet,
+	// only the permission bits are compared, so a tmpfs keeps the sticky bit of its default
+	// mode (1777) and a directory keeps the setgid bit an earlier fsGroup gave it.
+	if info, err := os.Stat(dir); err != nil {
 		return err
+	} else if info.Mode().Perm() != 0o777 {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return err
+		}
 	}
 	if err := volume.SetOwnership(dir, args.FsGroup, false, nil); err != nil {
 		return err
