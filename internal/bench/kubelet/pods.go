@@ -36,8 +36,9 @@ type bench struct {
 	root      string // the kubelet's --root-dir
 	reportDir string // where the update pods' containers report what they read
 
-	mu      sync.Mutex
-	running map[string]time.Time // by pod name: when it was first seen Running
+	mu sync.Mutex
+	// By pod name: when it was first seen bound to the node, and Running.
+	scheduled, running map[string]time.Time
 }
 
 func newBench(ctx context.Context, cfg Config, stack *up.Stack, dir string) (*bench, error) {
@@ -62,7 +63,7 @@ func newBench(ctx context.Context, cfg Config, stack *up.Stack, dir string) (*be
 		return nil, err
 	}
 	b := &bench{cfg: cfg, stack: stack, dir: dir, cs: cs, root: filepath.Join(dir, "up", "runtime", "kubelet"), reportDir: filepath.Join(dir, "report"),
-		running: map[string]time.Time{}}
+		scheduled: map[string]time.Time{}, running: map[string]time.Time{}}
 	if err := os.MkdirAll(b.reportDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -96,35 +97,40 @@ func (b *bench) stop() error { return errors.Join(b.stack.Stop(), os.RemoveAll(b
 
 func (b *bench) observe(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Status.Phase != corev1.PodRunning {
+	if !ok || pod.Spec.NodeName == "" {
 		return
 	}
 	now := time.Now()
 	b.mu.Lock()
-	if _, seen := b.running[pod.Name]; !seen {
+	defer b.mu.Unlock()
+	if _, seen := b.scheduled[pod.Name]; !seen {
+		b.scheduled[pod.Name] = now
+	}
+	if _, seen := b.running[pod.Name]; !seen && pod.Status.Phase == corev1.PodRunning {
 		b.running[pod.Name] = now
 	}
-	b.mu.Unlock()
 }
 
 // startup creates the case's objects, then its pods, and measures each pod from its
-// creation to Running; then it deletes everything.
-func (b *bench) startup(ctx context.Context, c podCase) (report.Stats, error) {
+// creation to Running, and from its binding to the node to Running (the kubelet's part,
+// without the scheduler's wait for provisioning); then it deletes everything.
+func (b *bench) startup(ctx context.Context, c podCase) (toRunning, scheduledToRunning report.Stats, err error) {
 	pods := make([]*corev1.Pod, c.pods)
 	for i := range pods {
 		pods[i] = b.pod(fmt.Sprintf("p%d", i), c.kinds, false)
 	}
 	created, err := b.run(ctx, pods, c.kinds)
 	if err != nil {
-		return report.Stats{}, err
+		return report.Stats{}, report.Stats{}, err
 	}
-	var d []time.Duration
+	var d, onNode []time.Duration
 	b.mu.Lock()
 	for _, p := range pods {
 		d = append(d, b.running[p.Name].Sub(created[p.Name]))
+		onNode = append(onNode, b.running[p.Name].Sub(b.scheduled[p.Name]))
 	}
 	b.mu.Unlock()
-	return report.Summarize(d), b.deleteAll(ctx)
+	return report.Summarize(d), report.Summarize(onNode), b.deleteAll(ctx)
 }
 
 // updateAndIdle runs pods with five volumes each, samples the kubelet's CPU and RSS at idle,
@@ -359,7 +365,7 @@ func (b *bench) deleteAll(ctx context.Context) error {
 		return fmt.Errorf("pods and volumes not gone: %w", err)
 	}
 	b.mu.Lock()
-	b.running = map[string]time.Time{}
+	b.scheduled, b.running = map[string]time.Time{}, map[string]time.Time{}
 	b.mu.Unlock()
 	return nil
 }
