@@ -64,6 +64,11 @@ func NginxBinary(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("dpkg-deb -x %s: %w: %s", debs[0], err, strings.TrimSpace(string(out)))
 	}
 	if err := os.Rename(x, unpacked); err != nil {
+		// Another run unpacked it meanwhile (two ups started at once on a cold cache): the
+		// package is the same, so its copy serves.
+		if _, statErr := os.Stat(bin); statErr == nil {
+			return bin, nil
+		}
 		return "", err
 	}
 	return bin, nil
