@@ -114,23 +114,22 @@ func (b *bench) observe(obj any) {
 // startup creates the case's objects, then its pods, and measures each pod from its
 // creation to Running, and from its binding to the node to Running (the kubelet's part,
 // without the scheduler's wait for provisioning); then it deletes everything.
-func (b *bench) startup(ctx context.Context, c podCase) (toRunning, scheduledToRunning report.Stats, err error) {
+func (b *bench) startup(ctx context.Context, c podCase) (toRunning, boundToRunning []time.Duration, err error) {
 	pods := make([]*corev1.Pod, c.pods)
 	for i := range pods {
 		pods[i] = b.pod(fmt.Sprintf("p%d", i), c.kinds, false)
 	}
 	created, err := b.run(ctx, pods, c.kinds)
 	if err != nil {
-		return report.Stats{}, report.Stats{}, err
+		return nil, nil, err
 	}
-	var d, onNode []time.Duration
 	b.mu.Lock()
 	for _, p := range pods {
-		d = append(d, b.running[p.Name].Sub(created[p.Name]))
-		onNode = append(onNode, b.running[p.Name].Sub(b.scheduled[p.Name]))
+		toRunning = append(toRunning, b.running[p.Name].Sub(created[p.Name]))
+		boundToRunning = append(boundToRunning, b.running[p.Name].Sub(b.scheduled[p.Name]))
 	}
 	b.mu.Unlock()
-	return report.Summarize(d), report.Summarize(onNode), b.deleteAll(ctx)
+	return toRunning, boundToRunning, b.deleteAll(ctx)
 }
 
 // updateAndIdle runs pods with five volumes each, samples the kubelet's CPU and RSS at idle,
