@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				}
 				toRunning[i], onNode[i] = append(toRunning[i], d...), append(onNode[i], bound...)
 				st := report.Summarize(d)
-				fmt.Fprintf(cfg.Out, "  %-8s %-28s p50 %8s  p90 %8s  p99 %8s  bound to Running p50 %8s  (gone %d; waited %s for a quiet machine; load %s)\n",
+				fmt.Fprintf(cfg.Out, "  %-8s %-28s p50 %8s  p90 %8s  p99 %8s  bound to Running p50 %8s  (went %d; waited %s for a quiet machine; load %s)\n",
 					cfg.Managers[i], c.name, report.Round(st.P50), report.Round(st.P90), report.Round(st.P99),
 					report.Round(report.Summarize(bound).P50), k+1, report.Round(waited), loadAverage())
 			}
