@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -82,13 +83,29 @@ func (c *Controller) source(va *storagev1.VolumeAttachment) (*source, error) {
 		if err != nil {
 			return nil, fmt.Errorf("PersistentVolume %q: %w", *s.PersistentVolumeName, err)
 		}
-		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
-			return nil, fmt.Errorf("PersistentVolume %q is not a CSI volume of driver %s", pv.Name, c.cfg.DriverName)
+		// An in-tree PV of a migrated plugin is attached as its CSI translation, as
+		// external-attacher does; the finalizer still goes on the PV object itself.
+		csiPV := pv
+		if migration.IsInTreePV(pv) {
+			if csiPV, err = migration.PVToCSI(klog.Background(), pv); err != nil {
+				return nil, err
+			}
 		}
-		return &source{pv: pv, csi: pv.Spec.CSI, modes: pv.Spec.AccessModes, mountOpt: pv.Spec.MountOptions,
+		if csiPV.Spec.CSI == nil || csiPV.Spec.CSI.Driver != c.cfg.DriverName {
+			return nil, fmt.Errorf("PersistentVolume %q is not a CSI volume of driver %s, nor an in-tree volume migrated to it", pv.Name, c.cfg.DriverName)
+		}
+		return &source{pv: pv, csi: csiPV.Spec.CSI, modes: pv.Spec.AccessModes, mountOpt: pv.Spec.MountOptions,
 			block: pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock}, nil
-	case s.InlineVolumeSpec != nil && s.InlineVolumeSpec.CSI != nil:
-		spec := s.InlineVolumeSpec
+	case s.InlineVolumeSpec != nil:
+		// The attach/detach controller puts a pod's inline in-tree volume of a migrated
+		// plugin here, translated; one still in-tree is translated as external-attacher does.
+		spec, err := migration.SpecToCSI(klog.Background(), s.InlineVolumeSpec)
+		if err != nil {
+			return nil, fmt.Errorf("inline volume spec: %w", err)
+		}
+		if spec.CSI.Driver != c.cfg.DriverName {
+			return nil, fmt.Errorf("inline volume spec is for driver %s, not %s", spec.CSI.Driver, c.cfg.DriverName)
+		}
 		return &source{csi: spec.CSI, modes: spec.AccessModes, mountOpt: spec.MountOptions,
 			block: spec.VolumeMode != nil && *spec.VolumeMode == corev1.PersistentVolumeBlock}, nil
 	default:

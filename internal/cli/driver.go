@@ -60,6 +60,7 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;Delete
 	f.StringSliceVar(&o.cfg.TopologyNodes, "topology-nodes", nil, "controller or all mode: further node IDs whose topology segments the controller provisions on, for several node instances over one controller on one machine (each volume stays local to its node)")
 	f.StringVar(&o.cfg.ControllerStateDir, "controller-state-dir", "", "node mode: the controller's --state-dir when this node instance has its own (see --topology-nodes; default: --state-dir)")
 	f.StringVar(&o.cfg.DriverName, "drivername", driver.DefaultDriverName, "CSI driver name")
+	f.StringToStringVar(&o.cfg.Zone, "zone", nil, "further topology segments KEY=VALUE,... the node reports and every local volume is accessible from, beside "+driver.TopologyKey+": a zone in a CSI migration target's shape (topology.ebs.csi.aws.com/zone=us-east-1a), see docs/migration.md")
 	f.BoolVar(&o.cfg.AttachRequired, "attach-required", false, "advertise PUBLISH_UNPUBLISH_VOLUME, so that the CO attaches volumes")
 	f.StringSliceVar(&o.cfg.Without, "without", nil, "capabilities to switch off, comma-separated, to test a CO against drivers that lack them: "+strings.Join(driver.WithoutNames, ", ")+" (see docs/driver.md)")
 	f.Int64Var(&o.cfg.MaxVolumesPerNode, "max-volumes-per-node", 0, "volumes a node may have published, reported by NodeGetInfo (0: no limit)")

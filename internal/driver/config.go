@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 )
 
@@ -64,6 +65,12 @@ type Config struct {
 	// instance's: a node instance of TopologyNodes keeps its own records in StateDir and
 	// reads the controller's records and volumes there. Empty means StateDir.
 	ControllerStateDir string
+	// Zone is further topology segments (key to value) that the node reports and that
+	// every local volume is accessible from, beside TopologyKey: a zone of a cloud driver's
+	// shape (topology.ebs.csi.aws.com/zone=us-east-1a), so that the driver can stand in for
+	// a CSI migration target, whose translation derives the in-tree zone and region from
+	// that key. Empty means none.
+	Zone map[string]string
 	// AttachRequired enables PUBLISH_UNPUBLISH_VOLUME, so that the CO's attach path runs.
 	AttachRequired bool
 	// MaxVolumesPerNode is reported by NodeGetInfo and enforced by ControllerPublishVolume;
@@ -179,6 +186,19 @@ func (c *Config) validateTopology() error {
 		}
 	}
 	c.TopologyNodes = nodes
+	for k, v := range c.Zone {
+		// CSI: a segment key is a DNS-like name with an optional prefix, its value at most
+		// 63 characters; the node labels carry them, so they are label keys and values too.
+		if k == TopologyKey {
+			return fmt.Errorf("--zone: %s is the driver's node segment", k)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("--zone: key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
+			return fmt.Errorf("--zone: value %q of %s is not a label value", v, k)
+		}
+	}
 	// Validate runs again in New: what it filled in must validate as given.
 	if c.ControllerStateDir == "" {
 		c.ControllerStateDir = c.StateDir
@@ -218,5 +238,15 @@ func (c *Config) pickNode(req *csi.TopologyRequirement) (string, bool) {
 	return c.NodeID, len(req.GetRequisite()) == 0
 }
 
-// topology is the one segment every kubevol volume and node reports.
-func (c *Config) topology() map[string]string { return map[string]string{TopologyKey: c.NodeID} }
+// topology is the segment every kubevol volume and node reports: the node, and the Zone
+// segments.
+func (c *Config) topology() map[string]string { return c.topologyOf(c.NodeID) }
+
+// topologyOf is the segment of a volume on node.
+func (c *Config) topologyOf(node string) map[string]string {
+	out := map[string]string{TopologyKey: node}
+	for k, v := range c.Zone {
+		out[k] = v
+	}
+	return out
+}

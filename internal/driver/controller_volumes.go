@@ -227,7 +227,7 @@ func (c *controller) csiVolume(v *state.Volume) *csi.Volume {
 	// A network volume has no topology: the CO may use it on any node (CSI: accessible
 	// topology unset means accessible from all nodes).
 	if !v.Network {
-		out.AccessibleTopology = []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}}
+		out.AccessibleTopology = []*csi.Topology{{Segments: c.cfg.topologyOf(v.Node)}}
 	}
 	if v.FsType != "" {
 		out.VolumeContext[ParamFsTypeShort] = v.FsType

@@ -218,7 +218,7 @@ func (c *Controller) pvDeleted(obj any) {
 
 func (c *Controller) pvAdded(obj any) {
 	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+	if !ok || pv.Spec.ClaimRef == nil || !c.ours(pv) {
 		return
 	}
 	c.queue.Add(pv.Spec.ClaimRef.Namespace + "/" + pv.Spec.ClaimRef.Name)

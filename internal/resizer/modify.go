@@ -225,7 +225,10 @@ func (c *Controller) syncModify(ctx context.Context, key string) error {
 		return err
 	}
 	pv := c.volumeOf(pvc)
-	if pv == nil {
+	if pv == nil || pv.Spec.CSI == nil {
+		// An in-tree PV of a migrated plugin expands but is never modified: a
+		// VolumeAttributesClass is a CSI feature, and upstream's modify controller takes
+		// only CSI PVs.
 		return nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pvc", klog.KObj(pvc), "pv", pv.Name))

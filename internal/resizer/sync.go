@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
@@ -67,7 +68,7 @@ func (c *Controller) volumeOf(pvc *corev1.PersistentVolumeClaim) *corev1.Persist
 	if err != nil {
 		return nil // not in the cache yet: its arrival enqueues the claim again
 	}
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.DriverName {
+	if !c.ours(pv) {
 		return nil
 	}
 	ref := pv.Spec.ClaimRef
@@ -263,7 +264,10 @@ func (c *Controller) controllerExpand(ctx context.Context, pv *corev1.Persistent
 }
 
 func (c *Controller) expandRequest(ctx context.Context, pv *corev1.PersistentVolume, bytes int64) (*csi.ControllerExpandVolumeRequest, error) {
-	src := pv.Spec.CSI
+	src := migration.CSISource(pv)
+	if src == nil {
+		return nil, fmt.Errorf("PV %s is not a CSI volume", pv.Name)
+	}
 	mode, err := accessmodes.ToCSIAccessMode(pv.Spec.AccessModes, c.multiWriter)
 	if err != nil {
 		return nil, fmt.Errorf("volume capability of PV %s: %w", pv.Name, err)
@@ -410,4 +414,13 @@ func hasCondition(pvc *corev1.PersistentVolumeClaim, t corev1.PersistentVolumeCl
 		}
 	}
 	return false
+}
+
+// ours reports whether pv is a volume of the driver: a CSI PV of it, or an in-tree PV of
+// the plugin migrated to it, which upstream's resizer expands through its translation
+// (kube-controller-manager names the driver in the claim's storage-resizer annotation).
+// The PV object itself stays in-tree: only its capacity is written.
+func (c *Controller) ours(pv *corev1.PersistentVolume) bool {
+	src := migration.CSISource(pv)
+	return src != nil && src.Driver == c.cfg.DriverName
 }

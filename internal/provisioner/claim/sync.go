@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 )
@@ -75,7 +76,7 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 		logger.V(2).Info("StorageClass not found; waiting for it", "storageClass", className)
 		return fmt.Errorf("storageclass %q: %w", className, err)
 	}
-	if class.Provisioner != c.cfg.DriverName {
+	if class.Provisioner != c.cfg.DriverName && !c.migrates(class) {
 		return nil
 	}
 	if mine, err := c.checkNode(ctx, claim, class); !mine {
@@ -107,6 +108,20 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioning,
 		"External provisioner is provisioning volume for claim %q", klog.KObj(claim).String())
 
+	// A claim of an in-tree class that kube-controller-manager handed to the driver through
+	// CSI migration is provisioned from the class translated to CSI (parameters, fsType,
+	// topology), as external-provisioner's prepareProvision does; its PV is written in its
+	// in-tree form below.
+	migrated := c.migrates(class)
+	if migrated {
+		csiClass, err := migration.ClassToCSI(logger, class)
+		if err != nil {
+			c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
+			c.failed(ctx, claim, err)
+			return err
+		}
+		class = csiClass
+	}
 	p, err := c.prepare(ctx, claim, class, pvName, selectedNode)
 	if err != nil {
 		var stop *stopError
@@ -183,7 +198,19 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 		Volume: vol, RequestedBytes: p.requestedBytes, FSType: p.fsType, Secrets: p.secrets,
 		Topology: c.topology, ControllerPublishReadOnly: c.cfg.ControllerPublishReadOnly,
 	})
-	if err := c.savePV(ctx, claim, pv); err != nil {
+	if migrated {
+		// The PV of a migrated claim is the in-tree plugin's (upstream: TranslateCSIPVToInTree),
+		// provisioned-by the in-tree name, so that clusters and tools that read in-tree PVs
+		// keep working and the PV controller marks it migrated-to the driver. A volume whose
+		// PV cannot be written so is deleted again.
+		inTree, err := migration.PVToInTree(pv)
+		if err != nil {
+			c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", err))
+			return errors.Join(err, c.cleanup(ctx, c.mustRecord(claim.UID)))
+		}
+		pv = inTree
+	}
+	if err := c.savePV(ctx, claim, pv, vol.GetVolumeId()); err != nil {
 		return err
 	}
 	// The informer stores the PV before it calls the handler that forgets the mark, so
@@ -216,7 +243,7 @@ func (c *Controller) mustRecord(uid types.UID) intent.Record {
 // savePV creates the PV. A PV of that name that already exists is accepted only if it is
 // this driver's PV for this claim and volume (upstream accepts any, issue #1469); otherwise
 // the volume just created is a duplicate and is deleted.
-func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) error {
+func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, handle string) error {
 	logger := klog.FromContext(ctx)
 	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err == nil {
@@ -234,9 +261,9 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 	if gerr != nil {
 		return fmt.Errorf("PersistentVolume %s exists but cannot be read: %w", pv.Name, gerr)
 	}
-	if mismatch := pvspec.SameVolume(existing, c.cfg.DriverName, claim, pv.Spec.CSI.VolumeHandle); mismatch != nil {
+	if mismatch := pvspec.SameVolume(existing, c.cfg.DriverName, claim, handle); mismatch != nil {
 		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
-		if existing.Spec.CSI != nil && existing.Spec.CSI.VolumeHandle == pv.Spec.CSI.VolumeHandle && existing.DeletionTimestamp == nil {
+		if pvspec.Handle(existing) == handle && existing.DeletionTimestamp == nil {
 			// Same backend volume, now owned by that PV: deleting it would destroy its data.
 			return c.forget(ctx, claim.UID)
 		}
@@ -377,11 +404,18 @@ func (c *Controller) forget(ctx context.Context, uid types.UID) error {
 // ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,
 // so that the volume is the PV's to delete and not the journal's.
 func (c *Controller) ownsVolume(pv *corev1.PersistentVolume, rec intent.Record) bool {
-	return pv.DeletionTimestamp == nil && pv.Spec.CSI != nil && pvspec.ProvisionedBy(pv, c.cfg.DriverName) &&
-		(rec.VolumeID == "" || pv.Spec.CSI.VolumeHandle == rec.VolumeID) &&
+	handle := pvspec.Handle(pv)
+	return pv.DeletionTimestamp == nil && handle != "" && pvspec.ProvisionedBy(pv, c.cfg.DriverName) &&
+		(rec.VolumeID == "" || handle == rec.VolumeID) &&
 		pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.UID == rec.ClaimUID
 }
 
 // savedWindow is how long a saved PV may take to reach the cache before the claim is
 // provisioned again (CreateVolume is idempotent, so that is safe, only wasteful).
 const savedWindow = 30 * time.Second
+
+// migrates reports whether class names the in-tree plugin migrated to the driver
+// (external-provisioner's supportsMigrationFromInTreePluginName).
+func (c *Controller) migrates(class *storagev1.StorageClass) bool {
+	return class.Provisioner != "" && class.Provisioner == migration.InTreeName(c.cfg.DriverName)
+}

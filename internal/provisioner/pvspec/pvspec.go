@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevol/kubevol/internal/migration"
 )
 
 // Annotations, labels and finalizers of the provisioning contract.
@@ -208,9 +210,13 @@ func NodeAffinity(topologies []*csi.Topology) *corev1.VolumeNodeAffinity {
 
 // ProvisionedBy reports whether this driver provisioned the PV (upstream
 // isProvisionerForVolume: the annotation, else the CSI driver of a static PV, else migrated-to).
+//
+// A PV of a migrated claim names the in-tree plugin (kubernetes.io/aws-ebs), as
+// external-provisioner writes it, and kube-controller-manager adds migrated-to with the
+// driver: either makes it the driver's, as the library's additional provisioner names do.
 func ProvisionedBy(pv *corev1.PersistentVolume, driver string) bool {
 	if v, ok := pv.Annotations[AnnProvisionedBy]; ok {
-		return v == driver
+		return v == driver || (v != "" && v == migration.InTreeName(driver)) || pv.Annotations[AnnMigratedTo] == driver
 	}
 	if pv.Spec.CSI != nil {
 		return pv.Spec.CSI.Driver == driver
@@ -225,7 +231,7 @@ func SameVolume(existing *corev1.PersistentVolume, driver string, claim *corev1.
 	switch {
 	case !ProvisionedBy(existing, driver):
 		return fmt.Errorf("PersistentVolume %s already exists and was not provisioned by %s", existing.Name, driver)
-	case existing.Spec.CSI == nil || existing.Spec.CSI.VolumeHandle != handle:
+	case Handle(existing) != handle:
 		return fmt.Errorf("PersistentVolume %s already exists for a different volume", existing.Name)
 	case existing.Spec.ClaimRef == nil || existing.Spec.ClaimRef.UID != claim.UID:
 		return fmt.Errorf("PersistentVolume %s already exists for a different claim", existing.Name)
@@ -239,4 +245,13 @@ func SameVolume(existing *corev1.PersistentVolume, driver string, claim *corev1.
 // PV, CloneFinalizer on a clone source claim).
 func HasFinalizer(obj metav1.Object, f string) bool {
 	return slices.Contains(obj.GetFinalizers(), f)
+}
+
+// Handle is the CSI volume handle of pv, translated from its in-tree source for a volume of
+// a migrated plugin; "" for any other PV.
+func Handle(pv *corev1.PersistentVolume) string {
+	if src := migration.CSISource(pv); src != nil {
+		return src.VolumeHandle
+	}
+	return ""
 }

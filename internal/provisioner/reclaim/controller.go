@@ -28,6 +28,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -158,6 +159,20 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	logger := klog.FromContext(ctx)
+	// An in-tree PV of the plugin migrated to the driver (the PV of a migrated claim, which
+	// kube-controller-manager leaves to the driver: migrated-to) is deleted as its CSI
+	// translation, as external-provisioner's Delete translates it first.
+	if migration.IsInTreePV(pv) {
+		csiPV, err := migration.PVToCSI(logger, pv)
+		if err != nil {
+			c.cfg.Recorder.Event(pv, corev1.EventTypeWarning, ReasonVolumeFailedDelete, err.Error())
+			return err
+		}
+		if csiPV.Spec.CSI.Driver != c.cfg.DriverName {
+			return nil
+		}
+		pv = csiPV
+	}
 	if pv.Spec.CSI == nil {
 		return nil
 	}
