@@ -209,6 +209,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("register node %s: %w", a.cfg.NodeName, err)
 	}
 	logger.Info("Node registered", "rootDir", a.cfg.RootDir)
+	if err := a.drivers.InitializeCSINode(ctx); err != nil {
+		// Each driver's registration writes the CSINode again, annotation included.
+		logger.Error(err, "Cannot initialize the CSINode yet; the next driver registration writes it")
+	}
 	a.informers.Start(ctx.Done())
 	defer a.informers.Shutdown()
 	a.informers.WaitForCacheSync(ctx.Done())

@@ -51,6 +51,13 @@ func New(client kubernetes.Interface, nodeName string) *Registry {
 		drivers: map[string]csinode.Driver{}, clock: clock.RealClock{}}
 }
 
+// InitializeCSINode makes the node's CSINode exist before any driver registers, with the
+// annotation of the in-tree plugins the node mounts through CSI, as the kubelet does when it
+// starts (csinode.Manager.Initialize).
+func (r *Registry) InitializeCSINode(ctx context.Context) error {
+	return r.nodes.Initialize(ctx)
+}
+
 // Watch registers the drivers whose registration sockets appear in dir (usually
 // volume.Paths.PluginRegistryDir, <root-dir>/plugins_registry) until ctx ends, then closes
 // every driver connection.

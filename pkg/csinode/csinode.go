@@ -14,10 +14,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/kubevol/kubevol/internal/migration"
 )
 
 // NodeIDAnnotation holds the JSON map of driver name to the driver's node ID.
@@ -118,7 +121,36 @@ func (m *Manager) updateNode(ctx context.Context, change func(*corev1.Node) erro
 	return out, nil
 }
 
+// Initialize makes the node's CSINode exist, with the migrated-plugins annotation, before
+// any driver registers: the kubelet's initializeCSINode, which the scheduler's volume
+// binding relies on to know that the node mounts in-tree volumes through CSI.
+func (m *Manager) Initialize(ctx context.Context) error {
+	node, err := m.Client.CoreV1().Nodes().Get(ctx, m.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", m.NodeName, err)
+	}
+	return m.updateCSINode(ctx, node, func(*storagev1.CSINode) {})
+}
+
+// setMigratedPlugins writes the annotation that lists every in-tree plugin migrated to CSI,
+// as the kubelet's nodeinfomanager does on each CSINode write: the kubelet of 1.37 lists
+// all seven always, whatever drivers are registered. It reports whether it changed cn.
+func setMigratedPlugins(cn *storagev1.CSINode) bool {
+	want := migration.MigratedPlugins()
+	if cn.Annotations[migration.MigratedPluginsAnnotation] == want {
+		return false
+	}
+	if cn.Annotations == nil {
+		cn.Annotations = map[string]string{}
+	}
+	cn.Annotations[migration.MigratedPluginsAnnotation] = want
+	return true
+}
+
 func (m *Manager) updateCSINode(ctx context.Context, node *corev1.Node, change func(*storagev1.CSINode)) error {
+	change = func(f func(*storagev1.CSINode)) func(*storagev1.CSINode) {
+		return func(cn *storagev1.CSINode) { f(cn); setMigratedPlugins(cn) }
+	}(change)
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cn, err := m.Client.StorageV1().CSINodes().Get(ctx, m.NodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -139,7 +171,11 @@ func (m *Manager) updateCSINode(ctx context.Context, node *corev1.Node, change f
 		if err != nil {
 			return err
 		}
+		before := cn.DeepCopy()
 		change(cn)
+		if equality.Semantic.DeepEqual(before, cn) {
+			return nil
+		}
 		_, err = m.Client.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{})
 		return err
 	})

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -174,6 +175,15 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		claim = pod.Name + "-" + pv.Name
 	case block:
 		return nil, nil, errors.New("only persistent volumes can be used in volumeDevices")
+	case migration.IsInTreeVolume(pv):
+		// An inline in-tree volume of a migrated plugin is mounted by the CSI plugin as its
+		// translation, a PV named <driver>-<handle>, which names its pod directory, as the
+		// kubelet's populator does (csimigration.TranslateInTreeSpecToCSI).
+		csiPV, err := migration.VolumeToCSI(klog.FromContext(ctx), pv, pod.Namespace)
+		if err != nil {
+			return nil, nil, err
+		}
+		return volume.SpecFromPersistentVolume(csiPV, false), nil, nil
 	default:
 		return volume.SpecFromVolume(pv), nil, nil
 	}
@@ -199,6 +209,15 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		return nil, nil, err
 	}
 	pvc, obj := r.pvc, r.pv
+	if migration.IsInTreePV(obj) {
+		// An in-tree PV of a migrated plugin is mounted through its CSI translation, with
+		// the kubelet's volume name, paths and attachment name.
+		csiPV, err := migration.PVToCSI(klog.FromContext(ctx), obj)
+		if err != nil {
+			return nil, nil, err
+		}
+		obj = csiPV
+	}
 	spec := volume.SpecFromPersistentVolume(obj, readOnly)
 	// Upstream's volumeMode check: volumeMounts need Filesystem, volumeDevices need Block.
 	switch {
