@@ -168,3 +168,12 @@ func PVToInTree(pv *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
 	}
 	return out, nil
 }
+
+// Handle is the CSI volume handle of pv, translated from its in-tree source for a volume of
+// a migrated plugin; "" for any other PV.
+func Handle(pv *corev1.PersistentVolume) string {
+	if src := CSISource(pv); src != nil {
+		return src.VolumeHandle
+	}
+	return ""
+}

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/kubevol/kubevol/internal/migration"
 )
 
 // CheckVolume reports what makes pv unfit as the snapshot source of claim pvc: it must
@@ -18,6 +20,15 @@ func CheckVolume(pv *corev1.PersistentVolume, pvc *corev1.PersistentVolumeClaim)
 	switch {
 	case ref == nil || ref.Name != pvc.Name || ref.Namespace != pvc.Namespace || (ref.UID != "" && ref.UID != pvc.UID):
 		return fmt.Errorf("volume %s is not bound to claim %s", pv.Name, pvc.Name)
+	case migration.IsInTreePV(pv):
+		// Upstream's snapshot-controller refuses them too: CSI migration covers
+		// provisioning, attaching, mounting and expansion, not snapshots.
+		src := migration.CSISource(pv)
+		driver := ""
+		if src != nil {
+			driver = src.Driver
+		}
+		return fmt.Errorf("volume %s of claim %s is an in-tree volume (migrated to CSI driver %s): snapshots of in-tree volumes are not supported, also under CSI migration; only CSI volumes can be snapshotted", pv.Name, pvc.Name, driver)
 	case pv.Spec.CSI == nil:
 		return fmt.Errorf("volume %s of claim %s is not a CSI volume: only CSI volumes can be snapshotted", pv.Name, pvc.Name)
 	}

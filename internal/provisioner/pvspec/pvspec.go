@@ -249,9 +249,4 @@ func HasFinalizer(obj metav1.Object, f string) bool {
 
 // Handle is the CSI volume handle of pv, translated from its in-tree source for a volume of
 // a migrated plugin; "" for any other PV.
-func Handle(pv *corev1.PersistentVolume) string {
-	if src := migration.CSISource(pv); src != nil {
-		return src.VolumeHandle
-	}
-	return ""
-}
+func Handle(pv *corev1.PersistentVolume) string { return migration.Handle(pv) }

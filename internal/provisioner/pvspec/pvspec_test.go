@@ -123,3 +123,41 @@ func TestBuildCapacity(t *testing.T) {
 		}
 	}
 }
+
+// The PV of a migrated claim is the driver's by its in-tree provisioned-by, or by the
+// migrated-to kube-controller-manager adds; its handle is the translated volume ID. Another
+// plugin's or driver's PV is not.
+func TestProvisionedByMigrated(t *testing.T) {
+	ebs := func(ann map[string]string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv", Annotations: ann}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "v-1"}}}}
+	}
+	for _, tc := range []struct {
+		ann    map[string]string
+		driver string
+		want   bool
+	}{
+		{map[string]string{AnnProvisionedBy: "kubernetes.io/aws-ebs"}, "ebs.csi.aws.com", true},
+		{map[string]string{AnnProvisionedBy: "kubernetes.io/aws-ebs", AnnMigratedTo: "ebs.csi.aws.com"}, "ebs.csi.aws.com", true},
+		{map[string]string{AnnProvisionedBy: "kubernetes.io/aws-ebs"}, "local.kubevol.io", false},
+		{map[string]string{AnnProvisionedBy: "kubernetes.io/gce-pd"}, "ebs.csi.aws.com", false},
+		{map[string]string{AnnProvisionedBy: ""}, "local.kubevol.io", false},
+		{nil, "ebs.csi.aws.com", false}, // a static in-tree PV is nobody's to delete
+	} {
+		if got := ProvisionedBy(ebs(tc.ann), tc.driver); got != tc.want {
+			t.Errorf("ProvisionedBy(%v, %s) = %v, want %v", tc.ann, tc.driver, got, tc.want)
+		}
+	}
+	if h := Handle(ebs(nil)); h != "v-1" {
+		t.Errorf("Handle of an EBS PV = %q, want v-1", h)
+	}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: "u"}}
+	pv := ebs(map[string]string{AnnProvisionedBy: "kubernetes.io/aws-ebs"})
+	pv.Spec.ClaimRef = &corev1.ObjectReference{UID: "u"}
+	if err := SameVolume(pv, "ebs.csi.aws.com", claim, "v-1"); err != nil {
+		t.Errorf("SameVolume of the migrated PV: %v", err)
+	}
+	if err := SameVolume(pv, "ebs.csi.aws.com", claim, "v-2"); err == nil {
+		t.Error("SameVolume accepts another volume")
+	}
+}

@@ -79,6 +79,9 @@ type envOptions struct {
 	// agentArgs are more flags of the node agent; driverArgs of the driver.
 	agentArgs  []string
 	driverArgs []string
+	// driverName registers the driver under this name instead of a unique one (a CSI
+	// migration target's, such as ebs.csi.aws.com); one test at a time may use a name.
+	driverName string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -86,6 +89,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	s := rand.String(6)
 	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
 		name: "e2e-" + s + ".kubevol.io", node: "csi-node-" + s, sc: "sc-" + s, attach: o.attachRequired}
+	if o.driverName != "" {
+		e.name = o.driverName
+	}
 	// Not t.TempDir: a long test name would make the socket paths exceed the 108 bytes of
 	// a unix socket address.
 	dir, err := os.MkdirTemp("", "kvcsi-")
