@@ -79,7 +79,7 @@ var migrationTargets = []migrationTarget{{
 }}
 
 // CSI migration end to end, for each target in parallel, every sidecar under deploy/'s
-// RBAC and the agent as its node: kubevol's driver registers as the target's CSI driver,
+// RBAC (upstream's rules) and the agent as its node, none of them refused a request: kubevol's driver registers as the target's CSI driver,
 // and kube-controller-manager hands it the in-tree plugin's work.
 //   - A class parameter the driver rejects gives a ProvisioningFailed event that names it.
 //   - A claim of an in-tree StorageClass becomes an in-tree PV (provisioned-by the plugin,
@@ -238,6 +238,9 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if n := len(rsp.GetEntries()); n != 0 {
 		t.Errorf("%d volumes left on the backend: %v", n, rsp.GetEntries())
 	}
+	// No sidecar needed a right beyond deploy/'s, nor the agent one beyond its node's (the
+	// Node authorizer's lag on a pod just bound aside).
+	framework.CheckNoForbidden(t, framework.NodeAuthorizerLag, e.procs...)
 }
 
 // waitMigrationTarget labels the Node with its cloud topology and waits until the agent has
