@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -119,6 +120,30 @@ func TestPickNode(t *testing.T) {
 	}
 	if !three.servesSegment("n3") || three.servesSegment("n4") {
 		t.Errorf("served segments of %v", three.TopologyNodes)
+	}
+}
+
+// --zone adds segments beside the node's to the node's topology and every local volume's; a
+// key or value a node label cannot carry, or the node key itself, is refused.
+func TestZone(t *testing.T) {
+	c := &Config{NodeID: "n1", StateDir: t.TempDir(), Zone: map[string]string{"topology.ebs.csi.aws.com/zone": "us-east-1a"}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{TopologyKey: "n2", "topology.ebs.csi.aws.com/zone": "us-east-1a"}
+	if got := c.topologyOf("n2"); !maps.Equal(got, want) {
+		t.Errorf("topologyOf(n2) = %v, want %v", got, want)
+	}
+	if got := c.topology()[TopologyKey]; got != "n1" {
+		t.Errorf("node segment %q, want n1", got)
+	}
+	for _, zone := range []map[string]string{
+		{TopologyKey: "x"}, {"bad key!": "x"}, {"topology.example.com/zone": ""}, {"topology.example.com/zone": "a/b"},
+	} {
+		bad := &Config{NodeID: "n1", StateDir: t.TempDir(), Zone: zone}
+		if err := bad.Validate(); err == nil {
+			t.Errorf("--zone %v validated", zone)
+		}
 	}
 }
 

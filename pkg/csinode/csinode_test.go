@@ -82,3 +82,40 @@ func TestMissingNode(t *testing.T) {
 		t.Fatal("Install succeeded without a Node object")
 	}
 }
+
+// The CSINode exists before any driver registers and lists the migrated in-tree plugins, as
+// the kubelet writes them; an annotation another writer dropped comes back with the next
+// write, and an Initialize that changes nothing writes nothing.
+func TestInitializeMigratedPlugins(t *testing.T) {
+	ctx := context.Background()
+	cs := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-1"}})
+	m := &Manager{Client: cs, NodeName: "n1"}
+	if err := m.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := "kubernetes.io/aws-ebs,kubernetes.io/azure-disk,kubernetes.io/azure-file,kubernetes.io/cinder,kubernetes.io/gce-pd,kubernetes.io/portworx-volume,kubernetes.io/vsphere-volume"
+	cn, err := cs.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil || cn.Annotations["storage.alpha.kubernetes.io/migrated-plugins"] != want || len(cn.Spec.Drivers) != 0 {
+		t.Fatalf("CSINode after Initialize: %+v, %v", cn, err)
+	}
+	writes := len(cs.Actions())
+	if err := m.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cs.Actions()[writes:] {
+		if a.GetVerb() != "get" {
+			t.Errorf("a second Initialize wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	cn.Annotations = nil
+	if _, err := cs.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Install(ctx, Driver{Name: "ebs.csi.aws.com", NodeID: "i-1"}); err != nil {
+		t.Fatal(err)
+	}
+	cn, _ = cs.StorageV1().CSINodes().Get(ctx, "n1", metav1.GetOptions{})
+	if cn.Annotations["storage.alpha.kubernetes.io/migrated-plugins"] != want {
+		t.Errorf("annotation after Install: %v", cn.Annotations)
+	}
+}
