@@ -32,7 +32,9 @@ func TestSourceOfMigratedVolumes(t *testing.T) {
 	va := func(src storagev1.VolumeAttachmentSource) *storagev1.VolumeAttachment {
 		return &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{Attacher: c.cfg.DriverName, NodeName: "n", Source: src}}
 	}
-	name := func(n string) storagev1.VolumeAttachmentSource { return storagev1.VolumeAttachmentSource{PersistentVolumeName: &n} }
+	name := func(n string) storagev1.VolumeAttachmentSource {
+		return storagev1.VolumeAttachmentSource{PersistentVolumeName: &n}
+	}
 
 	src, err := c.source(va(name("ebs")))
 	if err != nil || src.pv != ebs || src.csi.Driver != "ebs.csi.aws.com" || src.csi.VolumeHandle != "vol-1" || src.csi.FSType != "xfs" {

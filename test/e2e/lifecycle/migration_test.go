@@ -88,6 +88,7 @@ var migrationTargets = []migrationTarget{{
 //   - A static in-tree PV naming an existing volume binds and is mounted.
 //   - An inline in-tree volume of a pod is attached (spec.source.inlineVolumeSpec) and
 //     mounted at the kubelet's path, <driver>-<volume ID>.
+//   - The agent, killed and restarted, reconstructs the three and tears them down.
 //
 // The CSINode lists the migrated plugins as the kubelet writes them; no volume, mount,
 // attachment or loop device is left.
@@ -200,6 +201,11 @@ func testMigration(t *testing.T, tg migrationTarget) {
 		return s != nil && s.CSI != nil && s.CSI.VolumeHandle == inlineID
 	})
 	e.migratedMount(inline.UID, tg.driver+"-"+inlineID, inlineID, tg)
+
+	// The agent restarts with the three volumes mounted: reconstruction finds them by the
+	// kubelet's names, and tears them down below.
+	e.agent.Kill()
+	e.agent.Start()
 
 	// Everything goes: the pods, the static PV (Retain: the test deletes its volume), and
 	// the claim whose PV is deleted through DeleteVolume.
