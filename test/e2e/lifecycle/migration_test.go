@@ -168,6 +168,10 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	e.checkAttached(csiplugin.AttachmentName(id, tg.driver, e.node), func(va *storagev1.VolumeAttachment) bool {
 		return va.Spec.Source.PersistentVolumeName != nil && *va.Spec.Source.PersistentVolumeName == pv.Name
 	})
+	// The attacher's finalizer is on the in-tree PV too, as on a CSI PV.
+	if cur := e.boundPV("dynamic"); !slices.Contains(cur.Finalizers, "external-attacher/"+csiclient.SanitizeDriverName(tg.driver)) {
+		t.Errorf("in-tree PV %s: finalizers %v, want the attacher's", pv.Name, cur.Finalizers)
+	}
 	target := e.migratedMount(writer.UID, pv.Name, id, tg)
 	if err := os.WriteFile(filepath.Join(target, "data.txt"), []byte("written through migration\n"), 0o644); err != nil {
 		t.Fatal(err)
