@@ -45,13 +45,21 @@ type fixture struct {
 	journal  *intent.Journal
 	recorder *record.FakeRecorder
 	ctl      *Controller
+	// driver is the driver's name.
+	driver string
 }
 
 // newFixture runs a claim controller against a fake API server and an in-memory driver.
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
+	return newFixtureFor(t, driverName, driverName, nil, objs...)
+}
+
+// newFixtureFor is newFixture with a driver of that name, and the class "sc" of that
+// provisioner and parameters.
+func newFixtureFor(t *testing.T, driverName, provisioner string, params map[string]string, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100), driver: driverName}
 	honourFinalizers(f.cs)
 	f.drv = csitest.Start(t, &csitest.Driver{Name: driverName})
 	conn, err := csiclient.Dial(csiclient.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
@@ -81,7 +89,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 	}
 	factory.Start(ctx.Done())
 	go f.ctl.Run(ctx, 4)
-	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: driverName}, metav1.CreateOptions{})
+	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: provisioner, Parameters: params}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +363,7 @@ func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.Persis
 	class := "sc"
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
-			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
+			Annotations: map[string]string{pvspec.AnnStorageProvisioner: f.driver}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			StorageClassName: &class,
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
