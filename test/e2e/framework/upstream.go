@@ -137,8 +137,10 @@ var Forbidden = regexp.MustCompile(`(?i)forbidden|(^|[^.\w])403($|\W)`)
 
 // NodeAuthorizerLag is the Node authorizer's refusal of a node's request for an object of a
 // pod it does not yet know is bound to that node: its graph lags behind the binding, and the
-// kubelet, like the node agent, retries until it catches up.
-var NodeAuthorizerLag = regexp.MustCompile(`node: no relationship found between node`)
+// kubelet, like the node agent, retries until it catches up. The NodeRestriction admission
+// plugin's refusal of a service account token for such a pod is the same lag (it reads the
+// pod's node from the API server's cache).
+var NodeAuthorizerLag = regexp.MustCompile(`node: no relationship found between node|node requested token bound to a pod scheduled on a different node`)
 
 // CheckNoForbidden fails the test for each process whose log shows a refused request in a
 // line that except (nil: none) does not match: every component's identity has the rights it
