@@ -258,6 +258,45 @@ func TestVolumesInUseDropsUnmountedDevice(t *testing.T) {
 	})
 }
 
+// The same after a restart: a reconstructed attachable volume is attachable, so its
+// unstage drops it from volumesInUse at once too.
+func TestVolumesInUseDropsReconstructedDevice(t *testing.T) {
+	sp := &sharedPlugin{}
+	h := newHarness(t)
+	h.extra = []volume.Plugin{attachablePlugin{sp}}
+	var mu sync.Mutex
+	var reported []v1.UniqueVolumeName
+	calls := 0
+	h.inUseChanged = func() {
+		go func() {
+			inUse := h.m.VolumesInUse()
+			mu.Lock()
+			reported = inUse
+			calls++
+			mu.Unlock()
+			h.m.MarkVolumesReportedInUse(inUse)
+		}()
+	}
+	h.start()
+	h.create(pod("app", "uid-app", sharedVolume("data")))
+	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-app"] == 1 }) })
+	h.stop()
+	mu.Lock()
+	calls = 0
+	mu.Unlock()
+	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.obs = newObserver()
+	h.start()
+	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
+	h.eventually("volumesInUse reported empty after the unstage", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls > 0 && len(reported) == 0
+	})
+}
+
 func countOf(list []string, s string) int {
 	n := 0
 	for _, e := range list {

@@ -103,6 +103,13 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 		return err
 	}
 	av := AttachedVolume{Name: name, PluginName: pluginName, Spec: spec, DeviceMountable: deviceMountable, DeviceState: DeviceNotMounted}
+	// Whether the plugin attaches it, as the kubelet's reconstruction asks the plugin: an
+	// attachable volume stays in node.status.volumesInUse until its device is unmounted, and
+	// its unmount must update that list at once, or the attach/detach controller waits for
+	// the next periodic status to detach it.
+	if ap, err := m.plugins.FindAttachable(spec); err == nil && ap != nil {
+		av.Attachable = true
+	}
 	if deviceMountable {
 		av.DeviceState = DeviceMountUncertain
 		if dm, err := m.plugins.FindDeviceMountable(spec); err == nil && dm != nil {
