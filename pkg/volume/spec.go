@@ -13,6 +13,10 @@ type Spec struct {
 	PersistentVolume *v1.PersistentVolume
 	// ReadOnly is the pod's or the claim's readOnly flag.
 	ReadOnly bool
+	// Migrated: PersistentVolume is the CSI translation of an in-tree volume of a plugin
+	// migrated to CSI (an in-tree PV, or an inline in-tree volume of a pod), as the kubelet's
+	// volume.Spec.Migrated; the operation metrics say so in their migrated label.
+	Migrated bool
 }
 
 // SpecFromVolume wraps an inline pod volume.

@@ -54,6 +54,9 @@ type MountedVolume struct {
 	Reconstructed bool
 	// RefreshAt, when set, is when the volume's contents expire (tokens).
 	RefreshAt time.Time
+	// Migrated: mounted through the CSI translation of an in-tree volume (unknown, false,
+	// after a restart, as the kubelet's reconstructed specs are CSI specs).
+	Migrated bool
 }
 
 // AttachedVolume is a volume in the actual state with its device state.

@@ -89,7 +89,10 @@ type Operation struct {
 	Pod        types.UID
 	Name       string // upstream operation_name: volume_mount, volume_unmount, unmount_device, ...
 	PluginName string
-	Run        func(ctx context.Context) error
+	// Migrated: the volume is an in-tree volume mounted through its CSI translation (the
+	// metrics' migrated label).
+	Migrated bool
+	Run      func(ctx context.Context) error
 	// Done is called with Run's result after the executor's bookkeeping, outside its lock.
 	Done func(err error)
 }
@@ -184,7 +187,7 @@ func (e *Executor) execute(ctx context.Context, op Operation) (err error) {
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && !volume.IsUncertain(err) {
 			err = volume.NewUncertainError(err)
 		}
-		e.metrics.observeOperation(op.PluginName, op.Name, err, time.Since(start))
+		e.metrics.observeOperation(op.PluginName, op.Name, op.Migrated, err, time.Since(start))
 	}()
 	return op.Run(opCtx)
 }

@@ -85,7 +85,7 @@ func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume
 	outer := dv.OuterNames[0]
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name, "size", size.String())
 	return m.start(ctx, Operation{
-		Key: OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName,
+		Key: OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName, Migrated: dv.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			err := m.nodeExpand(ctx, pod, dv, size)
 			if err == nil || errors.Is(err, errNotNodeTurn) {

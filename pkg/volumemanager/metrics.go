@@ -1,6 +1,7 @@
 package volumemanager
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, dsw *DesiredState, asw *ActualState) 
 	return m
 }
 
-func (m *metrics) observeOperation(plugin, op string, err error, d time.Duration) {
+func (m *metrics) observeOperation(plugin, op string, migrated bool, err error, d time.Duration) {
 	if m == nil {
 		return
 	}
@@ -51,7 +52,7 @@ func (m *metrics) observeOperation(plugin, op string, err error, d time.Duration
 	if err != nil {
 		status = "fail-unknown"
 	}
-	m.opDuration.WithLabelValues(plugin, op, status, "false").Observe(d.Seconds())
+	m.opDuration.WithLabelValues(plugin, op, status, strconv.FormatBool(migrated)).Observe(d.Seconds())
 }
 
 func (m *metrics) observeOverallMount(plugin string, d time.Duration) {

@@ -104,7 +104,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	ops := opsOf(block)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name)
 	return m.start(ctx, Operation{
-		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName,
+		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName, Migrated: dv.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
 				return err
@@ -138,7 +138,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 		},
 		Done: func(err error) {
 			mv := MountedVolume{Name: dv.Name, PluginName: dv.PluginName, PodUID: uid, SpecName: dv.Spec.Name(),
-				MountPath: mountPath, Block: block}
+				MountPath: mountPath, Block: block, Migrated: dv.Spec.Migrated}
 			switch {
 			case err == nil:
 				mv.RefreshAt = refreshAt
@@ -289,7 +289,7 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 	logger := klog.FromContext(ctx).WithValues("podUID", mv.PodUID, "volumeID", mv.Name)
 	ops := opsOf(mv.Block)
 	return m.start(ctx, Operation{
-		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: ops.unmount, PluginName: mv.PluginName,
+		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: ops.unmount, PluginName: mv.PluginName, Migrated: mv.Migrated,
 		Run: func(ctx context.Context) error {
 			if err := m.cleanSubpaths(mv.PodUID, mv.SpecName); err != nil {
 				return err
@@ -328,6 +328,7 @@ func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) tim
 	logger := klog.FromContext(ctx).WithValues("volumeID", av.Name)
 	return m.start(ctx, Operation{
 		Key: OpKey{Volume: av.Name}, Name: opsOf(av.Spec.Block()).unmountDevice, PluginName: av.PluginName,
+		Migrated: av.Spec != nil && av.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			dm, err := m.plugins.FindDeviceMountable(av.Spec)
 			if err != nil || dm == nil {

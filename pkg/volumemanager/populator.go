@@ -183,7 +183,9 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		if err != nil {
 			return nil, nil, err
 		}
-		return volume.SpecFromPersistentVolume(csiPV, false), nil, nil
+		spec := volume.SpecFromPersistentVolume(csiPV, false)
+		spec.Migrated = true
+		return spec, nil, nil
 	default:
 		return volume.SpecFromVolume(pv), nil, nil
 	}
@@ -209,7 +211,8 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		return nil, nil, err
 	}
 	pvc, obj := r.pvc, r.pv
-	if migration.IsInTreePV(obj) {
+	migrated := migration.IsInTreePV(obj)
+	if migrated {
 		// An in-tree PV of a migrated plugin is mounted through its CSI translation, with
 		// the kubelet's volume name, paths and attachment name.
 		csiPV, err := migration.PVToCSI(klog.FromContext(ctx), obj)
@@ -219,6 +222,7 @@ func (m *Manager) specFor(ctx context.Context, pod *v1.Pod, pv *v1.Volume, block
 		obj = csiPV
 	}
 	spec := volume.SpecFromPersistentVolume(obj, readOnly)
+	spec.Migrated = migrated
 	// Upstream's volumeMode check: volumeMounts need Filesystem, volumeDevices need Block.
 	switch {
 	case spec.Block() && !block:

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,6 +207,20 @@ func testMigration(t *testing.T, tg migrationTarget) {
 		return s != nil && s.CSI != nil && s.CSI.VolumeHandle == inlineID
 	})
 	e.migratedMount(inline.UID, tg.driver+"-"+inlineID, inlineID, tg)
+
+	// The mounts count as migrated in the kubelet's operation metric.
+	page, err := http.Get(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if !slices.ContainsFunc(strings.Split(string(body), "\n"), func(l string) bool {
+		return strings.HasPrefix(l, "storage_operation_duration_seconds_count{") && strings.Contains(l, `migrated="true"`) &&
+			strings.Contains(l, `operation_name="volume_mount"`) && strings.Contains(l, `volume_plugin="kubernetes.io/csi"`)
+	}) {
+		t.Errorf("/metrics has no migrated volume_mount of kubernetes.io/csi in storage_operation_duration_seconds")
+	}
 
 	// The agent restarts with the three volumes mounted: reconstruction finds them by the
 	// kubelet's names, and tears them down below.
