@@ -228,45 +228,20 @@ func (sharedAttacher) WaitForAttach(context.Context, *volume.Spec, string, *v1.P
 // node.status.volumesInUse must drop an attachable volume as soon as its device is unmounted
 // (upstream: the kubelet's status update follows the actual state), or the attach/detach
 // controller waits for the next periodic node status to detach it.
-func TestVolumesInUseDropsUnmountedDevice(t *testing.T) {
-	sp := &sharedPlugin{}
-	h := newHarness(t)
-	h.extra = []volume.Plugin{attachablePlugin{sp}}
-	var mu sync.Mutex
-	var reported []v1.UniqueVolumeName
-	// The node agent's part: report what the manager says is in use, then tell it.
-	h.inUseChanged = func() {
-		go func() {
-			inUse := h.m.VolumesInUse()
-			mu.Lock()
-			reported = inUse
-			mu.Unlock()
-			h.m.MarkVolumesReportedInUse(inUse)
-		}()
-	}
-	h.start()
-	h.create(pod("app", "uid-app", sharedVolume("data")))
-	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-app"] == 1 }) })
-	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
-	h.eventually("volumesInUse emptied after the unstage", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(reported) == 0
-	})
-}
+func TestVolumesInUseDropsUnmountedDevice(t *testing.T) { testVolumesInUseDrops(t, false) }
 
-// The same after a restart: a reconstructed attachable volume is attachable, so its
-// unstage drops it from volumesInUse at once too.
-func TestVolumesInUseDropsReconstructedDevice(t *testing.T) {
+// The same after a restart: a reconstructed attachable volume is attachable (the kubelet's
+// reconstruction asks the plugin), so its unstage drops it from volumesInUse at once too.
+func TestVolumesInUseDropsReconstructedDevice(t *testing.T) { testVolumesInUseDrops(t, true) }
+
+func testVolumesInUseDrops(t *testing.T, restart bool) {
 	sp := &sharedPlugin{}
 	h := newHarness(t)
 	h.extra = []volume.Plugin{attachablePlugin{sp}}
 	var mu sync.Mutex
 	var reported []v1.UniqueVolumeName
 	calls := 0
+	// The node agent's part: report what the manager says is in use, then tell it.
 	h.inUseChanged = func() {
 		go func() {
 			inUse := h.m.VolumesInUse()
@@ -280,17 +255,21 @@ func TestVolumesInUseDropsReconstructedDevice(t *testing.T) {
 	h.start()
 	h.create(pod("app", "uid-app", sharedVolume("data")))
 	h.eventually("ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-app"] == 1 }) })
-	h.stop()
+	if restart {
+		h.stop()
+	}
 	mu.Lock()
 	calls = 0
 	mu.Unlock()
 	if err := h.client.CoreV1().Pods("ns").Delete(context.Background(), "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.obs = newObserver()
-	h.start()
+	if restart {
+		h.obs = newObserver()
+		h.start()
+	}
 	h.eventually("unstaged", func() bool { return countOf(sp.events(), "unstage") == 1 })
-	h.eventually("volumesInUse reported empty after the unstage", func() bool {
+	h.eventually("volumesInUse emptied after the unstage", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return calls > 0 && len(reported) == 0
