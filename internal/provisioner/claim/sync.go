@@ -76,8 +76,23 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 		logger.V(2).Info("StorageClass not found; waiting for it", "storageClass", className)
 		return fmt.Errorf("storageclass %q: %w", className, err)
 	}
-	if class.Provisioner != c.cfg.DriverName && !c.migrates(class) {
+	migrated := c.migrates(class)
+	if class.Provisioner != c.cfg.DriverName && !migrated {
 		return nil
+	}
+	if migrated {
+		// A claim of an in-tree class that kube-controller-manager handed to the driver
+		// through CSI migration is provisioned from the class translated to CSI
+		// (parameters, fsType, topology), as external-provisioner's prepareProvision does;
+		// its PV is written in its in-tree form (provision). The node check below reads the
+		// translated topology too.
+		csiClass, err := migration.ClassToCSI(logger, class)
+		if err != nil {
+			c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, dataSourceKind(claim)).Inc()
+			c.failed(ctx, claim, err)
+			return err
+		}
+		class = csiClass
 	}
 	if mine, err := c.checkNode(ctx, claim, class); !mine {
 		return err // another node's claim, or one this node is still waiting to take
@@ -97,10 +112,12 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	if wait := c.saved.Remaining(uid); wait > 0 {
 		return controller.RetryAfter(wait) // our PV is on its way into the cache
 	}
-	return c.provision(ctx, claim, class, pvName, selectedNode)
+	return c.provision(ctx, claim, class, pvName, selectedNode, migrated)
 }
 
-func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string) error {
+// provision provisions the claim from class; migrated: class is the CSI translation of an
+// in-tree class, and the PV is written in-tree.
+func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, pvName, selectedNode string, migrated bool) error {
 	logger := klog.FromContext(ctx).WithValues("pv", pvName)
 	ctx = klog.NewContext(ctx, logger)
 	start := time.Now()
@@ -108,20 +125,6 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioning,
 		"External provisioner is provisioning volume for claim %q", klog.KObj(claim).String())
 
-	// A claim of an in-tree class that kube-controller-manager handed to the driver through
-	// CSI migration is provisioned from the class translated to CSI (parameters, fsType,
-	// topology), as external-provisioner's prepareProvision does; its PV is written in its
-	// in-tree form below.
-	migrated := c.migrates(class)
-	if migrated {
-		csiClass, err := migration.ClassToCSI(logger, class)
-		if err != nil {
-			c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
-			c.failed(ctx, claim, err)
-			return err
-		}
-		class = csiClass
-	}
 	p, err := c.prepare(ctx, claim, class, pvName, selectedNode)
 	if err != nil {
 		var stop *stopError
