@@ -121,8 +121,16 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	_, err := cfg.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onClaim,
-		UpdateFunc: func(_, obj any) { c.onClaim(obj) },
+		AddFunc: c.onClaim,
+		UpdateFunc: func(old, obj any) {
+			oldPVC, _ := old.(*corev1.PersistentVolumeClaim)
+			pvc, _ := obj.(*corev1.PersistentVolumeClaim)
+			if c.cfg.Journal.OnlyRecordChanged(oldPVC, pvc) {
+				// The sync that wrote the record has already said when to look again.
+				return
+			}
+			c.onClaim(obj)
+		},
 		DeleteFunc: c.onClaimDeleted,
 	})
 	return c, err

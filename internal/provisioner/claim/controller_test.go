@@ -405,3 +405,22 @@ func TestRefusedPVCreateWarns(t *testing.T) {
 		}
 	}
 }
+
+// A CreateVolume refused as infeasible is retried after --retry-interval-max, not at once:
+// the sync writes the claim's record and removes it again, and those writes of its own
+// must not bring the claim back to the queue. They did, and one bad claim made some fifteen
+// CreateVolume calls in 200 ms.
+func TestInfeasibleClaimWaitsForTheRetryInterval(t *testing.T) {
+	f := newFixture(t)
+	f.drv.Hook("CreateVolume", func(any) error { return status.Error(codes.InvalidArgument, "bad parameter") })
+	f.claim("bad")
+	f.waitFor("CreateVolume", func() bool { return f.drv.Calls("CreateVolume") > 0 })
+	start := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	// Retries cannot come sooner than the fixture's RetryIntervalMax (100 ms), however slow
+	// the machine: at most one per interval, and one that was due at the start.
+	calls, most := f.drv.Calls("CreateVolume"), int(time.Since(start)/(100*time.Millisecond))+2
+	if calls > most {
+		t.Fatalf("%d CreateVolume calls in %s, want at most %d: the claim's own record writes requeue it", calls, time.Since(start), most)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -308,4 +309,31 @@ func (j *Journal) Len() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return len(j.records)
+}
+
+// OnlyRecordChanged reports whether cur differs from old in this journal's record alone (its
+// annotation and finalizer, and the resourceVersion and managed fields that come with any
+// write): an update the provisioner made itself, which gives its sync nothing new to do.
+// Syncing again on it made a claim whose CreateVolume failed at once retry in a loop, each
+// pass writing the record and removing it, whatever the retry interval.
+func (j *Journal) OnlyRecordChanged(old, cur *corev1.PersistentVolumeClaim) bool {
+	strip := func(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+		c := pvc.DeepCopy()
+		c.ResourceVersion, c.ManagedFields = "", nil
+		delete(c.Annotations, Annotation)
+		if len(c.Annotations) == 0 {
+			c.Annotations = nil
+		}
+		c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == j.finalizer })
+		if len(c.Finalizers) == 0 {
+			c.Finalizers = nil
+		}
+		return c
+	}
+	if old == nil || cur == nil {
+		return false
+	}
+	recordChanged := old.Annotations[Annotation] != cur.Annotations[Annotation] ||
+		slices.Contains(old.Finalizers, j.finalizer) != slices.Contains(cur.Finalizers, j.finalizer)
+	return recordChanged && equality.Semantic.DeepEqual(strip(old), strip(cur))
 }
