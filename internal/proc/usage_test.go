@@ -2,15 +2,24 @@ package proc
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
 
 func TestReadUsageSelf(t *testing.T) {
-	// Burn some CPU so that the reading cannot be zero.
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for x := 0; time.Now().Before(deadline); x++ {
+	// Burn CPU until the kernel has counted at least three of /proc's 10 ms ticks, so that the
+	// reading cannot be zero: a wall-clock budget was not enough on a loaded machine, where
+	// 50 ms of waiting got the process less than one tick.
+	for x := 0; ; x++ {
 		_ = x * x
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		if time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= 30*time.Millisecond {
+			break
+		}
 	}
 	u, err := ReadUsage(os.Getpid())
 	if err != nil {
