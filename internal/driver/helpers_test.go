@@ -103,10 +103,22 @@ func (c clients) unstage(t testing.TB, id, path string) {
 	}
 }
 
+// delete deletes the volume, retrying FAILED_PRECONDITION for up to 30 s as a CO does: a
+// block volume's loop device that something else on the machine still held open at the
+// unstage (another cluster's containers, on a busy CI machine) detaches only when that
+// holder lets go, and until then the driver rightly refuses to delete its image.
 func (c clients) delete(t testing.TB, id string) {
 	t.Helper()
-	if _, err := c.ctrl.DeleteVolume(ctxT(t), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-		t.Fatalf("DeleteVolume %s: %v", id, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.ctrl.DeleteVolume(ctxT(t), &csi.DeleteVolumeRequest{VolumeId: id})
+		if err == nil {
+			return
+		}
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+			t.Fatalf("DeleteVolume %s: %v", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
