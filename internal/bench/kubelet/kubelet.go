@@ -135,7 +135,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Each case runs twice, each volume manager once first and once second: the one
 		// that goes second starts its pods while the kernel still tears down the first's
 		// (network namespaces, cgroups) although the CPUs are idle again, and a case run
-		// in one order only measured the order more than the volume manager.
+		// in one order measured the order more than the volume manager.
 		toRunning := make([][]time.Duration, len(benches))
 		onNode := make([][]time.Duration, len(benches))
 		for rep := range len(benches) {
