@@ -57,6 +57,7 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		// Outside the source tree (an installed kubevol), the last built binary will do.
 		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
+			Hold(bin)
 			return bin, nil
 		}
 		return "", err
@@ -68,6 +69,7 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	bin := filepath.Join(cache, "kubevol-cluster-"+key)
 	if _, err := os.Stat(bin); err == nil {
+		Hold(bin)
 		return bin, nil
 	}
 
@@ -81,6 +83,7 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	Hold(bin)
 	return bin, nil
 }
 
@@ -273,15 +276,4 @@ func countPackages(ctx context.Context, root string, flags []string) int {
 		return 0
 	}
 	return strings.Count(string(out), "\n")
-}
-
-// removeStale deletes what was built for older sources under prefix (binaries of about 200 MB,
-// or directories of them).
-func removeStale(cache, prefix, keep string) {
-	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"))
-	for _, o := range old {
-		if o != keep && !strings.HasSuffix(o, ".tmp") {
-			_ = os.RemoveAll(o) // a running cluster keeps its unlinked binary
-		}
-	}
 }

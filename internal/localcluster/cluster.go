@@ -133,6 +133,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	Hold(opts.Binary)
 	pki, err := LoadOrCreatePKI(filepath.Join(dir, "pki"))
 	if err != nil {
 		return nil, err

@@ -72,6 +72,7 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	root, err := FindModuleRoot()
 	if err != nil {
 		if newest := newestEntry(cache, a.prefix); newest != "" {
+			Hold(newest)
 			return newest, nil
 		}
 		return "", err
@@ -82,6 +83,7 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	}
 	out := filepath.Join(cache, a.prefix+key)
 	if _, err := os.Stat(out); err == nil {
+		Hold(out)
 		return out, nil
 	}
 	err = buildLocked(filepath.Join(cache, "build-"+strings.TrimSuffix(a.prefix, "-")+".lock"), out, func() error {
@@ -103,6 +105,7 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	if err != nil {
 		return "", err
 	}
+	Hold(out)
 	return out, nil
 }
 
@@ -124,7 +127,7 @@ func newestEntry(cache, prefix string) string {
 	var newestTime time.Time
 	for _, e := range entries {
 		st, err := os.Stat(e)
-		if err != nil || strings.HasSuffix(e, ".tmp") {
+		if err != nil || strings.HasSuffix(e, ".tmp") || strings.HasSuffix(e, inUseSuffix) {
 			continue
 		}
 		if st.ModTime().After(newestTime) {
