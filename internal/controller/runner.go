@@ -153,6 +153,12 @@ func processNext[K comparable](ctx context.Context, q *Queue[K], sync Sync[K]) b
 	if ctx.Err() != nil {
 		return true // shutting down: the key is synced again after the next start
 	}
+	if x := q.exclusive; x != nil {
+		if !x.acquire(q, key) {
+			return true // another queue syncs it, and gives it back when done
+		}
+		defer x.release(key)
+	}
 	err := sync(ctx, key)
 	var after *retryAfter
 	switch {

@@ -286,7 +286,8 @@ func TestQueueMetrics(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"workqueue_depth", "workqueue_adds_total", "workqueue_retries_total", "workqueue_queue_duration_seconds",
-		"workqueue_work_duration_seconds", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds"} {
+		"workqueue_work_duration_seconds", "workqueue_unfinished_work_seconds", "workqueue_longest_running_processor_seconds",
+		"workqueue_longest_waiting_item_seconds"} {
 		if !got[name] {
 			t.Errorf("no %s{name=\"volumeattachments\"}", name)
 		}
@@ -303,23 +304,11 @@ func TestQueueMetrics(t *testing.T) {
 
 func counterValue(t *testing.T, reg *prometheus.Registry, family, name string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := metricOf(t, reg, family, name)
+	if m == nil {
+		return -1
 	}
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "name" && l.GetValue() == name {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
+	return m.GetCounter().GetValue()
 }
 
 // NewEventRecorder writes events to the API with the component as their source.
