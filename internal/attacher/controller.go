@@ -3,9 +3,13 @@
 // kubernetes-csi/external-attacher does, and reports the result in the VolumeAttachment
 // status that the attach/detach controller and the node wait for.
 //
-// Two queues, one per object kind, in the sample-controller shape: VolumeAttachments are
-// attached or detached; PersistentVolumes lose the attacher's finalizer once no
-// VolumeAttachment names them.
+// Three queues in the sample-controller shape: VolumeAttachments to attach, VolumeAttachments
+// to detach (those being deleted), and PersistentVolumes, which lose the attacher's
+// finalizer once no VolumeAttachment names them. external-attacher serves attach and detach
+// from one queue and one pool of --worker-threads workers, so that a burst of slow detaches
+// holds back every attach behind it (external-attacher#706, #761); here each operation has
+// its own queue and --worker-threads workers of its own, and the two queues are Exclusive,
+// so a VolumeAttachment is still never attached and detached at once.
 package attacher
 
 import (
@@ -31,7 +35,9 @@ import (
 // Config configures a Controller.
 type Config struct {
 	// ControllerConfig names the driver and its connection; VolumeAttachments of other
-	// attachers are ignored. Workers is upstream --worker-threads.
+	// attachers are ignored. Workers is upstream --worker-threads: that many workers attach
+	// and as many detach, as external-provisioner runs --worker-threads workers for
+	// provisioning and as many for deletion.
 	sidecar.ControllerConfig
 	// DefaultFSType is used for filesystem volumes whose PV names none.
 	DefaultFSType string
@@ -51,9 +57,11 @@ type Controller struct {
 	pvLister corelisters.PersistentVolumeLister
 	nodes    storagelisters.CSINodeLister
 	vaIndex  cache.Indexer
-	vaQueue  *controller.Queue[string]
-	pvQueue  *controller.Queue[string]
-	recorder record.EventRecorder
+	// attachQueue holds the VolumeAttachments to attach, detachQueue those being deleted.
+	attachQueue *controller.Queue[string]
+	detachQueue *controller.Queue[string]
+	pvQueue     *controller.Queue[string]
+	recorder    record.EventRecorder
 	// stopEvents stops the recorder once the workers are done.
 	stopEvents func()
 	// publishes is false when the driver lacks PUBLISH_UNPUBLISH_VOLUME: then, like
@@ -95,19 +103,21 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 
 	recorder, stopEvents := cfg.NewEvents(ctx, "kubevol-attacher")
 	c := &Controller{
-		cfg:        cfg,
-		runner:     controller.NewRunner("attacher"),
-		vaLister:   vaInformer.Lister(),
-		pvLister:   pvInformer.Lister(),
-		nodes:      csiNodes.Lister(),
-		vaIndex:    vaInformer.Informer().GetIndexer(),
-		vaQueue:    sidecar.NewQueue[string](&cfg.ControllerConfig, "volumeattachments"),
-		pvQueue:    sidecar.NewQueue[string](&cfg.ControllerConfig, "persistentvolumes"),
-		recorder:   recorder,
-		stopEvents: stopEvents,
-		publishes:  caps.Controller[publishCapability],
-		reconciles: reconciles(caps),
+		cfg:         cfg,
+		runner:      controller.NewRunner("attacher"),
+		vaLister:    vaInformer.Lister(),
+		pvLister:    pvInformer.Lister(),
+		nodes:       csiNodes.Lister(),
+		vaIndex:     vaInformer.Informer().GetIndexer(),
+		attachQueue: sidecar.NewQueue[string](&cfg.ControllerConfig, "volumeattachments-attach"),
+		detachQueue: sidecar.NewQueue[string](&cfg.ControllerConfig, "volumeattachments-detach"),
+		pvQueue:     sidecar.NewQueue[string](&cfg.ControllerConfig, "persistentvolumes"),
+		recorder:    recorder,
+		stopEvents:  stopEvents,
+		publishes:   caps.Controller[publishCapability],
+		reconciles:  reconciles(caps),
 	}
+	controller.Exclusive(c.attachQueue, c.detachQueue)
 	_, err = vaInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueVA,
 		UpdateFunc: c.vaUpdated,
@@ -124,7 +134,8 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c.runner.AddSource(controller.Informers(factory))
-	controller.Handle(c.runner, c.vaQueue, cfg.Workers, c.syncVA)
+	controller.Handle(c.runner, c.attachQueue, cfg.Workers, c.syncAttach)
+	controller.Handle(c.runner, c.detachQueue, cfg.Workers, c.syncDetach)
 	controller.Handle(c.runner, c.pvQueue, 1, c.syncPV)
 	if c.reconciles && cfg.ReconcileSync > 0 {
 		// Like upstream: a first pass right away, then one every period after the last ended.
@@ -140,15 +151,25 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 // Run attaches and detaches until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopEvents()
-	klog.FromContext(ctx).Info("Starting attacher", "driver", c.cfg.DriverName, "controllerPublish", c.publishes, "workers", c.cfg.Workers,
+	klog.FromContext(ctx).Info("Starting attacher", "driver", c.cfg.DriverName, "controllerPublish", c.publishes, "attachWorkers", c.cfg.Workers, "detachWorkers", c.cfg.Workers,
 		"reconcile", c.reconciles && c.cfg.ReconcileSync > 0, "reconcileSync", c.cfg.ReconcileSync)
 	return c.runner.Run(ctx)
 }
 
 func (c *Controller) enqueueVA(obj any) {
 	if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Attacher == c.cfg.DriverName {
-		c.vaQueue.Add(va.Name)
+		c.queueOf(va).Add(va.Name)
 	}
+}
+
+// queueOf is the queue of what va needs: detaching once it is being deleted, else
+// attaching. That is the choice external-attacher's handler makes after it took the key
+// from its one queue, made before instead.
+func (c *Controller) queueOf(va *storagev1.VolumeAttachment) *controller.Queue[string] {
+	if va.DeletionTimestamp != nil {
+		return c.detachQueue
+	}
+	return c.attachQueue
 }
 
 // vaUpdated skips updates that only record an attach or detach error: the failed key is

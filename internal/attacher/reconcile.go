@@ -30,7 +30,7 @@ func reconciles(caps *csiclient.Capabilities) bool {
 
 // reconcile is one pass of external-attacher's ReconcileVA (--reconcile-sync): it compares
 // status.attached of the driver's VolumeAttachments with the published nodes the driver
-// reports in ListVolumes, and sends every mismatch back to the VolumeAttachment queue.
+// reports in ListVolumes, and sends every mismatch back to the attach queue.
 //
 // As upstream, it never writes the VolumeAttachment: an attached one whose volume lost its
 // node is marked for republishing (syncVA then calls ControllerPublishVolume although
@@ -88,7 +88,7 @@ func (c *Controller) reconcileVA(ctx context.Context, va *storagev1.VolumeAttach
 			"Driver %s reports volume %s not published to node %s (ListVolumes); publishing it again", c.cfg.DriverName, src.csi.VolumeHandle, nodeID)
 		c.republish.Expect(va.Name, "")
 	}
-	c.vaQueue.Add(va.Name)
+	c.queueOf(va).Add(va.Name)
 }
 
 // publishedNodes pages through ListVolumes (upstream --max-entries per page) and returns the

@@ -59,6 +59,46 @@ type publishDriver struct {
 	// failUnpublishes is how many ControllerUnpublishVolume calls fail (FailedPrecondition)
 	// before any succeeds.
 	failUnpublishes int
+	// holdPublish and holdUnpublish, when set before the controller starts, keep every
+	// call of their kind waiting until they are closed, as a slow backend does; the calls
+	// waiting and done are counted.
+	holdPublish, holdUnpublish chan struct{}
+	calls                      callCounts
+}
+
+// callCounts counts the held calls: those waiting on their hold and those returned.
+type callCounts struct {
+	mu                                                   sync.Mutex
+	publishing, publishDone, unpublishing, unpublishDone int
+	// events is the order of the calls' starts and ends, "publish <vol>", "published
+	// <vol>", "unpublish <vol>".
+	events []string
+}
+
+func (c *callCounts) add(f func(*callCounts)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f(c)
+}
+
+func (c *callCounts) get() callCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return callCounts{publishing: c.publishing, publishDone: c.publishDone, unpublishing: c.unpublishing, unpublishDone: c.unpublishDone,
+		events: slices.Clone(c.events)}
+}
+
+// held blocks on hold, if any, or until ctx ends.
+func held(ctx context.Context, hold chan struct{}) error {
+	if hold == nil {
+		return nil
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 func newPublishDriver(caps []csi.ControllerServiceCapability_RPC_Type, volumes ...string) *publishDriver {
@@ -71,7 +111,16 @@ func newPublishDriver(caps []csi.ControllerServiceCapability_RPC_Type, volumes .
 	}
 }
 
-func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+func (d *publishDriver) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	d.calls.add(func(c *callCounts) { c.publishing++; c.events = append(c.events, "publish "+req.GetVolumeId()) })
+	defer d.calls.add(func(c *callCounts) {
+		c.publishing--
+		c.publishDone++
+		c.events = append(c.events, "published "+req.GetVolumeId())
+	})
+	if err := held(ctx, d.holdPublish); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := req.GetVolumeId()
@@ -94,7 +143,12 @@ func (d *publishDriver) ControllerPublishVolume(_ context.Context, req *csi.Cont
 	return &csi.ControllerPublishVolumeResponse{PublishContext: map[string]string{"node": req.GetNodeId()}}, nil
 }
 
-func (d *publishDriver) ControllerUnpublishVolume(_ context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+func (d *publishDriver) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	d.calls.add(func(c *callCounts) { c.unpublishing++; c.events = append(c.events, "unpublish "+req.GetVolumeId()) })
+	defer d.calls.add(func(c *callCounts) { c.unpublishing--; c.unpublishDone++ })
+	if err := held(ctx, d.holdUnpublish); err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	if d.failUnpublishes > 0 {
 		d.failUnpublishes--
@@ -191,7 +245,11 @@ type testEnv struct {
 func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: 5 * time.Second})
+	timeout := 5 * time.Second
+	if drv.holdPublish != nil || drv.holdUnpublish != nil {
+		timeout = time.Minute // held calls end when the test releases them, not at --timeout
+	}
+	conn, err := csiclient.Dial(csiclient.Config{Address: csitest.StartAs(t, drv.Driver, drv).Address, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

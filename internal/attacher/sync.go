@@ -32,9 +32,21 @@ const (
 	reasonWriteFailed = controller.ReasonWriteFailed
 )
 
+// syncAttach is the attach queue's sync, syncDetach the detach queue's.
+func (c *Controller) syncAttach(ctx context.Context, name string) error {
+	return c.syncVA(ctx, name, false)
+}
+
+func (c *Controller) syncDetach(ctx context.Context, name string) error {
+	return c.syncVA(ctx, name, true)
+}
+
 // syncVA brings one VolumeAttachment to its desired state: attached while it lives,
-// detached (and released) once it is being deleted.
-func (c *Controller) syncVA(ctx context.Context, name string) error {
+// detached (and released) once it is being deleted. detaching says which queue the key
+// came from: a VolumeAttachment deleted while it waited for an attach worker is handed
+// to the detach queue, so that each queue's workers only ever do their own operation and
+// an attach never waits for a detach worker.
+func (c *Controller) syncVA(ctx context.Context, name string, detaching bool) error {
 	c.syncing.Expect(name, "")
 	defer c.syncing.Forget(name)
 	va, err := c.vaLister.Get(name)
@@ -45,6 +57,10 @@ func (c *Controller) syncVA(ctx context.Context, name string) error {
 		return err
 	}
 	if va.Spec.Attacher != c.cfg.DriverName || c.superseded.Is(va.Name, va.ResourceVersion) {
+		return nil
+	}
+	if deleting := va.DeletionTimestamp != nil; deleting != detaching {
+		c.queueOf(va).Add(name)
 		return nil
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeAttachment", va.Name, "node", va.Spec.NodeName))

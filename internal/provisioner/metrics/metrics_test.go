@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kubevol/kubevol/internal/controller"
 )
 
 // TestNames pins the exported names, label sets and buckets: dashboards and alerts written
@@ -27,6 +29,8 @@ func TestNames(t *testing.T) {
 	q.NewWorkDurationMetric("claims").Observe(1)
 	q.NewUnfinishedWorkSecondsMetric("claims").Set(1)
 	q.NewLongestRunningProcessorSecondsMetric("claims").Set(1)
+	waiting := controller.NewQueue[string]("claims", controller.QueueConfig{Metrics: q}) // kubevol's oldest-waiting gauge
+	defer waiting.ShutDown()
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -55,6 +59,7 @@ func TestNames(t *testing.T) {
 		"workqueue_work_duration_seconds":                             {dto.MetricType_HISTOGRAM, []string{"name"}, 12},
 		"workqueue_unfinished_work_seconds":                           {dto.MetricType_GAUGE, []string{"name"}, 0},
 		"workqueue_longest_running_processor_seconds":                 {dto.MetricType_GAUGE, []string{"name"}, 0},
+		"workqueue_longest_waiting_item_seconds":                      {dto.MetricType_GAUGE, []string{"name"}, 0},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d metric families, want %d", len(got), len(want))
