@@ -7,12 +7,12 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/queuetest"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -29,28 +29,6 @@ func attachedVA(volume string, deleting bool) *storagev1.VolumeAttachment {
 		va.DeletionTimestamp = &now
 	}
 	return va
-}
-
-// queueMetric is family{name=queue} of reg, nil when there is none.
-func queueMetric(t *testing.T, reg *prometheus.Registry, family, queue string) *dto.Metric {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "name" && l.GetValue() == queue {
-					return m
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // A burst of 200 detaches, every one held in ControllerUnpublishVolume as a slow backend
@@ -118,8 +96,8 @@ func TestNeitherOperationStarvesTheOther(t *testing.T) {
 				t.Errorf("when the lone operation completed, %d calls of the burst were held and %d had returned; want %d and 0", held, done, workers)
 			}
 			// Read before the burst is released, so the figures are the backlog's.
-			depth := queueMetric(t, reg, "workqueue_depth", burstQueue).GetGauge().GetValue()
-			oldest := queueMetric(t, reg, "workqueue_longest_waiting_item_seconds", burstQueue).GetGauge().GetValue()
+			depth := queuetest.Metric(t, reg, "workqueue_depth", burstQueue).GetGauge().GetValue()
+			oldest := queuetest.Metric(t, reg, "workqueue_longest_waiting_item_seconds", burstQueue).GetGauge().GetValue()
 			if depth < burst-float64(workers) || oldest <= 0 {
 				t.Errorf("%s: workqueue_depth %v (want at least %d) and workqueue_longest_waiting_item_seconds %v (want above 0) while the burst is held",
 					burstQueue, depth, burst-workers, oldest)
@@ -157,7 +135,7 @@ func TestDeletedWhileAttachingWaitsForThePublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor("a detach worker took va-vol-a and put it down", func() bool {
-		m := queueMetric(t, reg, "workqueue_work_duration_seconds", "volumeattachments-detach")
+		m := queuetest.Metric(t, reg, "workqueue_work_duration_seconds", "volumeattachments-detach")
 		return m != nil && m.GetHistogram().GetSampleCount() >= 1
 	})
 	if c := drv.calls.get(); c.unpublishing+c.unpublishDone != 0 {

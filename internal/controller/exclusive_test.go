@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kubevol/kubevol/internal/controller/queuetest"
 )
 
 // Two queues made Exclusive never sync one key at once: a key added to the second while
@@ -69,7 +70,7 @@ func TestQueueLongestWaiting(t *testing.T) {
 	q := NewQueue[string]("claims", QueueConfig{Metrics: NewQueueMetrics(reg)})
 	clock := time.Unix(1000, 0)
 	q.waiting.now = func() time.Time { return clock }
-	if got := gaugeValue(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 0 {
+	if got := queuetest.Value(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 0 {
 		t.Errorf("empty queue: %v, want 0", got)
 	}
 	q.Add("a")
@@ -77,10 +78,10 @@ func TestQueueLongestWaiting(t *testing.T) {
 	q.Add("b")
 	q.Add("a") // added again: it keeps its place and its age
 	clock = clock.Add(10 * time.Second)
-	if got := gaugeValue(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 40 {
+	if got := queuetest.Value(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 40 {
 		t.Errorf("a waited 40s: %v", got)
 	}
-	if got := gaugeValue(t, reg, "workqueue_depth", "claims"); got != 2 {
+	if got := queuetest.Value(t, reg, "workqueue_depth", "claims"); got != 2 {
 		t.Errorf("workqueue_depth = %v, want 2", got)
 	}
 	key, _ := q.Get()
@@ -93,42 +94,11 @@ func TestQueueLongestWaiting(t *testing.T) {
 	q.Done(key)
 	key, _ = q.Get()
 	q.Done(key)
-	if got := gaugeValue(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 0 {
+	if got := queuetest.Value(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != 0 {
 		t.Errorf("drained queue: %v, want 0", got)
 	}
 	q.ShutDown()
-	if got := gaugeValue(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != -1 {
+	if got := queuetest.Value(t, reg, "workqueue_longest_waiting_item_seconds", "claims"); got != -1 {
 		t.Errorf("a shut-down queue still reports %v", got)
 	}
-}
-
-// gaugeValue is the gauge family{name=name} of reg, -1 when there is none.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, family, name string) float64 {
-	t.Helper()
-	m := metricOf(t, reg, family, name)
-	if m == nil {
-		return -1
-	}
-	return m.GetGauge().GetValue()
-}
-
-func metricOf(t *testing.T, reg *prometheus.Registry, family, name string) *dto.Metric {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "name" && l.GetValue() == name {
-					return m
-				}
-			}
-		}
-	}
-	return nil
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubevol/kubevol/internal/controller/queuetest"
 )
 
 // gate is a Source that syncs when the test opens it: no watch, no informer.
@@ -297,18 +299,9 @@ func TestQueueMetrics(t *testing.T) {
 	}
 	// A second provider on the same registry shares the metrics instead of panicking.
 	NewQueueMetrics(reg).NewAddsMetric("volumeattachments").Inc()
-	if got := counterValue(t, reg, "workqueue_adds_total", "volumeattachments"); got != 2 {
+	if got := queuetest.Value(t, reg, "workqueue_adds_total", "volumeattachments"); got != 2 {
 		t.Errorf("workqueue_adds_total = %v after an add through each provider, want 2", got)
 	}
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, family, name string) float64 {
-	t.Helper()
-	m := metricOf(t, reg, family, name)
-	if m == nil {
-		return -1
-	}
-	return m.GetCounter().GetValue()
 }
 
 // NewEventRecorder writes events to the API with the component as their source.
