@@ -48,6 +48,9 @@ again.`,
 	// update behind a token bucket; the apiserver's priority and fairness protects it instead.
 	o.sidecar.AddFlags(f, sidecar.Defaults{Timeout: 15 * time.Second, WorkerThreads: 10, KubeAPIQPS: 200, KubeAPIBurst: 400,
 		Resync: 10 * time.Minute, ResyncFlag: "resync"})
+	// Attach and detach have a queue and a pool each here, where upstream shares one: the
+	// flag sizes each pool, as external-provisioner's sizes its claim and volume pools.
+	f.Lookup("worker-threads").Usage = "Number of worker threads for attach, and as many for detach, i.e. simultaneous ControllerPublish and simultaneous ControllerUnpublish calls."
 	f.DurationVar(&o.reconcileSync, "reconcile-sync", time.Minute, "Interval of the VolumeAttachment reconciler: how often ListVolumes is compared with the attached VolumeAttachments (drivers with LIST_VOLUMES_PUBLISHED_NODES only).")
 	f.IntVar(&o.maxEntries, "max-entries", 0, "Max entries per page of the reconciler's ListVolumes calls; 0 means no limit.")
 	f.StringVar(&o.defaultFSType, "default-fstype", "", "Filesystem type for volumes whose PV names none.")

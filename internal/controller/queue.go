@@ -50,7 +50,7 @@ func NewQueue[K comparable](name string, cfg QueueConfig) *Queue[K] {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[K](start, limit),
 		workqueue.TypedRateLimitingQueueConfig[K]{Name: name, MetricsProvider: cfg.Metrics, DelayingQueue: delaying})
 	out := &Queue[K]{TypedRateLimitingInterface: q, name: name, waiting: waiting}
-	if m, ok := cfg.Metrics.(*QueueMetrics); ok {
+	if m, ok := cfg.Metrics.(*QueueMetrics); ok && m != nil {
 		out.metrics = m
 		m.waiting.add(name, waiting)
 	}
