@@ -143,8 +143,16 @@ func TestDeletedWhileAttachingWaitsForThePublish(t *testing.T) {
 	}
 	close(hold)
 	e.waitFor("finalizer removed", func() bool { return len(e.va("va-vol-a").Finalizers) == 0 })
-	want := []string{"publish vol-a", "published vol-a", "unpublish vol-a"}
-	if got := drv.calls.get().events; !slices.Equal(got, want) {
-		t.Errorf("driver calls %q, want %q", got, want)
+	// The first unpublish follows the publish's return. A second one may follow it, as with
+	// upstream: a sync that runs again before the cache shows the finalizer gone detaches
+	// again, which ControllerUnpublishVolume's idempotence allows.
+	got := drv.calls.get().events
+	if len(got) < 3 || !slices.Equal(got[:3], []string{"publish vol-a", "published vol-a", "unpublish vol-a"}) {
+		t.Errorf("driver calls %q, want the publish to return before the first unpublish", got)
+	}
+	for _, ev := range got[min(3, len(got)):] {
+		if ev != "unpublish vol-a" {
+			t.Errorf("driver calls %q: %q after the detach", got, ev)
+		}
 	}
 }
