@@ -57,7 +57,6 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		// Outside the source tree (an installed kubevol), the last built binary will do.
 		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
-			Hold(bin)
 			return bin, nil
 		}
 		return "", err
@@ -69,7 +68,6 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	bin := filepath.Join(cache, "kubevol-cluster-"+key)
 	if _, err := os.Stat(bin); err == nil {
-		Hold(bin)
 		return bin, nil
 	}
 
@@ -83,7 +81,6 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	Hold(bin)
 	return bin, nil
 }
 

@@ -133,7 +133,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	Hold(opts.Binary)
+	// Held, whether built, found in the cache or given: the cluster restarts components from it.
+	hold(opts.Binary)
 	pki, err := LoadOrCreatePKI(filepath.Join(dir, "pki"))
 	if err != nil {
 		return nil, err

@@ -13,13 +13,13 @@ import (
 // hold shared.
 const inUseSuffix = ".inuse"
 
-// Hold marks an artifact of the cache (the control-plane binary, the CNI plugins) as in use
+// hold marks an artifact of the cache (the control-plane binary, the CNI plugins) as in use
 // for as long as this process runs, which is as long as the clusters it starts from it can
 // restart a component: a build of another source tree on the same machine then leaves it in
 // place. Without it, such a build removed the binary of a running cluster, which ran on
 // until one of its components was restarted and could not be. An artifact outside the cache
 // (a --cluster-binary of the user's) is not touched.
-func Hold(path string) {
+func hold(path string) {
 	cache, err := cacheDir()
 	if err != nil || !strings.HasPrefix(filepath.Clean(path), cache+string(filepath.Separator)) {
 		return
@@ -47,7 +47,7 @@ var (
 )
 
 // removeStale removes the artifacts of other keys under prefix, except keep, those being
-// built (.tmp) and those a running cluster holds (Hold).
+// built (.tmp) and those a running cluster holds (hold).
 func removeStale(cache, prefix, keep string) {
 	old, _ := filepath.Glob(filepath.Join(cache, prefix+"*"))
 	for _, o := range old {

@@ -17,7 +17,7 @@ func TestRemoveStaleLeavesHeldArtifacts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	Hold(held)
+	hold(held)
 	removeStale(cache, "kubevol-cluster-", keep)
 	for p, want := range map[string]bool{held: true, held + inUseSuffix: true, stale: false, keep: true} {
 		if _, err := os.Stat(p); (err == nil) != want {

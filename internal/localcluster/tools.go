@@ -60,8 +60,17 @@ type artifact struct {
 }
 
 // ensureBuilt returns the cached artifact for the module's current sources, building it
-// once under a lock, as EnsureBinary does for the control plane.
+// once under a lock, as EnsureBinary does for the control plane, and holds it for as long
+// as this process runs.
 func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, error) {
+	out, err := findOrBuild(ctx, progress, a)
+	if err == nil {
+		hold(out)
+	}
+	return out, err
+}
+
+func findOrBuild(ctx context.Context, progress io.Writer, a artifact) (string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -72,7 +81,6 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	root, err := FindModuleRoot()
 	if err != nil {
 		if newest := newestEntry(cache, a.prefix); newest != "" {
-			Hold(newest)
 			return newest, nil
 		}
 		return "", err
@@ -83,7 +91,6 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	}
 	out := filepath.Join(cache, a.prefix+key)
 	if _, err := os.Stat(out); err == nil {
-		Hold(out)
 		return out, nil
 	}
 	err = buildLocked(filepath.Join(cache, "build-"+strings.TrimSuffix(a.prefix, "-")+".lock"), out, func() error {
@@ -105,7 +112,6 @@ func ensureBuilt(ctx context.Context, progress io.Writer, a artifact) (string, e
 	if err != nil {
 		return "", err
 	}
-	Hold(out)
 	return out, nil
 }
 
