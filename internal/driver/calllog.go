@@ -24,7 +24,10 @@ type CallRecord struct {
 	// NodePublishVolume, which tests read to see the CO's SELinux choice (KEP-1710). No
 	// other mount flag is kept: a driver's options may carry credentials.
 	SELinuxContext string `json:"seLinuxContext,omitempty"`
-	Code           string `json:"code"`
+	// Endpoint is the socket the call came in on: a driver serving several (--extra-endpoint)
+	// tells its callers apart by it, one socket per caller.
+	Endpoint string `json:"endpoint,omitempty"`
+	Code     string `json:"code"`
 }
 
 // callLog appends JSON lines to a file shared by every RPC.

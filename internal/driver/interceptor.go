@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
@@ -69,6 +70,9 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	method := path.Base(info.FullMethod)
 	rec := describe(method, req)
 	rec.Start = time.Now()
+	if p, ok := peer.FromContext(ctx); ok && p.LocalAddr != nil {
+		rec.Endpoint = p.LocalAddr.String()
+	}
 	logger := d.log.WithValues("method", method)
 	if rec.VolumeID != "" {
 		logger = logger.WithValues("volumeID", rec.VolumeID)
