@@ -21,6 +21,7 @@ type (
 	hasVolumeID       interface{ GetVolumeId() string }
 	hasSourceVolumeID interface{ GetSourceVolumeId() string }
 	hasSnapshotID     interface{ GetSnapshotId() string }
+	hasGroupID        interface{ GetGroupSnapshotId() string }
 	hasNodeID         interface{ GetNodeId() string }
 	hasName           interface{ GetName() string }
 	hasTargetPath     interface{ GetTargetPath() string }
@@ -39,6 +40,9 @@ func describe(method string, req any) CallRecord {
 	}
 	if v, ok := req.(hasSnapshotID); ok {
 		r.SnapshotID = v.GetSnapshotId()
+	}
+	if v, ok := req.(hasGroupID); ok {
+		r.GroupSnapshotID = v.GetGroupSnapshotId()
 	}
 	if v, ok := req.(hasNodeID); ok {
 		r.NodeID = v.GetNodeId()
