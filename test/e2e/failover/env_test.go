@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,19 +13,16 @@ import (
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/resizer"
-	"github.com/kubevol/kubevol/internal/snapshot/crds"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -47,8 +43,6 @@ func (t timing) flags(ns string) []string {
 const driverDelays = "CreateVolume:delay=200ms;DeleteVolume:delay=200ms;ControllerPublishVolume:delay=300ms;" +
 	"ControllerUnpublishVolume:delay=200ms;ControllerExpandVolume:delay=200ms;ControllerModifyVolume:delay=200ms;" +
 	"CreateSnapshot:delay=300ms;DeleteSnapshot:delay=200ms;CreateVolumeGroupSnapshot:delay=300ms"
-
-var installCRDs sync.Once
 
 // env is one test's world: a controller driver with one socket per replica, its Node and
 // classes, and the replicas of every role, each role under the RBAC deploy/ ships for it.
@@ -96,16 +90,8 @@ func newEnv(t testing.TB, timeout time.Duration, o envOptions) *env {
 	id := strings.ToLower(rand.String(6))
 	e := &env{t: t, ctx: framework.Context(t, timeout), cs: framework.Client(t), ns: framework.Namespace(t),
 		driver: "fo-" + id + ".kubevol.io", node: "fo-node-" + id, timing: o.timing}
-	e.snap = snapClient(t)
-	installCRDs.Do(func() {
-		ext, err := apiextensionsclient.NewForConfig(framework.RESTConfig())
-		if err == nil {
-			err = crds.Install(e.ctx, ext)
-		}
-		if err != nil {
-			t.Fatalf("install snapshot CRDs: %v", err)
-		}
-	})
+	e.snap = framework.SnapshotClient(t)
+	framework.InstallSnapshotCRDs(e.ctx, t)
 	e.dir = drivertest.TempDir(t)
 	e.callLog = filepath.Join(e.dir, "calls.jsonl")
 	framework.CreateNode(e.ctx, t, e.cs, e.node, e.driver)
@@ -158,16 +144,6 @@ func newEnv(t testing.TB, timeout time.Duration, o envOptions) *env {
 	// objects are still deleted by their controllers.
 	t.Cleanup(e.sweep)
 	return e
-}
-
-func snapClient(t testing.TB) snapclient.Interface {
-	cfg := rest.CopyConfig(framework.RESTConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
-	c, err := snapclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // classes creates the driver's default VolumeSnapshotClass and VolumeGroupSnapshotClass.
