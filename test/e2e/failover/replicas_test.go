@@ -68,7 +68,7 @@ type kill struct {
 	at   time.Time
 }
 
-// cluster of replicas: every role's replicas, the Leases they hold, and the kills.
+// replicaSet is every role's replicas, the Leases they hold, and the kills of their leaders.
 type replicaSet struct {
 	t     testing.TB
 	ctx   context.Context
