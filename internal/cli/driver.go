@@ -21,6 +21,7 @@ import (
 type driverOptions struct {
 	cfg          driver.Config
 	endpoint     string
+	extra        []string
 	mode         string
 	capacity     string
 	httpEndpoint string
@@ -54,6 +55,7 @@ Example: CreateVolume:error=UNAVAILABLE,rate=0.5;NodeStageVolume:delay=2s;Delete
 	f.StringVar(&o.regDir, "plugin-registration-dir", "", "node or all mode: serve the kubelet plugin registration socket <dir>/<drivername>-reg.sock here, as node-driver-registrar does (e.g. /var/lib/kubelet/plugins_registry)")
 	f.StringVar(&o.regPath, "kubelet-registration-path", "", "CSI socket path announced at registration, as the node agent sees it (default: the --endpoint path)")
 	f.StringVar(&o.endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/csi.sock (default $CSI_ENDPOINT)")
+	f.StringArrayVar(&o.extra, "extra-endpoint", nil, "further unix:// sockets serving the same services (repeatable): give each caller its own, and the call log's endpoint field tells the callers apart")
 	f.StringVar(&o.cfg.NodeID, "node-id", "", "name of this node, also its topology segment "+driver.TopologyKey+" (required)")
 	f.StringVar(&o.cfg.StateDir, "state-dir", "", "directory of the records, volumes and snapshots (required)")
 	f.StringVar(&o.mode, "mode", string(driver.ModeAll), "services to serve: controller, node or all")
@@ -79,6 +81,11 @@ func (o *driverOptions) validate() error {
 	}
 	if _, err := driver.ParseEndpoint(o.endpoint); err != nil {
 		return usageErrorf("--endpoint: %v", err)
+	}
+	for _, ep := range o.extra {
+		if _, err := driver.ParseEndpoint(ep); err != nil {
+			return usageErrorf("--extra-endpoint: %v", err)
+		}
 	}
 	q, err := sizes.Parse(o.capacity)
 	if err == nil {
@@ -128,10 +135,24 @@ func (o *driverOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var extra []net.Listener
+	closeAll := func() {
+		for _, l := range append(extra, lis) {
+			_ = l.Close()
+		}
+	}
+	for _, ep := range o.extra {
+		l, err := driver.Listen(ep)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		extra = append(extra, l)
+	}
 	if o.httpEndpoint != "" {
 		hl, err := net.Listen("tcp", o.httpEndpoint)
 		if err != nil {
-			_ = lis.Close()
+			closeAll()
 			return err
 		}
 		srv := &http.Server{Handler: d.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -161,5 +182,5 @@ func (o *driverOptions) run(ctx context.Context) error {
 		// The socket goes before the process does, so the node agent deregisters the driver.
 		defer func() { cancel(); <-done }()
 	}
-	return d.Run(ctx, lis)
+	return d.Run(ctx, lis, extra...)
 }

@@ -17,14 +17,20 @@ type CallRecord struct {
 	Method     string    `json:"method"`
 	VolumeID   string    `json:"volumeID,omitempty"`
 	SnapshotID string    `json:"snapshotID,omitempty"`
-	NodeID     string    `json:"nodeID,omitempty"`
-	Name       string    `json:"name,omitempty"`
-	Path       string    `json:"path,omitempty"`
+	// GroupSnapshotID is the subject of a DeleteVolumeGroupSnapshot or
+	// GetVolumeGroupSnapshot.
+	GroupSnapshotID string `json:"groupSnapshotID,omitempty"`
+	NodeID          string `json:"nodeID,omitempty"`
+	Name            string `json:"name,omitempty"`
+	Path            string `json:"path,omitempty"`
 	// SELinuxContext is the value of a context= mount flag of a NodeStageVolume or
 	// NodePublishVolume, which tests read to see the CO's SELinux choice (KEP-1710). No
 	// other mount flag is kept: a driver's options may carry credentials.
 	SELinuxContext string `json:"seLinuxContext,omitempty"`
-	Code           string `json:"code"`
+	// Endpoint is the socket the call came in on: a driver serving several (--extra-endpoint)
+	// tells its callers apart by it, one socket per caller.
+	Endpoint string `json:"endpoint,omitempty"`
+	Code     string `json:"code"`
 }
 
 // callLog appends JSON lines to a file shared by every RPC.

@@ -176,21 +176,30 @@ func (d *Driver) Server() *grpc.Server {
 	return srv
 }
 
-// Run serves CSI on lis until ctx is cancelled, then stops gracefully, waiting at most
-// Config.ShutdownGrace for calls in flight. It closes lis and the call log.
-func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
+// Run serves CSI on lis (and on more, the same services on further sockets) until ctx is
+// cancelled, then stops gracefully, waiting at most Config.ShutdownGrace for calls in
+// flight. It closes the listeners and the call log.
+func (d *Driver) Run(ctx context.Context, lis net.Listener, more ...net.Listener) error {
 	srv := d.Server()
 	if d.node != nil && d.node.controllerVolumes != nil {
 		follow, stop := context.WithCancel(klog.NewContext(ctx, d.log))
 		defer stop()
 		go d.node.followModifications(follow)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	d.log.Info("Serving CSI", "address", lis.Addr().String())
+	all := append([]net.Listener{lis}, more...)
+	errc := make(chan error, len(all))
+	for _, l := range all {
+		go func() { errc <- srv.Serve(l) }()
+		d.log.Info("Serving CSI", "address", l.Addr().String())
+	}
 	var err error
 	select {
 	case err = <-errc:
+		// One listener failed: the others stop with it.
+		srv.Stop()
+		for range all[1:] {
+			<-errc
+		}
 	case <-ctx.Done():
 		d.log.Info("Stopping")
 		d.stopOnce.Do(func() { close(d.stopping) })
@@ -201,7 +210,9 @@ func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 		case <-time.After(d.cfg.ShutdownGrace):
 			srv.Stop()
 		}
-		<-errc
+		for range all {
+			<-errc
+		}
 	}
 	if errors.Is(err, grpc.ErrServerStopped) {
 		err = nil

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
@@ -20,6 +21,7 @@ type (
 	hasVolumeID       interface{ GetVolumeId() string }
 	hasSourceVolumeID interface{ GetSourceVolumeId() string }
 	hasSnapshotID     interface{ GetSnapshotId() string }
+	hasGroupID        interface{ GetGroupSnapshotId() string }
 	hasNodeID         interface{ GetNodeId() string }
 	hasName           interface{ GetName() string }
 	hasTargetPath     interface{ GetTargetPath() string }
@@ -38,6 +40,9 @@ func describe(method string, req any) CallRecord {
 	}
 	if v, ok := req.(hasSnapshotID); ok {
 		r.SnapshotID = v.GetSnapshotId()
+	}
+	if v, ok := req.(hasGroupID); ok {
+		r.GroupSnapshotID = v.GetGroupSnapshotId()
 	}
 	if v, ok := req.(hasNodeID); ok {
 		r.NodeID = v.GetNodeId()
@@ -69,6 +74,9 @@ func (d *Driver) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	method := path.Base(info.FullMethod)
 	rec := describe(method, req)
 	rec.Start = time.Now()
+	if p, ok := peer.FromContext(ctx); ok && p.LocalAddr != nil {
+		rec.Endpoint = p.LocalAddr.String()
+	}
 	logger := d.log.WithValues("method", method)
 	if rec.VolumeID != "" {
 		logger = logger.WithValues("volumeID", rec.VolumeID)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,17 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
-	"github.com/kubevol/kubevol/internal/snapshot/crds"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
-
-var installCRDs sync.Once
 
 // env is one test's world: a driver with its own name, node and directory, the provisioner,
 // the snapshotter and, with agent, the node agent.
@@ -87,19 +82,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 	id := strings.ToLower(rand.String(6))
 	e := &env{t: t, ctx: framework.Context(t, 5*time.Minute), cs: framework.Client(t), ns: framework.Namespace(t),
 		driver: "snap-" + id + ".kubevol.io", node: "snap-node-" + id}
-	e.snap = snapClient(t)
+	e.snap = framework.SnapshotClient(t)
 	if o.upstreamRBAC {
 		e.upstream = framework.UpstreamRules(t)
 	}
-	installCRDs.Do(func() {
-		ext, err := apiextensionsClient()
-		if err == nil {
-			err = crds.Install(e.ctx, ext)
-		}
-		if err != nil {
-			t.Fatalf("install snapshot CRDs: %v", err)
-		}
-	})
+	framework.InstallSnapshotCRDs(e.ctx, t)
 	e.dir = drivertest.TempDir(t)
 	e.root = filepath.Join(e.dir, "root")
 	e.socket = "unix://" + filepath.Join(e.dir, "csi.sock")
@@ -211,16 +198,6 @@ func scrape(t testing.TB, addr string) string {
 		t.Fatal(err)
 	}
 	return string(body)
-}
-
-func snapClient(t testing.TB) snapclient.Interface {
-	cfg := rest.CopyConfig(framework.RESTConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
-	c, err := snapclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // snapshotClass creates a VolumeSnapshotClass (deleted at the end of the test).
