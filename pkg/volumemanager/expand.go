@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volumemanager/internal/executor"
 )
 
 // opExpand is upstream's operation name of ExpandInUseVolume.
@@ -84,8 +85,8 @@ func (e inUseExpansionError) Unwrap() error { return e.err }
 func (m *Manager) startExpand(ctx context.Context, pod *v1.Pod, dv DesiredVolume, size resource.Quantity) time.Duration {
 	outer := dv.OuterNames[0]
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name, "size", size.String())
-	return m.start(ctx, Operation{
-		Key: OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName, Migrated: dv.Spec.Migrated,
+	return m.start(ctx, executor.Operation{
+		Key: executor.OpKey{Volume: dv.Name}, Pod: pod.UID, Name: opExpand, PluginName: dv.PluginName, Migrated: dv.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			err := m.nodeExpand(ctx, pod, dv, size)
 			if err == nil || errors.Is(err, errNotNodeTurn) {

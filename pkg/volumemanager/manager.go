@@ -22,6 +22,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volumemanager/internal/executor"
 )
 
 // Observer is told about pods' volumes. Calls come from worker goroutines and must not
@@ -111,7 +112,7 @@ type Manager struct {
 	plugins  *volume.PluginManager
 	dsw      *DesiredState
 	asw      *ActualState
-	exec     *Executor
+	exec     *executor.Executor
 	metrics  *metrics
 	mounter  mount.Interface
 	recorder record.EventRecorder
@@ -183,7 +184,12 @@ func New(cfg Config) (*Manager, error) {
 	if w, ok := cfg.Objects.(objectWatcher); ok && cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newWatchesCollector(w))
 	}
-	m.exec = newExecutor(cfg.OperationTimeout, cfg.Parallelism, m.metrics)
+	m.exec = executor.New(executor.Config{
+		Timeout: cfg.OperationTimeout, Parallelism: cfg.Parallelism, MaxForbiddenBackoff: claimBackoff.max,
+		Observe: func(op executor.Operation, err error, d time.Duration) {
+			m.metrics.observeOperation(op.PluginName, op.Name, op.Migrated, err, d)
+		},
+	})
 	// The workers never back a key off (each sync says when to look again), so the
 	// queues' retry intervals are unused.
 	var qcfg controller.QueueConfig

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/pkg/volume"
+	"github.com/kubevol/kubevol/pkg/volumemanager/internal/executor"
 )
 
 // Operation names are upstream's operation_name label values.
@@ -72,26 +73,26 @@ func opsOf(block bool) opNames {
 	return fsOps
 }
 
-// start runs op and turns the executor's refusals into a requeue delay: ErrPending needs
+// start runs op and turns the executor's refusals into a requeue delay: executor.ErrPending needs
 // none (the running operation enqueues the pod when done), a backoff needs its remainder.
-func (m *Manager) start(ctx context.Context, op Operation) time.Duration {
+func (m *Manager) start(ctx context.Context, op executor.Operation) time.Duration {
 	err := m.exec.Run(ctx, op)
-	var be *BackoffError
+	var be *executor.BackoffError
 	switch {
-	case err == nil, errors.Is(err, ErrPending):
+	case err == nil, errors.Is(err, executor.ErrPending):
 		return 0
 	case errors.As(err, &be):
 		return max(time.Until(be.Until), time.Millisecond)
 	}
 	klog.FromContext(ctx).Error(err, "Cannot start volume operation", "operation", op.Name, "volume", op.Key.Volume)
-	return InitialBackoff
+	return executor.InitialBackoff
 }
 
 // startMount sets a volume up for a pod: wait for attach, mount the device, then SetUp
 // (upstream: GenerateMountVolumeFunc), or for a block volume map it (GenerateMapVolumeFunc).
 func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume) time.Duration {
 	uid := pod.UID
-	key := OpKey{Volume: dv.Name, Pod: uid}
+	key := executor.OpKey{Volume: dv.Name, Pod: uid}
 	if dv.DeviceMountable {
 		key.Pod = ""
 	}
@@ -103,7 +104,7 @@ func (m *Manager) startMount(ctx context.Context, pod *v1.Pod, dv DesiredVolume)
 	block := dv.Spec.Block()
 	ops := opsOf(block)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "volume", outer, "volumeID", dv.Name)
-	return m.start(ctx, Operation{
+	return m.start(ctx, executor.Operation{
 		Key: key, Pod: uid, Name: ops.mount, PluginName: dv.PluginName, Migrated: dv.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			if err := m.checkBeforeMount(ctx, pod, dv); err != nil {
@@ -288,8 +289,8 @@ func (m *Manager) ensureDevice(ctx context.Context, pod *v1.Pod, dv DesiredVolum
 func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Duration {
 	logger := klog.FromContext(ctx).WithValues("podUID", mv.PodUID, "volumeID", mv.Name)
 	ops := opsOf(mv.Block)
-	return m.start(ctx, Operation{
-		Key: OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: ops.unmount, PluginName: mv.PluginName, Migrated: mv.Migrated,
+	return m.start(ctx, executor.Operation{
+		Key: executor.OpKey{Volume: mv.Name, Pod: mv.PodUID}, Name: ops.unmount, PluginName: mv.PluginName, Migrated: mv.Migrated,
 		Run: func(ctx context.Context) error {
 			if err := m.cleanSubpaths(mv.PodUID, mv.SpecName); err != nil {
 				return err
@@ -326,8 +327,8 @@ func (m *Manager) startUnmount(ctx context.Context, mv MountedVolume) time.Durat
 // startUnmountDevice unmounts the global mount of a volume no pod uses (CSI NodeUnstage).
 func (m *Manager) startUnmountDevice(ctx context.Context, av AttachedVolume) time.Duration {
 	logger := klog.FromContext(ctx).WithValues("volumeID", av.Name)
-	return m.start(ctx, Operation{
-		Key: OpKey{Volume: av.Name}, Name: opsOf(av.Spec.Block()).unmountDevice, PluginName: av.PluginName,
+	return m.start(ctx, executor.Operation{
+		Key: executor.OpKey{Volume: av.Name}, Name: opsOf(av.Spec.Block()).unmountDevice, PluginName: av.PluginName,
 		Migrated: av.Spec != nil && av.Spec.Migrated,
 		Run: func(ctx context.Context) error {
 			dm, err := m.plugins.FindDeviceMountable(av.Spec)

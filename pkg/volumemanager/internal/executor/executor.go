@@ -1,4 +1,7 @@
-package volumemanager
+// Package executor runs the volume manager's operations: at most one per volume (or per
+// volume and pod), with exponential backoff per key and operation after a failure
+// (upstream: nestedpendingoperations and exponentialbackoff).
+package executor
 
 import (
 	"context"
@@ -37,6 +40,7 @@ type BackoffError struct {
 	Until time.Time
 }
 
+// Error says which operation backs off until when.
 func (e *BackoffError) Error() string {
 	return fmt.Sprintf("operation %s backing off until %s", e.Op, e.Until.Format(time.RFC3339Nano))
 }
@@ -52,10 +56,11 @@ type backoff struct {
 // different operation on the key resets its backoff, as upstream, so an unmount is never
 // held back by a failing mount.
 type Executor struct {
-	timeout time.Duration
-	sem     chan struct{}
-	metrics *metrics
-	now     func() time.Time
+	timeout      time.Duration
+	sem          chan struct{}
+	observe      func(Operation, error, time.Duration)
+	maxForbidden time.Duration
+	now          func() time.Time
 
 	mu      sync.Mutex
 	pending map[v1.UniqueVolumeName]map[types.UID]string // volume → pod ("" for all) → operation
@@ -64,19 +69,33 @@ type Executor struct {
 	wg      sync.WaitGroup
 }
 
-// NewExecutor returns an executor that gives each operation timeout and runs at most
-// parallel operations at once (the rest wait, still counted as pending).
-func NewExecutor(timeout time.Duration, parallel int) *Executor {
-	return newExecutor(timeout, parallel, nil)
+// Config configures an Executor.
+type Config struct {
+	// Timeout bounds each operation.
+	Timeout time.Duration
+	// Parallelism bounds the operations running at once (the rest wait, still counted as
+	// pending); at least 1.
+	Parallelism int
+	// MaxForbiddenBackoff caps the backoff after an operation the API server refused
+	// (Forbidden): a node is refused a pod's objects only until the API server's node
+	// graph has the pod, a lag of seconds that upstream's doubling would turn into minutes.
+	MaxForbiddenBackoff time.Duration
+	// Observe, if set, is called with each finished operation's result and duration
+	// (storage_operation_duration_seconds).
+	Observe func(op Operation, err error, d time.Duration)
 }
 
-// newExecutor is NewExecutor recording storage_operation_duration_seconds in m.
-func newExecutor(timeout time.Duration, parallel int, m *metrics) *Executor {
-	if parallel < 1 {
-		parallel = 1
+// New returns an executor.
+func New(cfg Config) *Executor {
+	if cfg.Parallelism < 1 {
+		cfg.Parallelism = 1
+	}
+	if cfg.MaxForbiddenBackoff == 0 {
+		cfg.MaxForbiddenBackoff = MaxBackoff
 	}
 	return &Executor{
-		timeout: timeout, sem: make(chan struct{}, parallel), metrics: m, now: time.Now,
+		timeout: cfg.Timeout, sem: make(chan struct{}, cfg.Parallelism), observe: cfg.Observe,
+		maxForbidden: cfg.MaxForbiddenBackoff, now: time.Now,
 		pending: map[v1.UniqueVolumeName]map[types.UID]string{}, forPod: map[types.UID]int{}, backoff: map[OpKey]*backoff{},
 	}
 }
@@ -156,7 +175,7 @@ func (e *Executor) Run(ctx context.Context, op Operation) error {
 				// A node is refused a pod's object (a CSI secret, a service account
 				// token) until the API server's node graph has the pod: a lag of
 				// seconds, which upstream's doubling would turn into minutes.
-				b.delay = min(b.delay, claimBackoff.max)
+				b.delay = min(b.delay, e.maxForbidden)
 			}
 			b.until = e.now().Add(b.delay)
 		} else if err == nil {
@@ -187,7 +206,9 @@ func (e *Executor) execute(ctx context.Context, op Operation) (err error) {
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && !volume.IsUncertain(err) {
 			err = volume.NewUncertainError(err)
 		}
-		e.metrics.observeOperation(op.PluginName, op.Name, op.Migrated, err, time.Since(start))
+		if e.observe != nil {
+			e.observe(op, err, time.Since(start))
+		}
 	}()
 	return op.Run(opCtx)
 }
