@@ -19,7 +19,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubevol/kubevol/pkg/volumemanager/objectwatch"
+	"github.com/kubevol/kubevol/pkg/volumemanager/internal/objectwatch"
 )
 
 // apiObjects is the default ObjectSource: the kubelet's watch-based ConfigMap and Secret

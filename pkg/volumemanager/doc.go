@@ -9,8 +9,9 @@
 //     uncertain states after a timeout or a restart.
 //   - the reconciler, which unmounts first (so a volume can move from a deleted pod to a
 //     new one), then attaches and mounts, then unmounts devices no pod uses;
-//   - the operation executor (internal/executor), which runs at most one operation per volume (per volume and pod for
-//     plugins without a device mount) with exponential backoff from 500 ms to about 2 min;
+//   - the operation executor (internal/executor), which runs at most one operation per
+//     volume (per volume and pod for plugins without a device mount) with exponential
+//     backoff from 500 ms to about 2 min;
 //   - reconstruction, which rebuilds the actual state from the pods directory (volumes/
 //     and the block volumes' volumeDevices/) and /proc/self/mountinfo after a restart;
 //   - node expansion: when a claim's PV has grown and the resizer left the expansion to
