@@ -93,22 +93,22 @@ type attachedVolume struct {
 	inUseExpansionError bool
 }
 
-// ActualState records what is attached, device-mounted and mounted (upstream:
-// ActualStateOfWorld). It is safe for concurrent use. Only the manager changes it: what
-// Manager.ActualState returns is a read-only view, whose methods return copies.
-type ActualState struct {
+// actualState records what is attached, device-mounted and mounted (upstream:
+// ActualStateOfWorld). It is safe for concurrent use. Only the manager changes it; embedders
+// read it through the ActualState view, whose methods return copies.
+type actualState struct {
 	mu      sync.RWMutex
 	volumes map[v1.UniqueVolumeName]*attachedVolume
 	byPod   map[types.UID]map[v1.UniqueVolumeName]bool
 }
 
 // newActualState returns an empty actual state.
-func newActualState() *ActualState {
-	return &ActualState{volumes: map[v1.UniqueVolumeName]*attachedVolume{}, byPod: map[types.UID]map[v1.UniqueVolumeName]bool{}}
+func newActualState() *actualState {
+	return &actualState{volumes: map[v1.UniqueVolumeName]*attachedVolume{}, byPod: map[types.UID]map[v1.UniqueVolumeName]bool{}}
 }
 
 // markAttached adds the volume (attached, or verified as needing no attach).
-func (a *ActualState) markAttached(av AttachedVolume) {
+func (a *actualState) markAttached(av AttachedVolume) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if cur := a.volumes[av.Name]; cur != nil {
@@ -128,14 +128,14 @@ func (a *ActualState) markAttached(av AttachedVolume) {
 }
 
 // IsAttached reports whether the volume is in the actual state.
-func (a *ActualState) IsAttached(name v1.UniqueVolumeName) bool {
+func (a *actualState) IsAttached(name v1.UniqueVolumeName) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.volumes[name] != nil
 }
 
 // Volume returns the volume's attach and device state.
-func (a *ActualState) Volume(name v1.UniqueVolumeName) (AttachedVolume, bool) {
+func (a *actualState) Volume(name v1.UniqueVolumeName) (AttachedVolume, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	av := a.volumes[name]
@@ -146,7 +146,7 @@ func (a *ActualState) Volume(name v1.UniqueVolumeName) (AttachedVolume, bool) {
 }
 
 // setDeviceState records the device state and, when mounted, its path.
-func (a *ActualState) setDeviceState(name v1.UniqueVolumeName, state DeviceState, deviceMountPath string) {
+func (a *actualState) setDeviceState(name v1.UniqueVolumeName, state DeviceState, deviceMountPath string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil {
@@ -159,7 +159,7 @@ func (a *ActualState) setDeviceState(name v1.UniqueVolumeName, state DeviceState
 
 // noteSELinuxContext records the context of a successful device or pod mount, unless one
 // is already recorded: later mounts share the first one's superblock.
-func (a *ActualState) noteSELinuxContext(name v1.UniqueVolumeName, label string) {
+func (a *actualState) noteSELinuxContext(name v1.UniqueVolumeName, label string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil && av.seLinuxContext == nil {
@@ -168,7 +168,7 @@ func (a *ActualState) noteSELinuxContext(name v1.UniqueVolumeName, label string)
 }
 
 // seLinuxContext returns the context the volume is mounted with, if one is recorded.
-func (a *ActualState) seLinuxContext(name v1.UniqueVolumeName) (string, bool) {
+func (a *actualState) seLinuxContext(name v1.UniqueVolumeName) (string, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if av := a.volumes[name]; av != nil && av.seLinuxContext != nil {
@@ -178,7 +178,7 @@ func (a *ActualState) seLinuxContext(name v1.UniqueVolumeName) (string, bool) {
 }
 
 // setExpanded records that the node expanded the volume to size.
-func (a *ActualState) setExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
+func (a *actualState) setExpanded(name v1.UniqueVolumeName, size resource.Quantity) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil {
@@ -188,7 +188,7 @@ func (a *ActualState) setExpanded(name v1.UniqueVolumeName, size resource.Quanti
 
 // setMountState records a pod's mount of an attached volume. VolumeNotMounted removes
 // it. A reconstructed entry keeps its flag.
-func (a *ActualState) setMountState(mv MountedVolume) {
+func (a *actualState) setMountState(mv MountedVolume) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	av := a.volumes[mv.Name]
@@ -223,7 +223,7 @@ func (a *ActualState) setMountState(mv MountedVolume) {
 
 // completeMount records a successful SetUp with the SELinux context label. stale means the
 // contents changed while it ran, so the volume stays marked for remount.
-func (a *ActualState) completeMount(mv MountedVolume, stale bool, label string) {
+func (a *actualState) completeMount(mv MountedVolume, stale bool, label string) {
 	mv.State = VolumeMounted
 	mv.RemountRequired = stale
 	mv.Reconstructed = false
@@ -232,7 +232,7 @@ func (a *ActualState) completeMount(mv MountedVolume, stale bool, label string) 
 }
 
 // markInUseExpansionError records a FAILED_PRECONDITION answer to NodeExpandVolume.
-func (a *ActualState) markInUseExpansionError(name v1.UniqueVolumeName) {
+func (a *actualState) markInUseExpansionError(name v1.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil {
@@ -242,7 +242,7 @@ func (a *ActualState) markInUseExpansionError(name v1.UniqueVolumeName) {
 
 // expandableOnline reports whether the mounted volume may be expanded online: not after
 // the driver refused because it is in use (upstream volumeInUseErrorForExpansion).
-func (a *ActualState) expandableOnline(name v1.UniqueVolumeName) bool {
+func (a *actualState) expandableOnline(name v1.UniqueVolumeName) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	av := a.volumes[name]
@@ -250,7 +250,7 @@ func (a *ActualState) expandableOnline(name v1.UniqueVolumeName) bool {
 }
 
 // PodVolume returns the pod's mount of the volume.
-func (a *ActualState) PodVolume(uid types.UID, name v1.UniqueVolumeName) (MountedVolume, bool) {
+func (a *actualState) PodVolume(uid types.UID, name v1.UniqueVolumeName) (MountedVolume, bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if av := a.volumes[name]; av != nil {
@@ -262,7 +262,7 @@ func (a *ActualState) PodVolume(uid types.UID, name v1.UniqueVolumeName) (Mounte
 }
 
 // PodVolumes returns the pod's mounted and uncertain volumes, sorted by name.
-func (a *ActualState) PodVolumes(uid types.UID) []MountedVolume {
+func (a *actualState) PodVolumes(uid types.UID) []MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	out := make([]MountedVolume, 0, len(a.byPod[uid]))
@@ -274,7 +274,7 @@ func (a *ActualState) PodVolumes(uid types.UID) []MountedVolume {
 }
 
 // markRemountRequired flags the named volumes of the pod for a remount (a refresh).
-func (a *ActualState) markRemountRequired(uid types.UID, names []v1.UniqueVolumeName) {
+func (a *actualState) markRemountRequired(uid types.UID, names []v1.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, name := range names {
@@ -287,14 +287,14 @@ func (a *ActualState) markRemountRequired(uid types.UID, names []v1.UniqueVolume
 }
 
 // PodUIDs lists the pods with mounted or uncertain volumes.
-func (a *ActualState) PodUIDs() []types.UID {
+func (a *actualState) PodUIDs() []types.UID {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return slices.Collect(maps.Keys(a.byPod))
 }
 
 // UnusedVolumes lists volumes no pod has mounted: candidates for device unmount.
-func (a *ActualState) UnusedVolumes() []AttachedVolume {
+func (a *actualState) UnusedVolumes() []AttachedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	var out []AttachedVolume
@@ -316,7 +316,7 @@ type ActualVolume struct {
 }
 
 // Volumes returns a copy of the whole actual state, taken at one instant, sorted by name.
-func (a *ActualState) Volumes() []ActualVolume {
+func (a *actualState) Volumes() []ActualVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	out := make([]ActualVolume, 0, len(a.volumes))
@@ -333,7 +333,7 @@ func (a *ActualState) Volumes() []ActualVolume {
 }
 
 // VolumePods returns every pod's mount of the volume.
-func (a *ActualState) VolumePods(name v1.UniqueVolumeName) []MountedVolume {
+func (a *actualState) VolumePods(name v1.UniqueVolumeName) []MountedVolume {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	av := a.volumes[name]
@@ -348,7 +348,7 @@ func (a *ActualState) VolumePods(name v1.UniqueVolumeName) []MountedVolume {
 }
 
 // VolumeMountCount is the number of pods with the volume mounted or uncertain.
-func (a *ActualState) VolumeMountCount(name v1.UniqueVolumeName) int {
+func (a *actualState) VolumeMountCount(name v1.UniqueVolumeName) int {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	if av := a.volumes[name]; av != nil {
@@ -358,7 +358,7 @@ func (a *ActualState) VolumeMountCount(name v1.UniqueVolumeName) int {
 }
 
 // remove drops a volume with no pods (detached, or never device-mounted).
-func (a *ActualState) remove(name v1.UniqueVolumeName) {
+func (a *actualState) remove(name v1.UniqueVolumeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if av := a.volumes[name]; av != nil && len(av.pods) == 0 {
@@ -368,7 +368,7 @@ func (a *ActualState) remove(name v1.UniqueVolumeName) {
 
 // AttachableVolumes lists the attachable volumes present, for node.status.volumesInUse:
 // a volume stays in use until it is fully torn down (upstream PR #71145).
-func (a *ActualState) AttachableVolumes() []v1.UniqueVolumeName {
+func (a *actualState) AttachableVolumes() []v1.UniqueVolumeName {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	set := map[v1.UniqueVolumeName]bool{}
@@ -381,7 +381,7 @@ func (a *ActualState) AttachableVolumes() []v1.UniqueVolumeName {
 }
 
 // Counts returns the number of mounted (not uncertain) pod volumes per plugin.
-func (a *ActualState) Counts() map[string]int {
+func (a *actualState) Counts() map[string]int {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	out := map[string]int{}

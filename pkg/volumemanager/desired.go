@@ -47,10 +47,10 @@ type DesiredVolume struct {
 	RequestTime time.Time
 }
 
-// DesiredState maps volumes to the pods that want them (upstream: DesiredStateOfWorld). It is
-// safe for concurrent use. Only the manager changes it: what Manager.DesiredState returns
-// is a read-only view, whose methods return copies.
-type DesiredState struct {
+// desiredState maps volumes to the pods that want them (upstream: DesiredStateOfWorld). It is
+// safe for concurrent use. Only the manager changes it; embedders read it through the
+// DesiredState view, whose methods return copies.
+type desiredState struct {
 	mu            sync.RWMutex
 	pods          map[types.UID]*desiredPod
 	byVolume      map[v1.UniqueVolumeName]map[types.UID]bool
@@ -75,8 +75,8 @@ type volumeFailure struct {
 }
 
 // newDesiredState returns an empty desired state.
-func newDesiredState() *DesiredState {
-	return &DesiredState{
+func newDesiredState() *desiredState {
+	return &desiredState{
 		pods:          map[types.UID]*desiredPod{},
 		byVolume:      map[v1.UniqueVolumeName]map[types.UID]bool{},
 		reportedInUse: map[v1.UniqueVolumeName]bool{},
@@ -89,7 +89,7 @@ func newDesiredState() *DesiredState {
 // resolve is kept as it was (held state wins over a failed read: the kubelet's populator
 // never removes a running pod's volume because a read failed); its failure is held, not
 // an error of the pod.
-func (d *DesiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, failures []volumeFailure) {
+func (d *desiredState) setPod(pod *v1.Pod, volumes []DesiredVolume, failures []volumeFailure) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := d.pods[pod.UID]
@@ -149,14 +149,14 @@ func (dp *desiredPod) volumeNamed(outer string) *DesiredVolume {
 }
 
 // resolved reports whether the pod volume outer resolved at an earlier setPod.
-func (d *DesiredState) resolved(uid types.UID, outer string) bool {
+func (d *desiredState) resolved(uid types.UID, outer string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.pods[uid].volumeNamed(outer) != nil
 }
 
 // deletePod forgets the pod and returns the volumes it wanted.
-func (d *DesiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
+func (d *desiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dp := d.pods[uid]
@@ -172,7 +172,7 @@ func (d *DesiredState) deletePod(uid types.UID) []v1.UniqueVolumeName {
 	return names
 }
 
-func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
+func (d *desiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
 	delete(d.byVolume[name], uid)
 	if len(d.byVolume[name]) == 0 {
 		delete(d.byVolume, name)
@@ -181,7 +181,7 @@ func (d *DesiredState) unindex(name v1.UniqueVolumeName, uid types.UID) {
 }
 
 // Pod returns the pod object last recorded, or nil. It is shared and must not be modified.
-func (d *DesiredState) Pod(uid types.UID) *v1.Pod {
+func (d *desiredState) Pod(uid types.UID) *v1.Pod {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if dp := d.pods[uid]; dp != nil {
@@ -191,14 +191,14 @@ func (d *DesiredState) Pod(uid types.UID) *v1.Pod {
 }
 
 // HasPod reports whether the pod is in the desired state (possibly with no volumes).
-func (d *DesiredState) HasPod(uid types.UID) bool {
+func (d *desiredState) HasPod(uid types.UID) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.pods[uid] != nil
 }
 
 // PodVolumes returns copies of the volumes the pod wants, sorted by name.
-func (d *DesiredState) PodVolumes(uid types.UID) []DesiredVolume {
+func (d *desiredState) PodVolumes(uid types.UID) []DesiredVolume {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	dp := d.pods[uid]
@@ -209,7 +209,7 @@ func (d *DesiredState) PodVolumes(uid types.UID) []DesiredVolume {
 }
 
 // PodErrors returns why volumes of the pod could not be resolved at its last setPod.
-func (d *DesiredState) PodErrors(uid types.UID) []string {
+func (d *desiredState) PodErrors(uid types.UID) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if dp := d.pods[uid]; dp != nil {
@@ -220,7 +220,7 @@ func (d *DesiredState) PodErrors(uid types.UID) []string {
 
 // heldErrors returns why volumes the pod keeps from an earlier resolution could not be
 // read again at its last setPod.
-func (d *DesiredState) heldErrors(uid types.UID) []string {
+func (d *desiredState) heldErrors(uid types.UID) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if dp := d.pods[uid]; dp != nil {
@@ -241,7 +241,7 @@ type DesiredPod struct {
 
 // Pods returns a copy of the whole desired state, taken at one instant, sorted by pod UID.
 // A pod that is deleted, terminating or terminal wants nothing and is not listed.
-func (d *DesiredState) Pods() []DesiredPod {
+func (d *desiredState) Pods() []DesiredPod {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := make([]DesiredPod, 0, len(d.pods))
@@ -267,14 +267,14 @@ func (dp *desiredPod) sortedVolumes() []DesiredVolume {
 }
 
 // PodWantsVolume reports whether the pod wants the volume.
-func (d *DesiredState) PodWantsVolume(uid types.UID, name v1.UniqueVolumeName) bool {
+func (d *desiredState) PodWantsVolume(uid types.UID, name v1.UniqueVolumeName) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.byVolume[name][uid]
 }
 
 // VolumeWanted reports whether any pod wants the volume.
-func (d *DesiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
+func (d *desiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.byVolume[name]) > 0
@@ -283,7 +283,7 @@ func (d *DesiredState) VolumeWanted(name v1.UniqueVolumeName) bool {
 // volumeWantedWith reports whether a pod wants the volume mounted with the SELinux context
 // label. A volume mounted with another one is not wanted as it is (upstream: the DSW's
 // VolumeExists compares the context): it is unmounted, then mounted with the new context.
-func (d *DesiredState) volumeWantedWith(name v1.UniqueVolumeName, label string) bool {
+func (d *desiredState) volumeWantedWith(name v1.UniqueVolumeName, label string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for uid := range d.byVolume[name] {
@@ -295,21 +295,21 @@ func (d *DesiredState) volumeWantedWith(name v1.UniqueVolumeName, label string) 
 }
 
 // VolumeUsers returns the pods that want the volume: the usage tracker.
-func (d *DesiredState) VolumeUsers(name v1.UniqueVolumeName) []types.UID {
+func (d *desiredState) VolumeUsers(name v1.UniqueVolumeName) []types.UID {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return slices.Sorted(maps.Keys(d.byVolume[name]))
 }
 
 // PodUIDs lists the pods in the desired state.
-func (d *DesiredState) PodUIDs() []types.UID {
+func (d *desiredState) PodUIDs() []types.UID {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return slices.Collect(maps.Keys(d.pods))
 }
 
 // AttachableVolumes lists the attachable volumes wanted, for node.status.volumesInUse.
-func (d *DesiredState) AttachableVolumes() []v1.UniqueVolumeName {
+func (d *desiredState) AttachableVolumes() []v1.UniqueVolumeName {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	seen := map[v1.UniqueVolumeName]bool{}
@@ -325,7 +325,7 @@ func (d *DesiredState) AttachableVolumes() []v1.UniqueVolumeName {
 
 // markReportedInUse records the volumes that node.status.volumesInUse now lists: only
 // those may be mounted, so the attach/detach controller never detaches a volume in use.
-func (d *DesiredState) markReportedInUse(names []v1.UniqueVolumeName) {
+func (d *desiredState) markReportedInUse(names []v1.UniqueVolumeName) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	set := map[v1.UniqueVolumeName]bool{}
@@ -338,14 +338,14 @@ func (d *DesiredState) markReportedInUse(names []v1.UniqueVolumeName) {
 }
 
 // ReportedInUse reports whether node.status.volumesInUse lists the volume.
-func (d *DesiredState) ReportedInUse(name v1.UniqueVolumeName) bool {
+func (d *desiredState) ReportedInUse(name v1.UniqueVolumeName) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.reportedInUse[name]
 }
 
 // Counts returns the number of (pod, volume) pairs per plugin.
-func (d *DesiredState) Counts() map[string]int {
+func (d *desiredState) Counts() map[string]int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	out := map[string]int{}
@@ -362,7 +362,7 @@ func sortedNames(set map[v1.UniqueVolumeName]bool) []v1.UniqueVolumeName {
 }
 
 // podVolume returns the desired volume name of the pod uid.
-func (d *DesiredState) podVolume(uid types.UID, name v1.UniqueVolumeName) (DesiredVolume, bool) {
+func (d *desiredState) podVolume(uid types.UID, name v1.UniqueVolumeName) (DesiredVolume, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if dp := d.pods[uid]; dp != nil {

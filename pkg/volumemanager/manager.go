@@ -110,8 +110,8 @@ type Config struct {
 type Manager struct {
 	cfg      Config
 	plugins  *volume.PluginManager
-	dsw      *DesiredState
-	asw      *ActualState
+	dsw      *desiredState
+	asw      *actualState
 	exec     *executor.Executor
 	metrics  *metrics
 	mounter  mount.Interface
@@ -239,12 +239,12 @@ func (m *Manager) Plugins() *volume.PluginManager { return m.plugins }
 
 // DesiredState is a read-only view of the desired state of world: which pod wants which
 // volume. Its methods return copies; Pods returns all of it at one instant.
-func (m *Manager) DesiredState() *DesiredState { return m.dsw }
+func (m *Manager) DesiredState() DesiredState { return m.dsw }
 
 // ActualState is a read-only view of the actual state of world: what is attached,
 // device-mounted and mounted for each pod, with paths, and what was reconstructed after a
 // restart. Its methods return copies; Volumes returns all of it at one instant.
-func (m *Manager) ActualState() *ActualState { return m.asw }
+func (m *Manager) ActualState() ActualState { return m.asw }
 
 // Initialized is closed once the initial desired state is populated and the actual state
 // reconstructed: only then does the manager unmount anything.

@@ -17,7 +17,7 @@ type metrics struct {
 
 var operationBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600}
 
-func newMetrics(reg prometheus.Registerer, dsw *DesiredState, asw *ActualState) *metrics {
+func newMetrics(reg prometheus.Registerer, dsw *desiredState, asw *actualState) *metrics {
 	m := &metrics{
 		opDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "storage_operation_duration_seconds",
@@ -64,8 +64,8 @@ func (m *metrics) observeOverallMount(plugin string, d time.Duration) {
 // totalVolumes is volume_manager_total_volumes{plugin_name,state}, computed at scrape time
 // as upstream's collector does; the actual state counts only mounted volumes.
 type totalVolumes struct {
-	dsw *DesiredState
-	asw *ActualState
+	dsw *desiredState
+	asw *actualState
 }
 
 var totalVolumesDesc = prometheus.NewDesc("volume_manager_total_volumes",

@@ -147,7 +147,7 @@ func TestUnmountBeforeMountAndDeviceTeardown(t *testing.T) {
 	h.start()
 	h.create(pod("old", "uid-old", sharedVolume("data")))
 	h.eventually("old ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-old"] == 1 }) })
-	if got := h.m.ActualState().VolumePods("test/shared//vol1"); len(got) != 1 {
+	if got := h.m.asw.VolumePods("test/shared//vol1"); len(got) != 1 {
 		t.Fatalf("unique name: %+v", got)
 	}
 
