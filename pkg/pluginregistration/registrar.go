@@ -17,8 +17,8 @@ import (
 // supportedVersions are the CSI versions a registration announces, as node-driver-registrar.
 var supportedVersions = []string{"1.0.0"}
 
-// SocketPath is where node-driver-registrar puts a driver's registration socket.
-func SocketPath(dir, driver string) string { return filepath.Join(dir, driver+"-reg.sock") }
+// socketPath is where node-driver-registrar puts a driver's registration socket.
+func socketPath(dir, driver string) string { return filepath.Join(dir, driver+"-reg.sock") }
 
 // Registrar serves one driver's registration socket.
 type Registrar struct {
@@ -46,7 +46,7 @@ func (r *Registrar) Serve(ctx context.Context) error {
 	if err := os.MkdirAll(r.Dir, 0o750); err != nil {
 		return err
 	}
-	path := SocketPath(r.Dir, r.Driver)
+	path := socketPath(r.Dir, r.Driver)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale %s: %w", path, err)
 	}

@@ -116,7 +116,7 @@ func TestRegisterAndDeregister(t *testing.T) {
 	if got := log.String(); !strings.Contains(got, "Registered with the node agent") {
 		t.Errorf("the verdict is not in the registrar's log:\n%s", got)
 	}
-	if _, err := os.Stat(SocketPath(dir, "local.kubevol.io")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(socketPath(dir, "local.kubevol.io")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("registration socket left behind: %v", err)
 	}
 	h.waitFor(t, "deregister local.kubevol.io")

@@ -23,8 +23,6 @@ func NewPluginManager(cfg HostConfig) *PluginManager {
 	return pm
 }
 
-// Host is the Host given to plugins.
-func (pm *PluginManager) Host() Host { return pm.host }
 
 // Register initialises and adds plugins. A duplicate or empty name is an error.
 func (pm *PluginManager) Register(plugins ...Plugin) error {
@@ -63,7 +61,7 @@ func (pm *PluginManager) FindBySpec(spec *Spec) (Plugin, error) {
 	}
 	switch len(found) {
 	case 0:
-		if t := spec.SourceType(); t != "" {
+		if t := spec.sourceType(); t != "" {
 			return nil, fmt.Errorf("no volume plugin supports volume %q of type %s", spec.Name(), t)
 		}
 		return nil, fmt.Errorf("no volume plugin supports volume %q", spec.Name())

@@ -48,9 +48,9 @@ func (s *Spec) Name() string {
 	return ""
 }
 
-// SourceType is the volume's type as the API names it (nfs, iscsi, csi, configMap, ...):
+// sourceType is the volume's type as the API names it (nfs, iscsi, csi, configMap, ...):
 // the JSON name of the source that is set, "" if none is.
-func (s *Spec) SourceType() string {
+func (s *Spec) sourceType() string {
 	var src reflect.Value
 	switch {
 	case s == nil:

@@ -7,10 +7,10 @@ import (
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
-// UniqueVolumeName follows upstream, because node.status.volumesInUse uses it:
+// uniqueVolumeName follows upstream, because node.status.volumesInUse uses it:
 // "<plugin>/<volume name>" for device-mountable volumes (e.g.
 // "kubernetes.io/csi/<driver>^<handle>"), "<plugin>/<pod uid>-<spec name>" otherwise.
-func UniqueVolumeName(pm *volume.PluginManager, spec *volume.Spec, podUID types.UID) (name v1.UniqueVolumeName, plugin volume.Plugin, deviceMountable bool, err error) {
+func uniqueVolumeName(pm *volume.PluginManager, spec *volume.Spec, podUID types.UID) (name v1.UniqueVolumeName, plugin volume.Plugin, deviceMountable bool, err error) {
 	plugin, err = pm.FindBySpec(spec)
 	if err != nil {
 		return "", nil, false, err

@@ -127,7 +127,7 @@ func (m *Manager) desiredVolumes(ctx context.Context, pod *v1.Pod) ([]DesiredVol
 			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue
 		}
-		name, plugin, deviceMountable, err := UniqueVolumeName(m.plugins, spec, pod.UID)
+		name, plugin, deviceMountable, err := uniqueVolumeName(m.plugins, spec, pod.UID)
 		if err != nil {
 			fail(pv.Name, "volume %q: %v", pv.Name, err)
 			continue

@@ -98,7 +98,7 @@ func (m *Manager) reconstructVolume(uid types.UID, e diskVolume) error {
 	if err != nil {
 		return err
 	}
-	name, _, deviceMountable, err := UniqueVolumeName(m.plugins, spec, uid)
+	name, _, deviceMountable, err := uniqueVolumeName(m.plugins, spec, uid)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func upstreamAccepts(p string) bool {
 	return !(strings.HasPrefix(items[0], "..") && len(items[0]) > 2)
 }
 
-// CleanPath agrees with the kubelet on every path but those that clean to the volume
+// cleanPath agrees with the kubelet on every path but those that clean to the volume
 // itself or to one of the writer's names (and NUL, which no file name can hold), and what
 // it accepts stays inside the volume.
 func FuzzCleanPath(f *testing.F) {
@@ -47,7 +47,7 @@ func FuzzCleanPath(f *testing.F) {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		c, err := CleanPath(p)
+		c, err := cleanPath(p)
 		if err != nil {
 			if upstreamAccepts(p) {
 				clean := filepath.Clean(p)

@@ -41,13 +41,13 @@ type FileProjection struct {
 	FsUser *int64
 }
 
-// ValidatePath reports whether p may name a file of a payload; see CleanPath.
+// ValidatePath reports whether p may name a file of a payload; see cleanPath.
 func ValidatePath(p string) error {
-	_, err := CleanPath(p)
+	_, err := cleanPath(p)
 	return err
 }
 
-// CleanPath validates p and returns it cleaned, as the file's path relative to the volume.
+// cleanPath validates p and returns it cleaned, as the file's path relative to the volume.
 //
 // The checks on p as given are the kubelet's (upstream atomic_writer.go validatePath): not
 // empty, relative, at most 4096 bytes, no ".." element, no element over 255 bytes, and a
@@ -59,7 +59,7 @@ func ValidatePath(p string) error {
 // itself (".", "./") or whose first element is one of the writer's own names ("..data",
 // "..data_tmp", a "..<timestamp>" directory, e.g. from "./..data") is refused, where
 // upstream would write it and replace or loop its own links.
-func CleanPath(p string) (string, error) {
+func cleanPath(p string) (string, error) {
 	switch {
 	case p == "":
 		return "", errors.New("path is empty")
@@ -111,7 +111,7 @@ func cleanPayload(payload map[string]FileProjection) (map[string]FileProjection,
 	clean := make(map[string]FileProjection, len(payload))
 	from := make(map[string]string, len(payload))
 	for p, f := range payload {
-		c, err := CleanPath(p)
+		c, err := cleanPath(p)
 		if err != nil {
 			return nil, err
 		}
@@ -340,7 +340,7 @@ func syncVisibleLinks(dir string, payload map[string]FileProjection, oldTop map[
 	for p := range payload {
 		want[strings.SplitN(p, string(os.PathSeparator), 2)[0]] = true
 	}
-	for name := range want { // never a reserved name: CleanPath refuses those
+	for name := range want { // never a reserved name: cleanPath refuses those
 		link := filepath.Join(dir, name)
 		target := filepath.Join(dataDirName, name)
 		if cur, err := os.Readlink(link); err == nil && cur == target {

@@ -145,7 +145,7 @@ func TestCleanPath(t *testing.T) {
 		strings.Repeat("x", 256), strings.Repeat("a/", 2049),
 	}
 	for _, p := range refused {
-		if c, err := CleanPath(p); err == nil {
+		if c, err := cleanPath(p); err == nil {
 			t.Errorf("%q accepted as %q", p, c)
 		} else if p == "./..data" && !strings.Contains(err.Error(), `"./..data"`) {
 			t.Errorf("error does not name the path: %v", err)
@@ -158,7 +158,7 @@ func TestCleanPath(t *testing.T) {
 		strings.Repeat("x", 255): strings.Repeat("x", 255),
 	}
 	for p, want := range accepted {
-		if c, err := CleanPath(p); err != nil || c != want {
+		if c, err := cleanPath(p); err != nil || c != want {
 			t.Errorf("%q: %q, %v; want %q", p, c, err, want)
 		}
 	}

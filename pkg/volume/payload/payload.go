@@ -110,7 +110,7 @@ func DownwardAPI(pod *v1.Pod, items []v1.DownwardAPIVolumeFile, defaultMode *int
 		case it.FieldRef != nil:
 			val, err = FieldValue(pod, it.FieldRef.FieldPath)
 		case it.ResourceFieldRef != nil:
-			val, err = ResourceValue(pod, it.ResourceFieldRef, nodeAllocatable)
+			val, err = resourceValue(pod, it.ResourceFieldRef, nodeAllocatable)
 		default:
 			err = fmt.Errorf("item %q has neither fieldRef nor resourceFieldRef", it.Path)
 		}
@@ -187,9 +187,9 @@ func formatMap(m map[string]string) string {
 	return b.String()
 }
 
-// ResourceValue resolves a resourceFieldRef: the container's limit or request, divided by
+// resourceValue resolves a resourceFieldRef: the container's limit or request, divided by
 // the divisor and rounded up.
-func ResourceValue(pod *v1.Pod, ref *v1.ResourceFieldSelector, nodeAllocatable v1.ResourceList) (string, error) {
+func resourceValue(pod *v1.Pod, ref *v1.ResourceFieldSelector, nodeAllocatable v1.ResourceList) (string, error) {
 	c := findContainer(pod, ref.ContainerName)
 	if c == nil {
 		return "", fmt.Errorf("resourceFieldRef: container %q not found", ref.ContainerName)

@@ -29,11 +29,11 @@ const (
 	ED25519   = "ED25519"
 )
 
-// KeyTypes are the key types the API accepts, all of which are supported.
-var KeyTypes = []string{RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519}
+// keyTypes are the key types the API accepts, all of which are supported.
+var keyTypes = []string{RSA3072, RSA4096, ECDSAP256, ECDSAP384, ECDSAP521, ED25519}
 
-// Key is a generated private key with what a request carries of it.
-type Key struct {
+// key is a generated private key with what a request carries of it.
+type key struct {
 	// Signer is the private key.
 	Signer crypto.Signer
 	// PEM is the key as one PKCS#8 "PRIVATE KEY" block: the first block of a credential
@@ -45,8 +45,8 @@ type Key struct {
 	StubCSR []byte
 }
 
-// GenerateKey makes a key of keyType; an unknown type is an error that names it.
-func GenerateKey(keyType string) (*Key, error) {
+// generateKey makes a key of keyType; an unknown type is an error that names it.
+func generateKey(keyType string) (*key, error) {
 	var signer crypto.Signer
 	var err error
 	switch keyType {
@@ -63,7 +63,7 @@ func GenerateKey(keyType string) (*Key, error) {
 	case ED25519:
 		_, signer, err = ed25519.GenerateKey(rand.Reader)
 	default:
-		return nil, fmt.Errorf("unknown key type %q (want one of %v)", keyType, KeyTypes)
+		return nil, fmt.Errorf("unknown key type %q (want one of %v)", keyType, keyTypes)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("generate %s key: %w", keyType, err)
@@ -76,14 +76,14 @@ func GenerateKey(keyType string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stub PKCS#10 request of a %s key: %w", keyType, err)
 	}
-	return &Key{Signer: signer, PEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), StubCSR: csr}, nil
+	return &key{Signer: signer, PEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), StubCSR: csr}, nil
 }
 
-// Chain is the status.certificateChain of an issued request as the kubelet projects it:
+// parseChain is the status.certificateChain of an issued request as the kubelet projects it:
 // every block re-encoded as a bare CERTIFICATE block, whatever was between or inside the
 // blocks (text, headers) dropped. It checks that the chain has at least one certificate and
 // that the first (the leaf) is for key; it returns the leaf.
-func Chain(chain string, key crypto.PublicKey) ([]byte, *x509.Certificate, error) {
+func parseChain(chain string, key crypto.PublicKey) ([]byte, *x509.Certificate, error) {
 	var out bytes.Buffer
 	var leaf *x509.Certificate
 	rest := []byte(chain)

@@ -1,4 +1,4 @@
-package podcertificate_test
+package podcertificate
 
 import (
 	"crypto"
@@ -14,16 +14,15 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/kubevol/kubevol/internal/podcertsigner"
-	"github.com/kubevol/kubevol/pkg/volume/podcertificate"
 )
 
 // Every key type of the API gives a PKCS#8 key of that type and size, and a stub PKCS#10
 // request for it with an empty subject and a valid signature (the proof of possession the
 // API server checks).
 func TestGenerateKeyTypes(t *testing.T) {
-	for _, kt := range podcertificate.KeyTypes {
+	for _, kt := range keyTypes {
 		t.Run(kt, func(t *testing.T) {
-			k, err := podcertificate.GenerateKey(kt)
+			k, err := generateKey(kt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +52,7 @@ func TestGenerateKeyTypes(t *testing.T) {
 			}
 		})
 	}
-	if _, err := podcertificate.GenerateKey("RSA2048"); err == nil || !strings.Contains(err.Error(), `"RSA2048"`) {
+	if _, err := generateKey("RSA2048"); err == nil || !strings.Contains(err.Error(), `"RSA2048"`) {
 		t.Errorf("unknown key type: %v", err)
 	}
 }
@@ -77,7 +76,7 @@ func TestChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := podcertificate.GenerateKey(podcertificate.ECDSAP256)
+	k, err := generateKey(ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +87,7 @@ func TestChain(t *testing.T) {
 	}
 	blocks := strings.SplitAfter(pcr.Status.CertificateChain, "-----END CERTIFICATE-----\n")
 	noisy := "leading text\n" + strings.Replace(blocks[0], "-----BEGIN CERTIFICATE-----\n", "-----BEGIN CERTIFICATE-----\nHeader: x\n\n", 1) + "between\n" + blocks[1] + "trailing"
-	got, leaf, err := podcertificate.Chain(noisy, k.Signer.Public())
+	got, leaf, err := parseChain(noisy, k.Signer.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +97,11 @@ func TestChain(t *testing.T) {
 	if !leaf.NotAfter.Equal(pcr.Status.NotAfter.Time) {
 		t.Errorf("leaf notAfter %v", leaf.NotAfter)
 	}
-	other, _ := podcertificate.GenerateKey(podcertificate.ED25519)
-	if _, _, err := podcertificate.Chain(pcr.Status.CertificateChain, other.Signer.Public()); err == nil {
+	other, _ := generateKey(ED25519)
+	if _, _, err := parseChain(pcr.Status.CertificateChain, other.Signer.Public()); err == nil {
 		t.Error("a chain for another key was accepted")
 	}
-	if _, _, err := podcertificate.Chain("no pem here", k.Signer.Public()); err == nil {
+	if _, _, err := parseChain("no pem here", k.Signer.Public()); err == nil {
 		t.Error("a chain without a block was accepted")
 	}
 }

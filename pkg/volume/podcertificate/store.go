@@ -49,12 +49,12 @@ type Config struct {
 type Store struct {
 	cfg     Config
 	mu      sync.Mutex
-	records map[Source]*state
+	records map[source]*state
 }
 
-// Source names one podCertificate source: its pod, projected volume and index in the
+// source names one podCertificate source: its pod, projected volume and index in the
 // volume's sources (the kubelet's projection key).
-type Source struct {
+type source struct {
 	Pod    types.UID
 	Volume string
 	Index  int
@@ -89,7 +89,7 @@ type state struct {
 
 type pendingRequest struct {
 	name    string
-	key     *Key
+	key     *key
 	created time.Time
 }
 
@@ -121,7 +121,7 @@ func NewStore(cfg Config) *Store {
 	if cfg.Wait <= 0 {
 		cfg.Wait = defaultWait
 	}
-	return &Store{cfg: cfg, records: map[Source]*state{}}
+	return &Store{cfg: cfg, records: map[source]*state{}}
 }
 
 // Get returns the credentials of a source of pod. The first call makes a key and files a
@@ -136,7 +136,7 @@ func NewStore(cfg Config) *Store {
 //   - not answered yet: an error naming the request and its signer; the next call waits
 //     for the same request.
 func (s *Store) Get(ctx context.Context, api API, pod *v1.Pod, volume string, index int, src *v1.PodCertificateProjection) (*Credentials, error) {
-	rec := s.state(Source{Pod: pod.UID, Volume: volume, Index: index})
+	rec := s.state(source{Pod: pod.UID, Volume: volume, Index: index})
 	rec.op.Lock()
 	defer rec.op.Unlock()
 	rec.set(func() { rec.signer = src.SignerName })
@@ -196,7 +196,7 @@ func (s *Store) renew(ctx context.Context, api API, rec *state, pod *v1.Pod, src
 		api.Recorder().Event(pod, v1.EventTypeWarning, c.Type, msg)
 		return rec.refused
 	}
-	chain, leaf, err := Chain(pcr.Status.CertificateChain, p.key.Signer.Public())
+	chain, leaf, err := parseChain(pcr.Status.CertificateChain, p.key.Signer.Public())
 	if err != nil {
 		// The API server validates issued chains; one that still does not fit is the
 		// signer's bug, and a new request may fare better.
@@ -223,7 +223,7 @@ func refreshAt(pcr *certificatesv1.PodCertificateRequest, leaf *x509.Certificate
 // file makes a key and creates its request, owned by the pod so that the garbage collector
 // removes it with the pod (the kubelet's request, generateName "req-").
 func (s *Store) file(ctx context.Context, api API, pod *v1.Pod, src *v1.PodCertificateProjection) (*pendingRequest, error) {
-	key, err := GenerateKey(src.KeyType)
+	key, err := generateKey(src.KeyType)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +293,7 @@ func refusal(pcr *certificatesv1.PodCertificateRequest) *metav1.Condition {
 	return nil
 }
 
-func (s *Store) state(src Source) *state {
+func (s *Store) state(src source) *state {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.records[src]

@@ -57,7 +57,7 @@ func Prepare(m mount.Interface, volumePath, subPath, target string, readOnly boo
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return fmt.Errorf("%w: %s resolves to %s, outside %s", ErrEscapes, subPath, resolved, base)
 	}
-	fd, err := OpenNoFollow(base, rel)
+	fd, err := openNoFollow(base, rel)
 	if err != nil {
 		return err
 	}
@@ -100,9 +100,9 @@ func validate(subPath string) error {
 	return nil
 }
 
-// OpenNoFollow opens base/rel one component at a time with O_NOFOLLOW, so that no symlink
+// openNoFollow opens base/rel one component at a time with O_NOFOLLOW, so that no symlink
 // is followed anywhere in rel, and returns an O_PATH descriptor.
-func OpenNoFollow(base, rel string) (int, error) {
+func openNoFollow(base, rel string) (int, error) {
 	fd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err

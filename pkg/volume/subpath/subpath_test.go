@@ -51,17 +51,17 @@ func TestOpenNoFollowRefusesSwappedComponent(t *testing.T) {
 	vol := t.TempDir()
 	outside := t.TempDir()
 	os.Mkdir(filepath.Join(vol, "d"), 0o755)
-	if fd, err := OpenNoFollow(vol, "d"); err != nil {
+	if fd, err := openNoFollow(vol, "d"); err != nil {
 		t.Fatal(err)
 	} else {
 		closeFD(fd)
 	}
 	os.Remove(filepath.Join(vol, "d"))
 	os.Symlink(outside, filepath.Join(vol, "d"))
-	if _, err := OpenNoFollow(vol, "d"); err == nil {
+	if _, err := openNoFollow(vol, "d"); err == nil {
 		t.Fatal("opened through a swapped-in symlink")
 	}
-	if _, err := OpenNoFollow(vol, "d/x"); err == nil {
+	if _, err := openNoFollow(vol, "d/x"); err == nil {
 		t.Fatal("opened below a swapped-in symlink")
 	}
 }

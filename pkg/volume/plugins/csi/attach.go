@@ -30,7 +30,7 @@ func AttachmentName(handle, driver, node string) string {
 }
 
 // deviceMounter waits for the attach, stages and unstages: the kubelet's csiAttacher.
-type deviceMounter struct{ p *Plugin }
+type deviceMounter struct{ p *csiPlugin }
 
 // WaitForAttach implements volume.Attacher: it watches the VolumeAttachment until the
 // attacher marks it attached, and returns its name (the kubelet's "device path" of CSI).
@@ -86,7 +86,7 @@ const (
 
 // publishContext is the attachmentMetadata of the volume's VolumeAttachment, when the
 // driver is attached; nil otherwise.
-func (p *Plugin) publishContext(ctx context.Context, spec *volume.Spec, src source) (map[string]string, error) {
+func (p *csiPlugin) publishContext(ctx context.Context, spec *volume.Spec, src source) (map[string]string, error) {
 	if src.ephemeral {
 		return nil, nil
 	}
@@ -206,7 +206,7 @@ func (d *deviceMounter) UnmountDevice(ctx context.Context, path string) error {
 
 // removeStagingDir removes what MountDevice created: the staging directory and its metadata,
 // and for a block volume its volumeDevices/<pv> directory.
-func (p *Plugin) removeStagingDir(path string) error {
+func (p *csiPlugin) removeStagingDir(path string) error {
 	meta := p.stagingMetaDir(path)
 	paths := []string{path, filepath.Join(meta, volDataFile), meta}
 	if meta != filepath.Dir(path) {
@@ -238,7 +238,7 @@ type AllocatableRefresher interface {
 // (nodeAllocatableUpdatePeriodSeconds), the count is read from the driver again at once and
 // the error says the node is out of attachments, so the pod is rejected; otherwise it is an
 // ordinary attach error, retried.
-func (p *Plugin) attachLimitExceeded(ctx context.Context, driver string, err error) error {
+func (p *csiPlugin) attachLimitExceeded(ctx context.Context, driver string, err error) error {
 	drv, derr := p.csiDriver(ctx, driver)
 	if derr != nil || drv == nil || drv.Spec.NodeAllocatableUpdatePeriodSeconds == nil || *drv.Spec.NodeAllocatableUpdatePeriodSeconds <= 0 {
 		return err

@@ -30,25 +30,25 @@ import (
 // The per-pod bind mount under dev/ is the kubelet's reference that a pod still maps the
 // device: UnmountDevice (NodeUnstage) waits until none is left.
 
-func (p *Plugin) blockRoot() string {
+func (p *csiPlugin) blockRoot() string {
 	return filepath.Join(p.host.Paths().PluginDir(PluginName), "volumeDevices")
 }
 
-func (p *Plugin) blockDataDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "data") }
+func (p *csiPlugin) blockDataDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "data") }
 
-func (p *Plugin) blockDevDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "dev") }
+func (p *csiPlugin) blockDevDir(pv string) string { return filepath.Join(p.blockRoot(), pv, "dev") }
 
-func (p *Plugin) blockPublishPath(pv string, uid types.UID) string {
+func (p *csiPlugin) blockPublishPath(pv string, uid types.UID) string {
 	return TargetPath(p.host.Paths(), uid, pv, true)
 }
 
 // isBlockStaging reports whether path is a block volume's staging path.
-func (p *Plugin) isBlockStaging(path string) bool {
+func (p *csiPlugin) isBlockStaging(path string) bool {
 	return filepath.Dir(path) == filepath.Join(p.blockRoot(), "staging")
 }
 
 // NewBlockMapper implements volume.BlockPlugin.
-func (p *Plugin) NewBlockMapper(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+func (p *csiPlugin) NewBlockMapper(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return nil, err
@@ -60,12 +60,12 @@ func (p *Plugin) NewBlockMapper(spec *volume.Spec, pod *v1.Pod) (volume.Mounter,
 }
 
 // NewBlockUnmapper implements volume.BlockPlugin.
-func (p *Plugin) NewBlockUnmapper(volumeName string, podUID types.UID) (volume.Unmounter, error) {
+func (p *csiPlugin) NewBlockUnmapper(volumeName string, podUID types.UID) (volume.Unmounter, error) {
 	return &blockUnmapper{p: p, pv: volumeName, uid: podUID}, nil
 }
 
 // ConstructBlockVolumeSpec implements volume.BlockPlugin from the volume's data file.
-func (p *Plugin) ConstructBlockVolumeSpec(volumeName, _ string) (*volume.Spec, error) {
+func (p *csiPlugin) ConstructBlockVolumeSpec(volumeName, _ string) (*volume.Spec, error) {
 	data, err := readVolData(p.blockDataDir(volumeName))
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (p *Plugin) ConstructBlockVolumeSpec(volumeName, _ string) (*volume.Spec, e
 // blockMapper publishes a block volume for one pod and maps it: the kubelet's
 // csiBlockMapper.MapPodDevice followed by util.MapBlockVolume.
 type blockMapper struct {
-	p    *Plugin
+	p    *csiPlugin
 	spec *volume.Spec
 	pod  *v1.Pod
 	src  source
@@ -127,7 +127,7 @@ func (b *blockMapper) SetUp(ctx context.Context, _ volume.MounterArgs) error {
 }
 
 // bindDevice bind-mounts the published device file at dst unless it is mounted already.
-func (p *Plugin) bindDevice(src, dst string) error {
+func (p *csiPlugin) bindDevice(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (p *Plugin) bindDevice(src, dst string) error {
 // blockUnmapper unmaps and unpublishes a pod's block volume: the kubelet's
 // util.UnmapBlockVolume followed by csiBlockMapper.UnmapPodDevice.
 type blockUnmapper struct {
-	p   *Plugin
+	p   *csiPlugin
 	pv  string
 	uid types.UID
 }
@@ -239,7 +239,7 @@ func removeIfEmpty(dir string) error {
 }
 
 // blockRefs lists the pods that still map a block volume: its bind mounts under dev/.
-func (p *Plugin) blockRefs(stagingPath string) ([]string, error) {
+func (p *csiPlugin) blockRefs(stagingPath string) ([]string, error) {
 	dir := p.blockDevDir(filepath.Base(stagingPath))
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

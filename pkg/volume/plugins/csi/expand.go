@@ -17,7 +17,7 @@ import (
 // (the mount directory, or the published device file of a block volume), with the staging
 // path and the PV's node-expand secret, as the kubelet's csi_expander. A driver without the
 // node EXPAND_VOLUME capability has nothing to do on the node.
-func (p *Plugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types.UID, newSize resource.Quantity) error {
+func (p *csiPlugin) NodeExpand(ctx context.Context, spec *volume.Spec, podUID types.UID, newSize resource.Quantity) error {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ const (
 
 // mounter publishes a volume for one pod: the kubelet's csiMountMgr.
 type mounter struct {
-	p        *Plugin
+	p        *csiPlugin
 	spec     *volume.Spec
 	pod      *v1.Pod
 	src      source
@@ -110,7 +110,7 @@ type publish struct {
 // newPublish gathers what NodePublishVolume needs for a filesystem or a block volume: the
 // lifecycle-mode check, publish context, staging path, volume context with pod info and
 // tokens, secrets and mount group, and the vol_data.json content.
-func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod, src source, args volume.MounterArgs) (*publish, error) {
+func (p *csiPlugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod, src source, args volume.MounterArgs) (*publish, error) {
 	node, caps, err := p.nodeClient(ctx, src.driver)
 	if err != nil {
 		return nil, err
@@ -190,7 +190,7 @@ func (p *Plugin) newPublish(ctx context.Context, spec *volume.Spec, pod *v1.Pod,
 
 // unmounter unpublishes a pod's volume.
 type unmounter struct {
-	p   *Plugin
+	p   *csiPlugin
 	dir string
 }
 
@@ -225,7 +225,7 @@ func removeVolumeDir(dir string) error {
 
 // mountGroup is the fsGroup to hand the driver as VOLUME_MOUNT_GROUP, when the driver has
 // that capability and the policy lets fsGroup apply.
-func (p *Plugin) mountGroup(ctx context.Context, src source, caps map[csipb.NodeServiceCapability_RPC_Type]bool, args volume.MounterArgs) (string, error) {
+func (p *csiPlugin) mountGroup(ctx context.Context, src source, caps map[csipb.NodeServiceCapability_RPC_Type]bool, args volume.MounterArgs) (string, error) {
 	if args.FsGroup == nil || !caps[csipb.NodeServiceCapability_RPC_VOLUME_MOUNT_GROUP] {
 		return "", nil
 	}
@@ -271,7 +271,7 @@ func modes(drv *storagev1.CSIDriver) []storagev1.VolumeLifecycleMode {
 }
 
 // secrets reads a node-stage or node-expand secret (namespace given by the reference).
-func (p *Plugin) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
+func (p *csiPlugin) secrets(ctx context.Context, ref *v1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
@@ -281,7 +281,7 @@ func (p *Plugin) secrets(ctx context.Context, ref *v1.SecretReference) (map[stri
 // secretsIn reads a secret's data as the CSI secrets map; an empty reference namespace is
 // the pod's (inline volumes). It is read on every use, as the kubelet's CSI plugin does:
 // the node may read it only while a pod of the node uses the volume.
-func (p *Plugin) secretsIn(ctx context.Context, namespace string, ref *v1.SecretReference) (map[string]string, error) {
+func (p *csiPlugin) secretsIn(ctx context.Context, namespace string, ref *v1.SecretReference) (map[string]string, error) {
 	if ref == nil {
 		return nil, nil
 	}
@@ -301,7 +301,7 @@ func (p *Plugin) secretsIn(ctx context.Context, namespace string, ref *v1.Secret
 
 // podTokens requests a token of the pod's service account, bound to the pod, for each of
 // the CSIDriver's tokenRequests (upstream podServiceAccountTokenAttrs).
-func (p *Plugin) podTokens(ctx context.Context, pod *v1.Pod, reqs []storagev1.TokenRequest) (string, error) {
+func (p *csiPlugin) podTokens(ctx context.Context, pod *v1.Pod, reqs []storagev1.TokenRequest) (string, error) {
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"

@@ -50,9 +50,9 @@ type Config struct {
 	RepublishPeriod time.Duration
 }
 
-// Plugin is the CSI volume plugin. It implements volume.AttachablePlugin and
-// volume.BlockPlugin.
-type Plugin struct {
+// csiPlugin is the CSI volume plugin. It implements volume.AttachablePlugin,
+// volume.BlockPlugin, volume.ExpandablePlugin and the SELinux extensions.
+type csiPlugin struct {
 	drivers    Drivers
 	csiDrivers storagelisters.CSIDriverLister
 	republish  time.Duration
@@ -60,24 +60,26 @@ type Plugin struct {
 }
 
 var (
-	_ volume.AttachablePlugin = (*Plugin)(nil)
-	_ volume.BlockPlugin      = (*Plugin)(nil)
-	_ volume.ExpandablePlugin = (*Plugin)(nil)
+	_ volume.AttachablePlugin = (*csiPlugin)(nil)
+	_ volume.BlockPlugin      = (*csiPlugin)(nil)
+	_ volume.ExpandablePlugin = (*csiPlugin)(nil)
 
-	_ volume.SELinuxContextMountPlugin = (*Plugin)(nil)
-	_ volume.SELinuxContextReader      = (*Plugin)(nil)
+	_ volume.SELinuxContextMountPlugin = (*csiPlugin)(nil)
+	_ volume.SELinuxContextReader      = (*csiPlugin)(nil)
 )
 
-// New returns the CSI plugin.
-func New(cfg Config) *Plugin {
+// New returns the CSI plugin (kubernetes.io/csi). It implements volume.AttachablePlugin
+// (and so volume.DeviceMountablePlugin), volume.BlockPlugin, volume.ExpandablePlugin,
+// volume.SELinuxContextMountPlugin and volume.SELinuxContextReader.
+func New(cfg Config) volume.Plugin {
 	if cfg.RepublishPeriod <= 0 {
 		cfg.RepublishPeriod = time.Minute
 	}
-	return &Plugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers, republish: cfg.RepublishPeriod}
+	return &csiPlugin{drivers: cfg.Drivers, csiDrivers: cfg.CSIDrivers, republish: cfg.RepublishPeriod}
 }
 
 // Init implements volume.Plugin.
-func (p *Plugin) Init(host volume.Host) error {
+func (p *csiPlugin) Init(host volume.Host) error {
 	if p.drivers == nil {
 		return errors.New("csi: no driver registry")
 	}
@@ -86,17 +88,17 @@ func (p *Plugin) Init(host volume.Host) error {
 }
 
 // Name implements volume.Plugin.
-func (p *Plugin) Name() string { return PluginName }
+func (p *csiPlugin) Name() string { return PluginName }
 
 // CanSupport implements volume.Plugin.
-func (p *Plugin) CanSupport(spec *volume.Spec) bool {
+func (p *csiPlugin) CanSupport(spec *volume.Spec) bool {
 	return (spec.PersistentVolume != nil && spec.PersistentVolume.Spec.CSI != nil) ||
 		(spec.Volume != nil && spec.Volume.CSI != nil)
 }
 
 // RequiresRemount implements volume.Plugin: CSIDriver.requiresRepublish, so that a driver
 // gets fresh service account tokens and pod info (upstream csiPlugin.RequiresRemount).
-func (p *Plugin) RequiresRemount(spec *volume.Spec) bool {
+func (p *csiPlugin) RequiresRemount(spec *volume.Spec) bool {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return false
@@ -110,7 +112,7 @@ func requiresRepublish(drv *storagev1.CSIDriver) bool {
 }
 
 // VolumeName implements volume.DeviceMountablePlugin: "<driver>^<handle>", as upstream.
-func (p *Plugin) VolumeName(spec *volume.Spec) (string, error) {
+func (p *csiPlugin) VolumeName(spec *volume.Spec) (string, error) {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return "", err
@@ -123,14 +125,14 @@ func (p *Plugin) VolumeName(spec *volume.Spec) (string, error) {
 
 // CanDeviceMount implements volume.DeviceMountablePlugin: PV-backed volumes are staged,
 // inline ephemeral ones are published only, as upstream.
-func (p *Plugin) CanDeviceMount(spec *volume.Spec) (bool, error) {
+func (p *csiPlugin) CanDeviceMount(spec *volume.Spec) (bool, error) {
 	return spec.PersistentVolume != nil, nil
 }
 
 // CanAttach implements volume.AttachablePlugin: a PV-backed volume is attached unless its
 // CSIDriver says attachRequired: false; no CSIDriver object means attach (upstream
 // default).
-func (p *Plugin) CanAttach(spec *volume.Spec) (bool, error) {
+func (p *csiPlugin) CanAttach(spec *volume.Spec) (bool, error) {
 	if spec.PersistentVolume == nil {
 		return false, nil
 	}
@@ -142,18 +144,20 @@ func (p *Plugin) CanAttach(spec *volume.Spec) (bool, error) {
 }
 
 // NewAttacher implements volume.AttachablePlugin.
-func (p *Plugin) NewAttacher() (volume.Attacher, error) { return &deviceMounter{p: p}, nil }
+func (p *csiPlugin) NewAttacher() (volume.Attacher, error) { return &deviceMounter{p: p}, nil }
 
 // NewDeviceMounter implements volume.DeviceMountablePlugin.
-func (p *Plugin) NewDeviceMounter() (volume.DeviceMounter, error) { return &deviceMounter{p: p}, nil }
+func (p *csiPlugin) NewDeviceMounter() (volume.DeviceMounter, error) {
+	return &deviceMounter{p: p}, nil
+}
 
 // NewDeviceUnmounter implements volume.DeviceMountablePlugin.
-func (p *Plugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
+func (p *csiPlugin) NewDeviceUnmounter() (volume.DeviceUnmounter, error) {
 	return &deviceMounter{p: p}, nil
 }
 
 // DeviceMountRefs implements volume.DeviceMountablePlugin.
-func (p *Plugin) DeviceMountRefs(deviceMountPath string) ([]string, error) {
+func (p *csiPlugin) DeviceMountRefs(deviceMountPath string) ([]string, error) {
 	if p.isBlockStaging(deviceMountPath) {
 		return p.blockRefs(deviceMountPath)
 	}
@@ -185,7 +189,7 @@ func otherAgentsMount(root, ref string) bool {
 }
 
 // NewMounter implements volume.Plugin.
-func (p *Plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
+func (p *csiPlugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, error) {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return nil, err
@@ -198,12 +202,12 @@ func (p *Plugin) NewMounter(spec *volume.Spec, pod *v1.Pod) (volume.Mounter, err
 }
 
 // NewUnmounter implements volume.Plugin.
-func (p *Plugin) NewUnmounter(volumeName string, podUID types.UID) (volume.Unmounter, error) {
+func (p *csiPlugin) NewUnmounter(volumeName string, podUID types.UID) (volume.Unmounter, error) {
 	return &unmounter{p: p, dir: p.volumeDir(podUID, volumeName)}, nil
 }
 
 // ConstructVolumeSpec implements volume.Plugin from the vol_data.json beside the mount.
-func (p *Plugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spec, error) {
+func (p *csiPlugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spec, error) {
 	data, err := readVolData(volumePath)
 	if err != nil {
 		return nil, err
@@ -223,7 +227,7 @@ func (p *Plugin) ConstructVolumeSpec(volumeName, volumePath string) (*volume.Spe
 
 // MountedSELinuxContext implements volume.SELinuxContextReader from the vol_data.json beside
 // the mount, as the kubelet reconstructs it.
-func (p *Plugin) MountedSELinuxContext(dir string) (string, error) {
+func (p *csiPlugin) MountedSELinuxContext(dir string) (string, error) {
 	data, err := readVolData(dir)
 	if err != nil {
 		return "", err
@@ -244,7 +248,7 @@ func TargetPath(paths volume.Paths, uid types.UID, specName string, block bool) 
 
 // volumeDir is pods/<uid>/volumes/kubernetes.io~csi/<volume>: it holds vol_data.json and
 // the publish target "mount".
-func (p *Plugin) volumeDir(uid types.UID, name string) string {
+func (p *csiPlugin) volumeDir(uid types.UID, name string) string {
 	return p.host.Paths().PodVolumeDir(uid, PluginName, name)
 }
 
@@ -252,7 +256,7 @@ func (p *Plugin) volumeDir(uid types.UID, name string) string {
 // plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount, the kubelet's path since
 // 1.25 (upstream makeDeviceMountPath); for a block volume the kubelet still keys it by PV
 // name, plugins/kubernetes.io/csi/volumeDevices/staging/<pv>.
-func (p *Plugin) stagingPath(spec *volume.Spec, src source) string {
+func (p *csiPlugin) stagingPath(spec *volume.Spec, src source) string {
 	if src.block {
 		return filepath.Join(p.blockRoot(), "staging", spec.Name())
 	}
@@ -261,7 +265,7 @@ func (p *Plugin) stagingPath(spec *volume.Spec, src source) string {
 
 // stagingMetaDir is where the vol_data.json of a staged volume lives: beside globalmount for
 // a filesystem volume, in volumeDevices/<pv>/data for a block volume, as upstream.
-func (p *Plugin) stagingMetaDir(stagingPath string) string {
+func (p *csiPlugin) stagingMetaDir(stagingPath string) string {
 	if p.isBlockStaging(stagingPath) {
 		return p.blockDataDir(filepath.Base(stagingPath))
 	}
@@ -270,7 +274,7 @@ func (p *Plugin) stagingMetaDir(stagingPath string) string {
 
 // SupportsSELinuxContextMount implements volume.SELinuxContextMountPlugin: the CSIDriver
 // says seLinuxMount: true (without a CSIDriver, no).
-func (p *Plugin) SupportsSELinuxContextMount(spec *volume.Spec) (bool, error) {
+func (p *csiPlugin) SupportsSELinuxContextMount(spec *volume.Spec) (bool, error) {
 	src, err := sourceOf(spec)
 	if err != nil {
 		return false, err
@@ -283,7 +287,7 @@ func (p *Plugin) SupportsSELinuxContextMount(spec *volume.Spec) (bool, error) {
 }
 
 // csiDriver returns the CSIDriver object, or nil when there is none.
-func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
+func (p *csiPlugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriver, error) {
 	var d *storagev1.CSIDriver
 	var err error
 	switch c := p.host.KubeClient(); {
@@ -305,7 +309,7 @@ func (p *Plugin) csiDriver(ctx context.Context, name string) (*storagev1.CSIDriv
 
 // nodeClient returns the driver's node client; an unregistered driver is transient: it
 // may register in a moment.
-func (p *Plugin) nodeClient(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error) {
+func (p *csiPlugin) nodeClient(ctx context.Context, driver string) (csipb.NodeClient, map[csipb.NodeServiceCapability_RPC_Type]bool, error) {
 	c, caps, err := p.drivers.Node(ctx, driver)
 	if err != nil {
 		return nil, nil, volume.NewTransientError(err)

@@ -86,7 +86,7 @@ func (d *fakeDrivers) Node(context.Context, string) (csipb.NodeClient, map[csipb
 }
 
 type fixture struct {
-	plugin  *Plugin
+	plugin  *csiPlugin
 	node    *fakeNode
 	mounter *mount.FakeMounter
 	root    string
@@ -133,7 +133,7 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 		}
 		return false, nil, nil
 	})
-	f.plugin = New(Config{Drivers: &fakeDrivers{client: csipb.NewNodeClient(cc)}})
+	f.plugin = New(Config{Drivers: &fakeDrivers{client: csipb.NewNodeClient(cc)}}).(*csiPlugin)
 	if err := pm.Register(f.plugin); err != nil {
 		t.Fatal(err)
 	}

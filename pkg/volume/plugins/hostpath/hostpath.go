@@ -79,7 +79,7 @@ func (m *mounter) SetUp(context.Context, volume.MounterArgs) error {
 	if err := validatePath(m.path); err != nil {
 		return err
 	}
-	return CheckType(m.path, m.pathType)
+	return checkType(m.path, m.pathType)
 }
 
 // validatePath refuses relative paths and ".." elements, as upstream does.
@@ -95,9 +95,9 @@ func validatePath(p string) error {
 	return nil
 }
 
-// CheckType checks path against a hostPath type, creating it for DirectoryOrCreate (0755)
+// checkType checks path against a hostPath type, creating it for DirectoryOrCreate (0755)
 // and FileOrCreate (0644, parent directories 0755).
-func CheckType(path string, t v1.HostPathType) error {
+func checkType(path string, t v1.HostPathType) error {
 	info, err := os.Stat(path)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
