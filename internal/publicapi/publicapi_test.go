@@ -3,19 +3,36 @@ package publicapi
 import (
 	"go/ast"
 	"go/types"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/tools/go/packages"
 )
 
-// TestPublicAPI loads pkg/... with its types and checks every exported signature.
-func TestPublicAPI(t *testing.T) {
-	pkgs, err := packages.Load(&packages.Config{Mode: packages.NeedTypes | packages.NeedName | packages.NeedSyntax, Dir: "../.."}, "./pkg/...")
+// loaded is ./pkg/... with its types and syntax, loaded once for every test of the package:
+// type-checking all of pkg/ is most of their time.
+var loaded = sync.OnceValues(func() ([]*packages.Package, error) {
+	return packages.Load(&packages.Config{
+		Mode: packages.NeedName | packages.NeedTypes | packages.NeedSyntax,
+		Dir:  filepath.Join("..", ".."),
+	}, "./pkg/...")
+})
+
+func loadPkg(t *testing.T) []*packages.Package {
+	t.Helper()
+	pkgs, err := loaded()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pkgs
+}
+
+// TestPublicAPI loads pkg/... with its types and checks every exported signature.
+func TestPublicAPI(t *testing.T) {
+	pkgs := loadPkg(t)
 	if len(pkgs) < 10 {
 		t.Fatalf("loaded only %d packages under pkg/", len(pkgs))
 	}

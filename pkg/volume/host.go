@@ -16,8 +16,11 @@ import (
 
 // Host is what plugins get from their environment (upstream: VolumeHost).
 type Host interface {
+	// Paths is the node's directory layout (the kubelet's root directory).
 	Paths() Paths
+	// NodeName is the name of the node the volumes are set up on.
 	NodeName() string
+	// Mounter mounts, unmounts and lists the mounts of the host.
 	Mounter() mount.Interface
 	// KubeClient may be nil in unit tests and in standalone use.
 	KubeClient() kubernetes.Interface

@@ -111,7 +111,9 @@ type Refresher interface {
 // Unmounter tears a pod's volume down. TearDown must be idempotent and must succeed on a
 // volume that is already gone.
 type Unmounter interface {
+	// Path is the volume directory being torn down.
 	Path() string
+	// TearDown unmounts or removes what SetUp made at Path.
 	TearDown(ctx context.Context) error
 }
 
@@ -119,12 +121,14 @@ type Unmounter interface {
 // configMap, secret, downwardAPI and projected (upstream: NewWrapperMounter + SetUpAt).
 type WrappableMounter interface {
 	Mounter
+	// SetUpAt is SetUp at dir instead of Path.
 	SetUpAt(ctx context.Context, dir string, args MounterArgs) error
 }
 
 // WrappableUnmounter tears down what a WrappableMounter set up at dir.
 type WrappableUnmounter interface {
 	Unmounter
+	// TearDownAt is TearDown at dir instead of Path.
 	TearDownAt(ctx context.Context, dir string) error
 }
 
@@ -145,7 +149,10 @@ type DeviceMountablePlugin interface {
 
 // DeviceMounter mounts a volume's device at its global mount path (CSI NodeStage).
 type DeviceMounter interface {
+	// DeviceMountPath is the volume's global mount path on the node.
 	DeviceMountPath(spec *Spec) (string, error)
+	// MountDevice mounts the attached device (devicePath, "" for none) at
+	// deviceMountPath; it must be idempotent.
 	MountDevice(ctx context.Context, spec *Spec, devicePath, deviceMountPath string, args MounterArgs) error
 }
 
@@ -158,7 +165,10 @@ type DeviceUnmounter interface {
 // the attach/detach controller first (CSI with attachRequired). The node agent only waits.
 type AttachablePlugin interface {
 	DeviceMountablePlugin
+	// CanAttach reports whether the volume needs an attach (CSI: the driver's
+	// attachRequired).
 	CanAttach(spec *Spec) (bool, error)
+	// NewAttacher returns what waits for the volume's attach.
 	NewAttacher() (Attacher, error)
 }
 

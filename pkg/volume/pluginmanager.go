@@ -23,7 +23,6 @@ func NewPluginManager(cfg HostConfig) *PluginManager {
 	return pm
 }
 
-
 // Register initialises and adds plugins. A duplicate or empty name is an error.
 func (pm *PluginManager) Register(plugins ...Plugin) error {
 	pm.mu.Lock()
