@@ -32,18 +32,24 @@ var (
 	statsInodesUsed     = prometheus.NewDesc("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", statsLabels, nil)
 )
 
+// States gives the actual state to report; *volumemanager.Manager is one.
+type States interface {
+	ActualState() volumemanager.ActualState
+}
+
 // Collector is a prometheus.Collector of the volumes of one volume manager.
 type Collector struct {
-	manager *volumemanager.Manager
+	manager States
 	drivers csiplugin.Drivers
 	paths   volume.Paths
 	ctx     func() context.Context
 }
 
-// NewCollector returns the collector of m's volumes, asking the drivers (a
-// *csidrivers.Registry) for the stats of the volumes under paths. ctx, if not nil, gives the
-// context of each scrape's calls (its logger, its end); nil means context.Background.
-func NewCollector(m *volumemanager.Manager, drivers csiplugin.Drivers, paths volume.Paths, ctx func() context.Context) *Collector {
+// NewCollector returns the collector of the volumes of m (a *volumemanager.Manager), asking
+// the drivers (a *csidrivers.Registry) for the stats of the volumes under paths. ctx, if not
+// nil, gives the context of each scrape's calls (its logger, its end); nil means
+// context.Background.
+func NewCollector(m States, drivers csiplugin.Drivers, paths volume.Paths, ctx func() context.Context) *Collector {
 	if ctx == nil {
 		ctx = context.Background
 	}
