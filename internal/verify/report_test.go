@@ -132,17 +132,3 @@ func TestSelected(t *testing.T) {
 		t.Errorf("selected = %v", names)
 	}
 }
-
-// A directory volume "expanded" shows the host's filesystem, unchanged: the failure says
-// how to give the cases a device.
-func TestCheckGrowth(t *testing.T) {
-	if err := checkGrowth(300<<20, 600<<20); err != nil {
-		t.Errorf("a grown filesystem: %v", err)
-	}
-	if err := checkGrowth(300<<20, 300<<20); err == nil || strings.Contains(err.Error(), "--block-parameters") {
-		t.Errorf("an ungrown filesystem of the claim's size: %v", err)
-	}
-	if err := checkGrowth(270<<30, 270<<30); err == nil || !strings.Contains(err.Error(), "--block-parameters") {
-		t.Errorf("the host's filesystem: want a hint at --block-parameters, got %v", err)
-	}
-}
