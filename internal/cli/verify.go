@@ -67,7 +67,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
 	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
 	f.StringVar(&o.o.MaxVolumesCommand, "max-volumes-command", "", "shell command that makes the driver's NodeGetInfo report the max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case (e.g. \"echo $KUBEVOL_VERIFY_MAX_VOLUMES > /etc/my-csi/max-volumes\")")
-	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
+	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem size cases, so that their volumes have a device or filesystem of their own (default for *.kubevol.io drivers: type=block)")
 	f.StringVar(&o.modifyParams, "modify-parameters", "", "key=value,... parameters of a VolumeAttributesClass the driver accepts, for the modification cases (default for *.kubevol.io drivers: readOnly=true)")
 	f.StringVar(&o.infeasibleMod, "infeasible-modify-parameters", "", "key=value,... parameters the driver refuses with INVALID_ARGUMENT, for the infeasible modification case (default: a key no driver knows)")
 	f.StringSliceVar(&o.o.MountOptions, "mount-options", nil, "mount options the driver supports, for the pv/fields case, which checks them on the mount (default: the StorageClass's; for *.kubevol.io drivers: noatime)")

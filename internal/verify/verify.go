@@ -39,7 +39,7 @@ type Options struct {
 	// max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case.
 	MaxVolumesCommand string
 	// BlockParameters are added to the StorageClass parameters of the raw block and the
-	// filesystem expansion cases; nil means the default (DefaultBlockParameters).
+	// filesystem size cases (expansion, larger copies); nil means the default (DefaultBlockParameters).
 	BlockParameters map[string]string
 	// ModifyParameters are the parameters of a VolumeAttributesClass the driver accepts,
 	// for the modification cases; nil means the default (DefaultModifyParameters for
