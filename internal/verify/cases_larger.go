@@ -68,7 +68,7 @@ func (k *caseEnv) copyLarger(source func() (*corev1.TypedLocalObjectReference, e
 			return err
 		}
 		if why != "" {
-			return unobservable("the copy holds its source's data and is mounted beside it", "claim "+c+": "+why)
+			return unobservable("the copy holds its source's data and is mounted beside it", why+" (claim "+c+")")
 		}
 		sizes[c] = v.size
 	}
