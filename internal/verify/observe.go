@@ -23,10 +23,13 @@ const ownSizeFactor = 4
 // notOwn says why the filesystem seen through a volume's mount is not the volume's own, so
 // that its size says nothing of the volume's, or "" when it is. host maps paths of the
 // node's host that no volume is mounted on (the node's root directory, "/") to their
-// device: a mount on one of those devices is a directory of the host's filesystem, as the
-// hostpath driver's and kubevol's type=dir volumes are. A network filesystem (NFS, CephFS)
-// has a device of its own per mount but the size of its whole export: capacity, the
-// volume's size as the PV records it, tells those apart.
+// device. A mount on one of those devices is a directory of the host's filesystem, as the
+// hostpath driver's and kubevol's type=dir volumes are, whatever its size says (an xfs
+// project quota included): a wrong "not applicable" costs a driver one check, a wrong
+// failure blames it for what it cannot fix, and a small host filesystem would pass for the
+// volume's own by its size alone. A network filesystem (NFS, CephFS) has a device of its
+// own per mount but the size of its whole export: capacity, the volume's size as the PV
+// records it, tells those apart.
 func notOwn(v fsView, capacity int64, host map[string]uint64) string {
 	paths := make([]string, 0, len(host))
 	for p := range host {
