@@ -74,7 +74,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
 	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
-	f.StringSliceVar(&o.o.Only, "only", nil, "run only the cases whose name contains one of these strings")
+	f.StringSliceVar(&o.o.Only, "only", nil, `run only these cases: each a case's name, or a prefix ending in "/" for a group (expand/ is expand/offline, expand/online and expand/online-block)`)
 	return cmd
 }
 
@@ -90,6 +90,9 @@ func (o *verifyOptions) validate() error {
 	}
 	if o.o.Wait <= 0 {
 		return usageErrorf("--wait must be positive, got %s", o.o.Wait)
+	}
+	if err := verify.CheckOnly(o.o.Only); err != nil {
+		return usageErrorf("--only %v", err)
 	}
 	if o.junit != "" {
 		if err := checkWritable(o.junit); err != nil {

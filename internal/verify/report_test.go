@@ -123,12 +123,35 @@ func TestApplicability(t *testing.T) {
 }
 
 func TestSelected(t *testing.T) {
-	got := selected(allCases(), []string{"expand/", "leftovers"})
-	var names []string
-	for _, c := range got {
-		names = append(names, c.name)
+	for _, tc := range []struct {
+		only []string
+		want string
+	}{
+		{[]string{"expand/", "leftovers"}, "expand/offline,expand/online,expand/online-block,leftovers"},
+		// A case's name selects that case only, not the cases it is a prefix of.
+		{[]string{"expand/online"}, "expand/online"},
+		{[]string{"clone"}, "clone"},
+		{[]string{"clone/"}, "clone/larger"},
+		{[]string{"crash/node-agent", "provision/"}, "provision/immediate,provision/wffc,crash/node-agent"},
+		{[]string{"crash/node"}, ""},
+		{[]string{"online"}, ""},
+	} {
+		var names []string
+		for _, c := range selected(allCases(), tc.only) {
+			names = append(names, c.name)
+		}
+		if strings.Join(names, ",") != tc.want {
+			t.Errorf("selected(%q) = %v, want %s", tc.only, names, tc.want)
+		}
 	}
-	if strings.Join(names, ",") != "expand/offline,expand/online,expand/online-block,leftovers" {
-		t.Errorf("selected = %v", names)
+}
+
+func TestCheckOnly(t *testing.T) {
+	if err := CheckOnly([]string{"expand/", "expand/online", "multinode/", "leftovers"}); err != nil {
+		t.Errorf("CheckOnly of case names and groups: %v", err)
+	}
+	err := CheckOnly([]string{"provision/", "crash/node", "online"})
+	if err == nil || !strings.Contains(err.Error(), `"crash/node", "online" selects no case`) || !strings.Contains(err.Error(), "crash/node-agent") {
+		t.Errorf("CheckOnly of parts of names: %v, want both refused and the cases listed", err)
 	}
 }

@@ -304,7 +304,7 @@ func TestVerifyProfiles(t *testing.T) {
 	// need this machine are not applicable, the others run.
 	t.Run("kubeconfig", func(t *testing.T) {
 		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), false, "--storage-class", driverName(profiles[2]),
-			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
+			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node-agent")
 		checkOutcomes(t, got, map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
 			"data/persist": "skipped: needs the node's host", "crash/node-agent": "skipped: needs the node's host"})
 	})
