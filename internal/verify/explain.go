@@ -40,10 +40,13 @@ func (k *caseEnv) explain() string {
 
 // stuck describes what of the case is still waiting: pods whose volumes are not ready (with
 // their node and the condition's reason even when it says nothing more, as while a volume
-// waits for its attach) and the VolumeAttachments of the case's volumes that are not
-// attached or are being deleted.
+// waits for its attach), the VolumeAttachments of the case's volumes that are not attached
+// or are being deleted, and, for a driver that needs attaching, the volumes of those pods
+// that have no VolumeAttachment on the pod's node at all: the attach/detach controller has
+// not asked for them, which no event says.
 func (k *caseEnv) stuck(ctx context.Context) []string {
 	var lines []string
+	var waiting []corev1.Pod
 	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
 			if volumesUp(&p) {
@@ -56,6 +59,7 @@ func (k *caseEnv) stuck(ctx context.Context) []string {
 				}
 			}
 			lines = append(lines, line)
+			waiting = append(waiting, p)
 		}
 	}
 	pvs, err := k.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
@@ -63,28 +67,54 @@ func (k *caseEnv) stuck(ctx context.Context) []string {
 		return lines
 	}
 	ours := map[string]bool{}
+	pvOf := map[string]string{} // claim name -> PV name
 	for _, pv := range pvs.Items {
 		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == k.ns {
 			ours[pv.Name] = true
+			pvOf[ref.Name] = pv.Name
 		}
 	}
-	if vas, err := k.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, va := range vas.Items {
-			pv := va.Spec.Source.PersistentVolumeName
-			if pv == nil || !ours[*pv] || (va.Status.Attached && va.DeletionTimestamp == nil) {
+	vas, err := k.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return lines
+	}
+	exists := map[[2]string]bool{} // PV name, node
+	for _, va := range vas.Items {
+		pv := va.Spec.Source.PersistentVolumeName
+		if pv == nil || !ours[*pv] {
+			continue
+		}
+		exists[[2]string{*pv, va.Spec.NodeName}] = true
+		if va.Status.Attached && va.DeletionTimestamp == nil {
+			continue
+		}
+		line := fmt.Sprintf("VolumeAttachment %s of %s on %s: attached %v", va.Name, *pv, va.Spec.NodeName, va.Status.Attached)
+		if va.DeletionTimestamp != nil {
+			line += ", being deleted since " + va.DeletionTimestamp.UTC().Format(time.TimeOnly)
+		}
+		if e := va.Status.AttachError; e != nil {
+			line += ", attach error: " + e.Message
+		}
+		if e := va.Status.DetachError; e != nil {
+			line += ", detach error: " + e.Message
+		}
+		lines = append(lines, line)
+	}
+	if k.csiDriver == nil || !k.attachRequired() {
+		return lines
+	}
+	for _, p := range waiting {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
 				continue
 			}
-			line := fmt.Sprintf("VolumeAttachment %s of %s on %s: attached %v", va.Name, *pv, va.Spec.NodeName, va.Status.Attached)
-			if va.DeletionTimestamp != nil {
-				line += ", being deleted since " + va.DeletionTimestamp.UTC().Format(time.TimeOnly)
+			claim := v.PersistentVolumeClaim.ClaimName
+			if pv := pvOf[claim]; pv != "" && !exists[[2]string{pv, p.Spec.NodeName}] {
+				lines = append(lines, fmt.Sprintf("no VolumeAttachment of %s (claim %s of pod %s) on %s: the attach/detach controller has not asked for its attach", pv, claim, p.Name, p.Spec.NodeName))
 			}
-			if e := va.Status.AttachError; e != nil {
-				line += ", attach error: " + e.Message
-			}
-			if e := va.Status.DetachError; e != nil {
-				line += ", detach error: " + e.Message
-			}
-			lines = append(lines, line)
 		}
 	}
 	return lines
