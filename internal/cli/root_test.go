@@ -29,6 +29,7 @@ func TestFlagValidation(t *testing.T) {
 		{"verify dir and kubeconfig", []string{"verify", "--driver=a.b", "--dir=/x", "--kubeconfig=/y"}, exitUsage, "give --dir or --kubeconfig, not both"},
 		// Checked before the run, not after a run whose report would then be lost.
 		{"verify junit in no directory", []string{"verify", "--driver=a.b", "--dir=/nonexistent-kubevol", "--wait=1s", "--junit=/nonexistent-kubevol/verify.xml"}, exitUsage, "--junit /nonexistent-kubevol/verify.xml"},
+		{"verify only a part of a name", []string{"verify", "--driver=a.b", "--only=provision/,crash/node"}, exitUsage, `--only "crash/node" selects no case`},
 		{"verify bad block parameters", []string{"verify", "--driver=a.b", "--block-parameters=type"}, exitUsage, "--block-parameters"},
 		{"driver without unknown", []string{"driver", "--endpoint=unix:///x/csi.sock", "--node-id=n", "--state-dir=/tmp/x", "--without=staging,wings"}, exitUsage, `--without "wings": want some of staging,`},
 		{"bench nodes zero nodes", []string{"bench", "nodes", "--nodes=10,0"}, exitUsage, "--nodes 0: want 1 to 1000 with --agents process"},

@@ -67,14 +67,14 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringVar(&o.junit, "junit", "", "also write the results as JUnit XML to this file")
 	f.StringVar(&o.o.RestartDriver, "restart-driver", "", "shell command that restarts the driver, for the driver-restart case (e.g. \"systemctl restart my-csi\")")
 	f.StringVar(&o.o.MaxVolumesCommand, "max-volumes-command", "", "shell command that makes the driver's NodeGetInfo report the max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case (e.g. \"echo $KUBEVOL_VERIFY_MAX_VOLUMES > /etc/my-csi/max-volumes\")")
-	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem expansion cases (default for *.kubevol.io drivers: type=block)")
+	f.StringVar(&o.blockParameters, "block-parameters", "", "key=value,... StorageClass parameters added for the raw block and filesystem size cases, so that their volumes have a device or filesystem of their own (default for *.kubevol.io drivers: type=block)")
 	f.StringVar(&o.modifyParams, "modify-parameters", "", "key=value,... parameters of a VolumeAttributesClass the driver accepts, for the modification cases (default for *.kubevol.io drivers: readOnly=true)")
 	f.StringVar(&o.infeasibleMod, "infeasible-modify-parameters", "", "key=value,... parameters the driver refuses with INVALID_ARGUMENT, for the infeasible modification case (default: a key no driver knows)")
 	f.StringSliceVar(&o.o.MountOptions, "mount-options", nil, "mount options the driver supports, for the pv/fields case, which checks them on the mount (default: the StorageClass's; for *.kubevol.io drivers: noatime)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
 	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
-	f.StringSliceVar(&o.o.Only, "only", nil, "run only the cases whose name contains one of these strings")
+	f.StringSliceVar(&o.o.Only, "only", nil, `run only these cases: each a case's name, or a prefix ending in "/" for a group (expand/ is expand/offline, expand/online and expand/online-block)`)
 	return cmd
 }
 
@@ -90,6 +90,9 @@ func (o *verifyOptions) validate() error {
 	}
 	if o.o.Wait <= 0 {
 		return usageErrorf("--wait must be positive, got %s", o.o.Wait)
+	}
+	if err := verify.CheckOnly(o.o.Only); err != nil {
+		return usageErrorf("--only %v", err)
 	}
 	if o.junit != "" {
 		if err := checkWritable(o.junit); err != nil {

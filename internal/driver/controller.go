@@ -135,6 +135,16 @@ type lockedVolume struct {
 // persisted with commit; unlock releases what commit has not.
 func (c *controller) lockVolume(id string) (*lockedVolume, error) { return c.lockVolumeWith(id, false) }
 
+// lockVolumeForRecord is lockVolume for a change of the volume's attach record alone, which
+// runs beside the copies that read the volume (inflight).
+func (c *controller) lockVolumeForRecord(id string) (*lockedVolume, error) {
+	release, err := c.locks.hold(nil, []string{volumeKey(id)})
+	if err != nil {
+		return nil, err
+	}
+	return c.lockedState(id, release, false)
+}
+
 // lockVolumeForSpace is lockVolume for a change that takes space from the pool: the pool's
 // lock is taken between the two, as by every call that takes space, and released before
 // the commit waits for the disk.
@@ -147,6 +157,12 @@ func (c *controller) lockVolumeWith(id string, pool bool) (*lockedVolume, error)
 	if err != nil {
 		return nil, err
 	}
+	return c.lockedState(id, release, pool)
+}
+
+// lockedState takes the state lock (and the pool's, if pool) for a volume whose in-flight
+// lock release holds, and finds the volume.
+func (c *controller) lockedState(id string, release func(), pool bool) (*lockedVolume, error) {
 	if pool {
 		c.pool.mu.Lock()
 	}

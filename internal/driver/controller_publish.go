@@ -25,7 +25,7 @@ func (c *controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := requiredWithCapability(req.GetVolumeCapability(), "volume_id", id, "node_id", nodeID); err != nil {
 		return nil, err
 	}
-	v, err := c.lockVolume(id)
+	v, err := c.lockVolumeForRecord(id)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,8 @@ func (c *controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if err := required("volume_id", id); err != nil {
 		return nil, err
 	}
-	release, err := c.locks.acquire(volumeKey(id))
+	// The attach record alone changes: shared with the copies that read the volume.
+	release, err := c.locks.hold(nil, []string{volumeKey(id)})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := required("name", name, "source_volume_id", srcID); err != nil {
 		return nil, err
 	}
-	release, err := c.locks.acquire(snapshotNameKey(name), volumeKey(srcID))
+	release, err := c.locks.hold([]string{snapshotNameKey(name)}, []string{volumeKey(srcID)})
 	if err != nil {
 		return nil, err
 	}

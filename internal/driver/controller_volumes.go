@@ -46,11 +46,12 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	keys := []string{volumeNameKey(req.GetName())}
+	// The source is only read: it is shared with other copies and attach records of it.
+	var shared []string
 	if sourceKey != "" {
-		keys = append(keys, sourceKey)
+		shared = append(shared, sourceKey)
 	}
-	release, err := c.locks.acquire(keys...)
+	release, err := c.locks.hold([]string{volumeNameKey(req.GetName())}, shared)
 	if err != nil {
 		return nil, err
 	}

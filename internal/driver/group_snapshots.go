@@ -62,11 +62,12 @@ func (g *groupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	if len(slices.Compact(slices.Clone(srcs))) != len(srcs) {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_ids names a volume twice")
 	}
-	keys := []string{groupNameKey(name)}
+	var sources []string
 	for _, id := range srcs {
-		keys = append(keys, volumeKey(id))
+		sources = append(sources, volumeKey(id))
 	}
-	release, err := c.locks.acquire(keys...)
+	// The members are only read: shared with other copies and attach records of them.
+	release, err := c.locks.hold([]string{groupNameKey(name)}, sources)
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func genericExpand(k *caseEnv) error {
 		return err
 	}
 	dir := k.mountPath(p, pv.Name)
-	before, err := fsSize(dir)
+	v, why, err := k.observe(dir, claim)
 	if err != nil {
 		return err
 	}
@@ -131,5 +131,5 @@ func genericExpand(k *caseEnv) error {
 	if err := k.waitCapacity(claim, fsSizeAfter); err != nil {
 		return err
 	}
-	return grown(dir, before, want)
+	return grown(dir, sizeBefore{v, why}, want)
 }

@@ -63,9 +63,14 @@ func (k *caseEnv) copyLarger(source func() (*corev1.TypedLocalObjectReference, e
 		if err != nil {
 			return err
 		}
-		if sizes[c], err = fsSize(dir); err != nil {
+		v, why, err := k.observe(dir, c)
+		if err != nil {
 			return err
 		}
+		if why != "" {
+			return unobservable("the copy holds its source's data and is mounted beside it", why+" (claim "+c+")")
+		}
+		sizes[c] = v.size
 	}
 	if err := checkGrowth(sizes["source"], sizes["bigger"]); err != nil {
 		return fmt.Errorf("the copy into a claim of %s, its source of %s: %w", fsSizeAfter, fsSizeBefore, err)

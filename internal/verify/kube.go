@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -250,12 +249,26 @@ func (k *caseEnv) waitCapacity(claim, size string) error {
 		}
 		got := pvc.Status.Capacity[corev1.ResourceStorage]
 		last = fmt.Sprintf("capacity %s, conditions %v, resize status %v", got.String(), conditionTypes(pvc), pvc.Status.AllocatedResourceStatuses)
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0, nil
+		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0 && !resizing(pvc), nil
 	})
 	if err != nil {
 		return fmt.Errorf("claim %s not expanded to %s: %w (last: %s)", claim, size, err, last)
 	}
 	return nil
+}
+
+// resizing reports a condition of an expansion still under way or failed, which a finished
+// expansion removes (the kubelet's and the resizer's contract, as upstream's volume-expand
+// suite checks it).
+func resizing(pvc *corev1.PersistentVolumeClaim) bool {
+	for _, c := range pvc.Status.Conditions {
+		switch c.Type {
+		case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
+			corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
+			return true
+		}
+	}
+	return false
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
@@ -305,95 +318,6 @@ func readProof(dir, want string) error {
 		return fmt.Errorf("read back %q through the mount path, want %q", got, want)
 	}
 	return nil
-}
-
-// explain gathers what Kubernetes said about a failure: the last Warning events of the case's
-// namespace, then what is still waiting (stuck). The
-// CSI errors reach users this way (ProvisioningFailed, FailedMount, FailedAttachVolume...).
-func (k *caseEnv) explain() string {
-	if k == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var lines []string
-	if evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
-		sort.Slice(evs.Items, func(i, j int) bool { return eventTime(evs.Items[i]).Before(eventTime(evs.Items[j])) })
-		seen := map[string]bool{}
-		for _, ev := range evs.Items {
-			line := fmt.Sprintf("event %s on %s/%s: %s", ev.Reason, strings.ToLower(ev.InvolvedObject.Kind), ev.InvolvedObject.Name, ev.Message)
-			if !seen[line] {
-				seen[line] = true
-				lines = append(lines, line)
-			}
-		}
-	}
-	if len(lines) > 4 {
-		lines = lines[len(lines)-4:]
-	}
-	return strings.Join(append(lines, k.stuck(ctx)...), "\n")
-}
-
-// stuck describes what of the case is still waiting: pods whose volumes are not ready (with
-// their node and the condition's reason even when it says nothing more, as while a volume
-// waits for its attach) and the VolumeAttachments of the case's volumes that are not
-// attached or are being deleted.
-func (k *caseEnv) stuck(ctx context.Context) []string {
-	var lines []string
-	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
-		for _, p := range pods.Items {
-			if volumesUp(&p) {
-				continue
-			}
-			line := fmt.Sprintf("pod %s not ready: node %q, phase %s", p.Name, p.Spec.NodeName, p.Status.Phase)
-			for _, c := range p.Status.Conditions {
-				if (c.Type == volumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue {
-					line += fmt.Sprintf("; %s: %s %s", c.Type, c.Reason, c.Message)
-				}
-			}
-			lines = append(lines, line)
-		}
-	}
-	pvs, err := k.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return lines
-	}
-	ours := map[string]bool{}
-	for _, pv := range pvs.Items {
-		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == k.ns {
-			ours[pv.Name] = true
-		}
-	}
-	if vas, err := k.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, va := range vas.Items {
-			pv := va.Spec.Source.PersistentVolumeName
-			if pv == nil || !ours[*pv] || (va.Status.Attached && va.DeletionTimestamp == nil) {
-				continue
-			}
-			line := fmt.Sprintf("VolumeAttachment %s of %s on %s: attached %v", va.Name, *pv, va.Spec.NodeName, va.Status.Attached)
-			if va.DeletionTimestamp != nil {
-				line += ", being deleted since " + va.DeletionTimestamp.UTC().Format(time.TimeOnly)
-			}
-			if e := va.Status.AttachError; e != nil {
-				line += ", attach error: " + e.Message
-			}
-			if e := va.Status.DetachError; e != nil {
-				line += ", detach error: " + e.Message
-			}
-			lines = append(lines, line)
-		}
-	}
-	return lines
-}
-
-func eventTime(ev corev1.Event) time.Time {
-	if !ev.LastTimestamp.IsZero() {
-		return ev.LastTimestamp.Time
-	}
-	if !ev.EventTime.IsZero() {
-		return ev.EventTime.Time
-	}
-	return ev.CreationTimestamp.Time
 }
 
 // cleanup removes what the case made, in the order Kubernetes needs: pods (so volumes are

@@ -123,26 +123,35 @@ func TestApplicability(t *testing.T) {
 }
 
 func TestSelected(t *testing.T) {
-	got := selected(allCases(), []string{"expand/", "leftovers"})
-	var names []string
-	for _, c := range got {
-		names = append(names, c.name)
-	}
-	if strings.Join(names, ",") != "expand/offline,expand/online,expand/online-block,leftovers" {
-		t.Errorf("selected = %v", names)
+	for _, tc := range []struct {
+		only []string
+		want string
+	}{
+		{[]string{"expand/", "leftovers"}, "expand/offline,expand/online,expand/online-block,leftovers"},
+		// A case's name selects that case only, not the cases it is a prefix of.
+		{[]string{"expand/online"}, "expand/online"},
+		{[]string{"clone"}, "clone"},
+		{[]string{"clone/"}, "clone/larger"},
+		{[]string{"crash/node-agent", "provision/"}, "provision/immediate,provision/wffc,crash/node-agent"},
+		{[]string{"crash/node"}, ""},
+		{[]string{"online"}, ""},
+	} {
+		var names []string
+		for _, c := range selected(allCases(), tc.only) {
+			names = append(names, c.name)
+		}
+		if strings.Join(names, ",") != tc.want {
+			t.Errorf("selected(%q) = %v, want %s", tc.only, names, tc.want)
+		}
 	}
 }
 
-// A directory volume "expanded" shows the host's filesystem, unchanged: the failure says
-// how to give the cases a device.
-func TestCheckGrowth(t *testing.T) {
-	if err := checkGrowth(300<<20, 600<<20); err != nil {
-		t.Errorf("a grown filesystem: %v", err)
+func TestCheckOnly(t *testing.T) {
+	if err := CheckOnly([]string{"expand/", "expand/online", "multinode/", "leftovers"}); err != nil {
+		t.Errorf("CheckOnly of case names and groups: %v", err)
 	}
-	if err := checkGrowth(300<<20, 300<<20); err == nil || strings.Contains(err.Error(), "--block-parameters") {
-		t.Errorf("an ungrown filesystem of the claim's size: %v", err)
-	}
-	if err := checkGrowth(270<<30, 270<<30); err == nil || !strings.Contains(err.Error(), "--block-parameters") {
-		t.Errorf("the host's filesystem: want a hint at --block-parameters, got %v", err)
+	err := CheckOnly([]string{"provision/", "crash/node", "online"})
+	if err == nil || !strings.Contains(err.Error(), `"crash/node", "online" selects no case`) || !strings.Contains(err.Error(), "crash/node-agent") {
+		t.Errorf("CheckOnly of parts of names: %v, want both refused and the cases listed", err)
 	}
 }

@@ -39,7 +39,7 @@ type Options struct {
 	// max_volumes_per_node in $KUBEVOL_VERIFY_MAX_VOLUMES, for the allocatable refresh case.
 	MaxVolumesCommand string
 	// BlockParameters are added to the StorageClass parameters of the raw block and the
-	// filesystem expansion cases; nil means the default (DefaultBlockParameters).
+	// filesystem size cases (expansion, larger copies); nil means the default (DefaultBlockParameters).
 	BlockParameters map[string]string
 	// ModifyParameters are the parameters of a VolumeAttributesClass the driver accepts,
 	// for the modification cases; nil means the default (DefaultModifyParameters for
@@ -56,7 +56,8 @@ type Options struct {
 	Timeout time.Duration
 	// Wait bounds the wait for the cluster to be ready and the driver registered.
 	Wait time.Duration
-	// Only, if set, runs the cases whose name contains one of these strings.
+	// Only, if set, runs the cases it names: each entry is a case's name, or a prefix
+	// ending in "/" for a group of cases (CheckOnly).
 	Only []string
 	// Progress receives a line per case as it starts and ends.
 	Progress io.Writer
@@ -111,6 +112,9 @@ func skip(format string, args ...any) error { return notApplicable{fmt.Sprintf(f
 // Run verifies the driver and returns the report; err is for a run that could not start
 // (no cluster, no such driver), not for failed cases.
 func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := CheckOnly(o.Only); err != nil {
+		return nil, err
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -225,6 +229,17 @@ func (e *env) applies(c *testCase) string {
 	return ""
 }
 
+// selects says whether an entry of Options.Only selects the case name: an entry is a case's
+// exact name, or a group's prefix ending in "/" ("expand/" is expand/offline, expand/online
+// and expand/online-block). A bare substring would select more than it names: expand/online
+// would also run expand/online-block.
+func selects(entry, name string) bool {
+	if strings.HasSuffix(entry, "/") {
+		return strings.HasPrefix(name, entry)
+	}
+	return name == entry
+}
+
 func selected(cases []*testCase, only []string) []*testCase {
 	if len(only) == 0 {
 		return cases
@@ -232,13 +247,29 @@ func selected(cases []*testCase, only []string) []*testCase {
 	var out []*testCase
 	for _, c := range cases {
 		for _, o := range only {
-			if strings.Contains(c.name, o) {
+			if selects(o, c.name) {
 				out = append(out, c)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// CheckOnly refuses entries of Options.Only that select no case: a misspelt name, or a
+// part of one (crash/node for crash/node-agent), would otherwise run nothing in its place.
+func CheckOnly(only []string) error {
+	var unknown []string
+	for _, o := range only {
+		if len(selected(allCases(), []string{o})) == 0 {
+			unknown = append(unknown, fmt.Sprintf("%q", o))
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("%s selects no case: give case names, or group prefixes ending in \"/\" (expand/); the cases: %s",
+			strings.Join(unknown, ", "), strings.Join(CaseNames(), ", "))
+	}
+	return nil
 }
 
 // CaseNames lists every case in the order they run.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/verify"
 )
 
 const node = "verify-e2e"
@@ -37,8 +38,9 @@ var nodes = []string{node, node + "-2"}
 type profile struct {
 	name string
 	args []string
-	// outcomes are cases whose outcome the profile decides; every other case must pass or
-	// be not applicable, and none may fail.
+	// outcomes are cases whose outcome the profile decides: "passed", or "skipped: " and
+	// text the not-applicable reason must contain, so that a case wrongly found not
+	// applicable fails. Every other case must pass or be not applicable, and none may fail.
 	outcomes map[string]string
 	// only, for a misbehaving profile, are the cases to run, each of which must fail with
 	// a message containing the text given: the driver breaks the rule the case checks.
@@ -68,12 +70,18 @@ var profiles = []profile{
 	{name: "default", outcomes: map[string]string{
 		"data/persist": "passed", "block/raw": "passed", "expand/online": "passed", "expand/offline": "passed",
 		"clone": "passed", "reclaim/retain": "passed", "crash/node-agent": "passed", "crash/driver-restart": "passed",
-		"ephemeral/inline": "passed", "attach/detach": "skipped", "leftovers": "passed", "access/rwop-node": "passed",
+		"ephemeral/inline": "passed", "attach/detach": "skipped: CSIDriver attachRequired is false", "leftovers": "passed", "access/rwop-node": "passed",
 		"modify/class": "passed", "modify/infeasible": "passed", "snapshot/group": "passed",
 		"access/shared": "passed", "subpath": "passed", "capacity/objects": "passed", "ephemeral/inline-separate": "passed",
-		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed", "limits/volumes": "skipped",
+		"snapshot/retain-import": "passed", "clone/larger": "passed", "crash/deleted-while-down": "passed",
+		"limits/volumes":      "skipped: the driver reports no max_volumes_per_node",
+		"provision/immediate": "passed", "provision/wffc": "passed", "access/rwop": "passed", "access/fsgroup": "passed",
+		"ephemeral/generic": "passed", "reclaim/delete": "passed", "access/fsgroup-policy": "passed", "data/large-files": "passed",
+		"pv/fields": "passed", "ephemeral/generic-block": "passed", "snapshot/overwrite": "passed", "snapshot/restore-larger": "passed",
 		// seLinuxMount: true, but this kernel has no SELinux.
-		"selinux/mount": "skipped", "limits/refresh": "skipped",
+		"selinux/mount": "skipped: this host has no SELinux", "limits/refresh": "skipped: the CSIDriver sets no nodeAllocatableUpdatePeriodSeconds",
+		"topology/pinned-away": "skipped: the driver is registered on one node only",
+		"multinode/rwx":        "skipped: the driver is registered on 1 node(s)",
 	}, config: "  volumeLifecycleModes: [Persistent, Ephemeral]\n  seLinuxMount: true\n", calls: map[string]bool{"NodeStageVolume": true, "ControllerExpandVolume": true, "ControllerPublishVolume": false, "ControllerModifyVolume": true,
 		"CreateVolumeGroupSnapshot": true, "DeleteVolumeGroupSnapshot": true}},
 	{name: "nostage", args: []string{"--without", "staging,plugin-expansion,list-volumes"}, outcomes: map[string]string{
@@ -83,14 +91,23 @@ var profiles = []profile{
 	}, calls: map[string]bool{"NodeStageVolume": false, "NodePublishVolume": true, "ControllerExpandVolume": true, "ListVolumes": false}},
 	{name: "attach", args: []string{"--attach-required", "--without", "get-capacity,modify,group-snapshots"}, outcomes: map[string]string{
 		"attach/detach": "passed", "block/raw": "passed", "expand/online-block": "passed", "crash/node-agent": "passed",
-		"modify/class": "skipped", "crash/deleted-while-down": "passed", "capacity/objects": "skipped", "multi/volumes": "passed",
-		"snapshot/restore": "passed", "snapshot/group": "skipped",
+		"modify/class": "skipped: the driver does not advertise MODIFY_VOLUME", "crash/deleted-while-down": "passed",
+		"capacity/objects": "skipped: CSIDriver storageCapacity is false", "multi/volumes": "passed",
+		"snapshot/restore": "passed", "snapshot/group": "skipped: the driver does not advertise GROUP_CONTROLLER_SERVICE",
 	}, calls: map[string]bool{"ControllerPublishVolume": true, "ControllerUnpublishVolume": true, "GetCapacity": false, "ControllerModifyVolume": false, "CreateVolumeGroupSnapshot": false}},
 	{name: "nodeexpand", args: []string{"--without", "controller-expansion,snapshots,modify"}, maxVolumes: "6", outcomes: map[string]string{
-		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed", "snapshot/restore": "skipped",
-		"modify/infeasible": "skipped", "limits/volumes": "passed", "ephemeral/generic-expand": "passed", "snapshot/overwrite": "skipped",
-		"limits/refresh": "passed",
+		"expand/online": "passed", "expand/offline": "passed", "expand/online-block": "passed",
+		"snapshot/restore":  "skipped: the driver does not advertise CREATE_DELETE_SNAPSHOT",
+		"modify/infeasible": "skipped: the driver does not advertise MODIFY_VOLUME", "limits/volumes": "passed", "ephemeral/generic-expand": "passed",
+		"snapshot/overwrite": "skipped: the driver does not advertise CREATE_DELETE_SNAPSHOT",
+		"limits/refresh":     "passed",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
+	// Network volumes with one node instance per node, as docs/verify.md's several-node run:
+	// the cases that need a second node of the driver (only those: the others run above).
+	{name: "network", perNode: true, config: "  storageClass:\n    parameters: {placement: network}\n",
+		verifyArgs: []string{"--only", "multinode/,topology/"}, outcomes: map[string]string{
+			"multinode/rwo-move": "passed", "multinode/rwx": "passed", "multinode/out-of-service": "passed", "topology/pinned-away": "passed",
+		}},
 	// A driver that breaks the rule: its ControllerModifyVolume refuses every class, so the
 	// modification cases must fail, each because the claim's first class stays Infeasible
 	// (within a short --timeout: it waits for a modification that never comes).
@@ -256,26 +273,23 @@ func TestVerifyProfiles(t *testing.T) {
 					timeout = "40s"
 				}
 				args = append(args, "--only", strings.Join(names, ","), "--timeout", timeout)
-				junit := filepath.Join(tmp, p.name+".xml")
-				got := runVerify(t, bin, junit, true, args...)
-				why := failureMessages(t, junit)
+				got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), true, args...)
 				for name, text := range p.only {
-					if got[name] != "failed" || !strings.Contains(why[name], text) {
-						t.Errorf("case %s against a driver that breaks its rule: %s (%q), want failed with %q", name, got[name], why[name], text)
+					if got[name].outcome != "failed" || !strings.Contains(got[name].message, text) {
+						t.Errorf("case %s against a driver that breaks its rule: %s (%q), want failed with %q", name, got[name].outcome, got[name].message, text)
 					}
 				}
 				return
 			}
 			got := runVerify(t, bin, filepath.Join(tmp, p.name+".xml"), slices.Contains(slices.Collect(maps.Values(p.outcomes)), "failed"), args...)
-			for name, want := range p.outcomes {
-				if got[name] != want {
-					t.Errorf("case %s: %s, want %s", name, got[name], want)
-				}
-			}
-			for name, o := range got {
-				if o == "failed" && p.outcomes[name] != "failed" {
+			checkOutcomes(t, got, p.outcomes)
+			for name, r := range got {
+				if r.outcome == "failed" && p.outcomes[name] != "failed" {
 					t.Errorf("case %s failed", name)
 				}
+			}
+			if len(p.calls) == 0 {
+				return
 			}
 			ok := succeededCalls(t, filepath.Join(tmp, p.name, "calls.jsonl"))
 			for method, want := range p.calls {
@@ -290,20 +304,42 @@ func TestVerifyProfiles(t *testing.T) {
 	// need this machine are not applicable, the others run.
 	t.Run("kubeconfig", func(t *testing.T) {
 		got := runVerify(t, bin, filepath.Join(tmp, "kubeconfig.xml"), false, "--storage-class", driverName(profiles[2]),
-			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node")
-		want := map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
-			"data/persist": "skipped", "crash/node-agent": "skipped"}
-		for name, w := range want {
-			if got[name] != w {
-				t.Errorf("case %s: %s, want %s", name, got[name], w)
-			}
-		}
+			"--kubeconfig", filepath.Join(tmp, "up", "kubeconfig"), "--only", "provision/,data/,attach/,crash/node-agent")
+		checkOutcomes(t, got, map[string]string{"provision/immediate": "passed", "provision/wffc": "passed", "attach/detach": "passed",
+			"data/persist": "skipped: needs the node's host", "crash/node-agent": "skipped: needs the node's host"})
 	})
+
+	// Directory volumes (kubevol's type=dir, as the hostpath driver's) for the size cases:
+	// their mounts show the filesystem of the node's root directory, whose size cannot
+	// follow the claim. Each case must be not applicable for that reason, after its claim
+	// and data checks passed, and not failed.
+	t.Run("dir", func(t *testing.T) {
+		sizes := []string{"expand/offline", "expand/online", "ephemeral/generic-expand", "clone/larger", "snapshot/restore-larger"}
+		got := runVerify(t, bin, filepath.Join(tmp, "dir.xml"), false, "--driver", driverName(profiles[0]), "--dir", filepath.Join(tmp, "up"),
+			"--block-parameters", "type=dir", "--only", strings.Join(sizes, ","))
+		want := map[string]string{}
+		for _, name := range sizes {
+			want[name] = "skipped: size not observable: the mount is on the filesystem that holds " + filepath.Join(tmp, "up", "node") + " "
+		}
+		checkOutcomes(t, got, want)
+	})
+}
+
+// checkOutcomes compares a run's outcomes with the profile's: "passed", "failed", or
+// "skipped: " and text the not-applicable reason must contain.
+func checkOutcomes(t *testing.T, got map[string]result, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		outcome, reason, _ := strings.Cut(w, ": ")
+		if got[name].outcome != outcome || !strings.Contains(got[name].message, reason) {
+			t.Errorf("case %s: %s (%q), want %s", name, got[name].outcome, got[name].message, w)
+		}
+	}
 }
 
 // runVerify runs kubevol verify, logs its output and returns the JUnit outcomes; failing
 // says the run is meant to exit 1 (failed cases).
-func runVerify(t *testing.T, bin, junit string, failing bool, args ...string) map[string]string {
+func runVerify(t *testing.T, bin, junit string, failing bool, args ...string) map[string]result {
 	t.Helper()
 	start := time.Now()
 	out, err := exec.Command(bin, append([]string{"verify", "--junit", junit}, args...)...).CombinedOutput()
@@ -337,67 +373,43 @@ func succeededCalls(t *testing.T, path string) map[string]int {
 	return out
 }
 
-// failureMessages maps each failed case of a verify JUnit file to its failure's text.
-func failureMessages(t *testing.T, path string) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Suites []struct {
-			Cases []struct {
-				Name    string `xml:"name,attr"`
-				Failure *struct {
-					Message string `xml:"message,attr"`
-					Body    string `xml:",chardata"`
-				} `xml:"failure"`
-			} `xml:"testcase"`
-		} `xml:"testsuite"`
-	}
-	if err := xml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, s := range doc.Suites {
-		for _, c := range s.Cases {
-			if c.Failure != nil {
-				out[c.Name] = c.Failure.Message + "\n" + c.Failure.Body
-			}
-		}
-	}
-	return out
-}
+// result is a case's outcome in a JUnit file (passed, failed or skipped) and its failure's
+// text or its not-applicable reason.
+type result struct{ outcome, message string }
 
-// readJUnit maps each case of a verify JUnit file to passed, failed or skipped.
-func readJUnit(t *testing.T, path string) map[string]string {
+// readJUnit maps each case of a verify JUnit file to its result.
+func readJUnit(t *testing.T, path string) map[string]result {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("--junit file: %v", err)
 	}
+	type message struct {
+		Message string `xml:"message,attr"`
+		Body    string `xml:",chardata"`
+	}
 	var doc struct {
 		Suites []struct {
 			Cases []struct {
-				Name    string    `xml:"name,attr"`
-				Failure *struct{} `xml:"failure"`
-				Skipped *struct{} `xml:"skipped"`
+				Name    string   `xml:"name,attr"`
+				Failure *message `xml:"failure"`
+				Skipped *message `xml:"skipped"`
 			} `xml:"testcase"`
 		} `xml:"testsuite"`
 	}
 	if err := xml.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("--junit file is not JUnit XML: %v", err)
 	}
-	out := map[string]string{}
+	out := map[string]result{}
 	for _, s := range doc.Suites {
 		for _, c := range s.Cases {
 			switch {
 			case c.Failure != nil:
-				out[c.Name] = "failed"
+				out[c.Name] = result{"failed", c.Failure.Message + "\n" + c.Failure.Body}
 			case c.Skipped != nil:
-				out[c.Name] = "skipped"
+				out[c.Name] = result{"skipped", c.Skipped.Message}
 			default:
-				out[c.Name] = "passed"
+				out[c.Name] = result{outcome: "passed"}
 			}
 		}
 	}
@@ -506,4 +518,30 @@ func runUp(t *testing.T, bin string, args []string, logPath string) {
 		for sc.Scan() {
 		}
 	}()
+}
+
+// cannotPass are the cases no profile of this machine can pass, each pinned to its
+// not-applicable reason in a profile's outcomes instead.
+var cannotPass = map[string]string{
+	"selinux/mount": "this kernel has no SELinux",
+}
+
+// Every case of verify is required to pass under a profile where it applies, or pinned to
+// its not-applicable reason: a bug that reports a case as not applicable shows.
+func TestEveryCaseRequired(t *testing.T) {
+	for _, name := range verify.CaseNames() {
+		passed, pinned := false, false
+		for _, p := range profiles {
+			passed = passed || p.outcomes[name] == "passed"
+			pinned = pinned || strings.HasPrefix(p.outcomes[name], "skipped: ")
+		}
+		switch {
+		case passed && cannotPass[name] != "":
+			t.Errorf("case %s passes under a profile, yet is listed as one no profile can pass", name)
+		case !passed && cannotPass[name] == "":
+			t.Errorf("case %s is required to pass under no profile", name)
+		case !passed && !pinned:
+			t.Errorf("case %s (%s) is not pinned to its not-applicable reason under any profile", name, cannotPass[name])
+		}
+	}
 }
