@@ -12,6 +12,7 @@ import (
 
 func newBenchProvisionCommand() *cobra.Command {
 	cfg := provision.Config{}
+	var upstream string
 	cmd := &cobra.Command{
 		Use:   "provision",
 		Short: "provisioning throughput and latency against a cluster",
@@ -19,7 +20,9 @@ func newBenchProvisionCommand() *cobra.Command {
 Bound, the throughput, and the provisioner's CPU seconds and peak RSS. Without --storage-class
 it runs a kubevol driver and a kubevol provisioner for the run; with --precreate every claim
 exists before the provisioner starts, so that the figure is the provisioning pipeline and not
-the client's create rate. Without --kubeconfig it uses the 'kubevol up' cluster if one runs,
+the client's create rate. Then it runs upstream's external-provisioner (built from the Go module
+proxy, or the binary --upstream names) on the same number of claims, with the same driver, client
+limits and workers, and prints both rows and their ratio. Without --kubeconfig it uses the 'kubevol up' cluster if one runs,
 else a throwaway local cluster. It writes provision.csv and provision.svg to --out-dir and
 deletes everything it created.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -40,6 +43,15 @@ deletes everything it created.`,
 				return fmt.Errorf("find the kubevol binary: %w", err)
 			}
 			cfg.Binary, cfg.Out = bin, cmd.OutOrStdout()
+			switch {
+			case upstream == "none" || cfg.StorageClass != "":
+			case upstream == "auto":
+				if cfg.Upstream, cfg.UpstreamVersion, err = provision.BuildUpstream(cmd.Context(), cmd.ErrOrStderr()); err != nil {
+					return err
+				}
+			default:
+				cfg.Upstream, cfg.UpstreamVersion = upstream, provision.UpstreamVersion(upstream)
+			}
 			return provision.Run(cmd.Context(), cfg)
 		},
 	}
@@ -51,6 +63,7 @@ deletes everything it created.`,
 	f.BoolVar(&cfg.Precreate, "precreate", false, "create all claims before starting the provisioner")
 	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for provision.csv and provision.svg")
 	f.StringArrayVar(&cfg.ProvisionerArgs, "provisioner-arg", nil, "extra flag for the benchmark's provisioner, e.g. --provisioner-arg=--kube-api-qps=5 (repeatable)")
+	f.StringVar(&upstream, "upstream", "auto", "upstream csi-provisioner to compare with: auto (build external-provisioner v6 from the Go module proxy, cached), a binary, or none")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up waiting for Bound after this long")
 	return cmd
 }

@@ -41,8 +41,7 @@ type Config struct {
 	CapacityQPS   float32
 	CapacityBurst int
 
-	// IntentNamespace is no longer used: the intent records live on the claims. The
-	// --intent-namespace flag is still accepted.
+	// IntentNamespace holds the provisioning journal's Leases (intent package).
 	IntentNamespace string
 
 	// NodeDeployment is set by --node-deployment: this instance serves one node. Run fills
@@ -76,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Info("Node deployment: provisioning only this node's claims", "node", nd.NodeName, "topology", nd.Topology, "immediateBinding", nd.ImmediateBinding)
 	}
 	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity,
-		journal: intent.New(sc.Client, sc.Driver, node),
+		journal: intent.New(sc.Client, cfg.IntentNamespace, sc.Driver, node),
 	}
 	p.hostname, _ = os.Hostname()
 	// Events get their own client and budget so an event storm never delays a PV create
@@ -140,6 +139,13 @@ func (p *instance) lead(ctx context.Context) error {
 		return err
 	}
 	claims.Register(r, cc.Workers)
+	// A record another writer stored (a previous leader's last write) is found when a
+	// write conflicts; its claim is synced like the records loaded above.
+	p.journal.OnAdopt(func(rec intent.Record) { claims.Enqueue(rec.ClaimUID) })
+	journalCtx, stopJournal := context.WithCancel(ctx)
+	journalDone := make(chan struct{})
+	go func() { defer close(journalDone); p.journal.Run(journalCtx) }()
+	defer func() { stopJournal(); <-journalDone }()
 
 	rcfg := reclaim.Config{ControllerConfig: cc, Recorder: recorder, Metrics: m, Volumes: factory.Core().V1().PersistentVolumes()}
 	if nd := cfg.NodeDeployment; nd != nil {
@@ -174,7 +180,7 @@ func (p *instance) lead(ctx context.Context) error {
 		claims.Enqueue(rec.ClaimUID)
 	}
 	if len(records) > 0 {
-		klog.FromContext(ctx).Info("Resuming in-flight provisions recorded on claims", "count", len(records))
+		klog.FromContext(ctx).Info("Resuming in-flight provisions recorded in the journal", "count", len(records), "namespace", cfg.IntentNamespace)
 	}
 	return r.Run(ctx)
 }

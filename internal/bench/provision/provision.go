@@ -51,8 +51,20 @@ type Config struct {
 	Binary string
 	// ProvisionerArgs are extra `kubevol provisioner` flags, e.g. to compare settings.
 	ProvisionerArgs []string
-	Timeout         time.Duration
-	Out             io.Writer
+	// Upstream is upstream's csi-provisioner binary, run on the same claims after kubevol's
+	// in the same run ("" skips it); UpstreamVersion names it in the figures.
+	Upstream, UpstreamVersion string
+	Timeout                   time.Duration
+	Out                       io.Writer
+}
+
+// result is one provisioner's figures in a run.
+type result struct {
+	name              string
+	lastPV, lastBound time.Duration
+	cpuAtPVs, cpuAll  time.Duration
+	peakRSS           float64 // MiB
+	ok                bool
 }
 
 type claimTimes struct {
@@ -75,17 +87,67 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var results []result
+	kv, err := runOnce(ctx, cs, cfg, "kubevol", "")
+	if err != nil {
+		return err
+	}
+	results = append(results, kv)
+	if cfg.Upstream != "" && cfg.StorageClass == "" {
+		fmt.Fprintf(out, "\n=== the same %d claims with upstream's external-provisioner %s ===\n", cfg.Count, cfg.UpstreamVersion)
+		up, err := runOnce(ctx, cs, cfg, "upstream "+cfg.UpstreamVersion, cfg.Upstream)
+		if err != nil {
+			return err
+		}
+		results = append(results, up)
+		compare(out, cfg.Count, results)
+	}
+	return nil
+}
+
+// compare prints one row per provisioner and the ratio of the first to the second.
+func compare(out io.Writer, count int, rs []result) {
+	fmt.Fprintf(out, "\n%d claims%s: kubevol against upstream in the same run\n", count, "")
+	fmt.Fprintf(out, "%-24s %10s %10s %12s %10s %10s\n", "provisioner", "all PVs", "all Bound", "CPU to PVs", "CPU all", "peak RSS")
+	for _, r := range rs {
+		if !r.ok {
+			fmt.Fprintf(out, "%-24s timed out\n", r.name)
+			continue
+		}
+		fmt.Fprintf(out, "%-24s %9.2fs %9.2fs %11.2fs %9.2fs %6.1f MiB\n", r.name, r.lastPV.Seconds(), r.lastBound.Seconds(), r.cpuAtPVs.Seconds(), r.cpuAll.Seconds(), r.peakRSS)
+	}
+	if len(rs) == 2 && rs[0].ok && rs[1].ok {
+		a, b := rs[0], rs[1]
+		ratio := func(x, y float64) float64 {
+			if y == 0 {
+				return 0
+			}
+			return x / y
+		}
+		fmt.Fprintf(out, "%-24s %10.2f %10.2f %12.2f %10.2f %10.2f\n", "ratio kubevol/upstream",
+			ratio(a.lastPV.Seconds(), b.lastPV.Seconds()), ratio(a.lastBound.Seconds(), b.lastBound.Seconds()),
+			ratio(a.cpuAtPVs.Seconds(), b.cpuAtPVs.Seconds()), ratio(a.cpuAll.Seconds(), b.cpuAll.Seconds()), ratio(a.peakRSS, b.peakRSS))
+	}
+}
+
+// runOnce provisions cfg.Count claims in a namespace of their own with one provisioner:
+// kubevol's, or the upstream binary when upstream is set.
+func runOnce(ctx context.Context, cs kubernetes.Interface, cfg Config, name, upstream string) (result, error) {
+	res := result{name: name}
+	out := cfg.Out
 	ns := "bench-provision-" + rand.String(5)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return err
+		return res, err
 	}
 
 	var sut *system
+	var err error
 	class := cfg.StorageClass
 	if class == "" {
 		if sut, err = startSystem(ctx, cs, cfg, ns); err != nil {
-			return err
+			return res, err
 		}
+		sut.upstream = upstream
 		defer sut.stop()
 		class = sut.class
 	}
@@ -132,7 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	if sut != nil && !cfg.Precreate {
 		if err := sut.startProvisioner(ctx); err != nil {
-			return err
+			return res, err
 		}
 	}
 	fmt.Fprintf(out, "creating %d claims in namespace %s (StorageClass %s)\n", cfg.Count, ns, class)
@@ -143,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ct.name, ct.created = name, at
 		mu.Unlock()
 	}); err != nil {
-		return err
+		return res, err
 	}
 	createDur := time.Since(createStart)
 	start := createStart
@@ -151,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if sut != nil && cfg.Precreate {
 		start = time.Now()
 		if err := sut.startProvisioner(ctx); err != nil {
-			return err
+			return res, err
 		}
 	}
 	if sut != nil {
@@ -184,9 +246,11 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(out, "all %d PVs created after %s: %.1f PVs/s\n", cfg.Count, report.Round(lastPV), float64(cfg.Count)/lastPV.Seconds())
 	fmt.Fprintf(out, "all %d claims Bound after %s: %.1f claims/s\n", cfg.Count, report.Round(lastBound), float64(cfg.Count)/lastBound.Seconds())
 	run.WriteTable(out)
+	res.ok, res.lastPV, res.lastBound = err == nil, lastPV, lastBound
 	if sut != nil {
 		cpu1, _ := sut.cpu()
 		mib := func(field string) float64 { v, _ := sut.rss(field); return float64(v) / (1 << 20) }
+		res.cpuAll, res.cpuAtPVs, res.peakRSS = cpu1-cpu0, max(cpuAtPVs-cpu0, 0), mib("VmHWM:")
 		fmt.Fprintf(out, "provisioner CPU %.2f s until all Bound (%.2f s per 1000 provisions), of which %.2f s until all PVs were created\n",
 			(cpu1 - cpu0).Seconds(), (cpu1-cpu0).Seconds()*1000/float64(cfg.Count), max(cpuAtPVs-cpu0, 0).Seconds())
 		fmt.Fprintf(out, "provisioner peak RSS %.1f MiB (now %.1f MiB: %.1f anonymous, %.1f file-backed pages of the binary)\n",
@@ -195,17 +259,21 @@ func Run(ctx context.Context, cfg Config) error {
 			fmt.Fprintln(out, own)
 		}
 	}
-	if err := run.WriteFiles(cfg.OutDir, "provision", fmt.Sprintf("kubevol provision: %d claims, latency from claim to PV and to Bound", cfg.Count), out); err != nil {
-		return err
+	file := "provision"
+	if upstream != "" {
+		file = "provision-upstream"
+	}
+	if err := run.WriteFiles(cfg.OutDir, file, fmt.Sprintf("%s: %d claims, latency from claim to PV and to Bound", name, cfg.Count), out); err != nil {
+		return res, err
 	}
 
 	fmt.Fprintln(out, "cleaning up")
 	delStart := time.Now()
 	if err := cleanup(ctx, cs, ns, sut); err != nil {
-		return err
+		return res, err
 	}
 	fmt.Fprintf(out, "cleanup (claims, PVs and volumes deleted) took %s\n", report.Round(time.Since(delStart)))
-	return nil
+	return res, nil
 }
 
 func byUIDGet(m map[types.UID]*claimTimes, uid types.UID) *claimTimes {

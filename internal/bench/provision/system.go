@@ -31,18 +31,20 @@ const topologyKey = "topology.kubevol.io/node"
 // system is the software under test: a kubevol driver and a kubevol provisioner, run as
 // child processes so that the provisioner's CPU and memory are its own.
 type system struct {
-	cs       kubernetes.Interface
-	cfg      Config
-	dir      string
-	driver   string
-	node     string
-	class    string
-	socket   string
-	ns       string
-	http     string
-	drv      *exec.Cmd
-	prov     *exec.Cmd
-	stopMem  func()
+	cs      kubernetes.Interface
+	cfg     Config
+	dir     string
+	driver  string
+	node    string
+	class   string
+	socket  string
+	ns      string
+	http    string
+	drv     *exec.Cmd
+	prov    *exec.Cmd
+	stopMem func()
+	// upstream is upstream's csi-provisioner binary to run instead of kubevol's.
+	upstream string
 	logFiles []*os.File
 }
 
@@ -87,12 +89,16 @@ func startSystem(ctx context.Context, cs kubernetes.Interface, cfg Config, ns st
 }
 
 func (s *system) start(name string, args ...string) (*exec.Cmd, error) {
+	return s.startBinary(name, s.cfg.Binary, args...)
+}
+
+func (s *system) startBinary(name, binary string, args ...string) (*exec.Cmd, error) {
 	log, err := os.Create(filepath.Join(s.dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	s.logFiles = append(s.logFiles, log)
-	cmd := exec.Command(s.cfg.Binary, args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -108,9 +114,19 @@ func (s *system) startProvisioner(ctx context.Context) error {
 	}
 	s.http = l.Addr().String()
 	l.Close()
-	args := append([]string{"provisioner", "--csi-address", s.socket, "--kubeconfig", s.cfg.Kubeconfig,
-		"--intent-namespace", s.ns, "--http-endpoint", s.http}, s.cfg.ProvisionerArgs...)
-	if s.prov, err = s.start("provisioner", args...); err != nil {
+	if s.upstream != "" {
+		// The same client limits and workers as kubevol's defaults (upstream's own 5 QPS would
+		// measure its rate limiter), and its topology gate, as kubevol reads the driver's
+		// topology whenever the driver has it.
+		args := []string{"--csi-address", s.socket, "--kubeconfig", s.cfg.Kubeconfig, "--http-endpoint", s.http,
+			"--kube-api-qps", "200", "--kube-api-burst", "400", "--worker-threads", "100", "--feature-gates", "Topology=true"}
+		s.prov, err = s.startBinary("upstream-provisioner", s.upstream, args...)
+	} else {
+		args := append([]string{"provisioner", "--csi-address", s.socket, "--kubeconfig", s.cfg.Kubeconfig,
+			"--intent-namespace", s.ns, "--http-endpoint", s.http}, s.cfg.ProvisionerArgs...)
+		s.prov, err = s.start("provisioner", args...)
+	}
+	if err != nil {
 		return err
 	}
 	// Ready when it serves metrics; the claims it finds then are its backlog.

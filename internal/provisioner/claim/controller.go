@@ -121,16 +121,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	_, err := cfg.Claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.onClaim,
-		UpdateFunc: func(old, obj any) {
-			oldPVC, _ := old.(*corev1.PersistentVolumeClaim)
-			pvc, _ := obj.(*corev1.PersistentVolumeClaim)
-			if c.cfg.Journal.OnlyRecordChanged(oldPVC, pvc) {
-				// The sync that wrote the record has already said when to look again.
-				return
-			}
-			c.onClaim(obj)
-		},
+		AddFunc:    c.onClaim,
+		UpdateFunc: func(_, obj any) { c.onClaim(obj) },
 		DeleteFunc: c.onClaimDeleted,
 	})
 	return c, err
@@ -156,7 +148,11 @@ func (c *Controller) onClaim(obj any) {
 	if !ok {
 		return
 	}
-	if _, inFlight := c.record(pvc.UID, pvc); inFlight {
+	if _, inFlight := c.cfg.Journal.Get(pvc.UID); inFlight {
+		c.queue.Add(pvc.UID)
+		return
+	}
+	if _, legacy := c.cfg.Journal.Legacy(pvc); legacy {
 		c.queue.Add(pvc.UID)
 		return
 	}

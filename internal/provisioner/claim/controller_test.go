@@ -42,12 +42,20 @@ type fixture struct {
 	ctx      context.Context
 	cs       *fake.Clientset
 	drv      *csitest.Driver
+	conn     *csiclient.Conn
+	caps     *csiclient.Capabilities
 	journal  *intent.Journal
 	recorder *record.FakeRecorder
 	ctl      *Controller
 	// driver is the driver's name.
 	driver string
+	// kill stops the running controller and its journal, as SIGKILL would: nothing is
+	// flushed on the way out.
+	kill func()
 }
+
+// journalNamespace holds the fixture's journal.
+const journalNamespace = "kubevol"
 
 // newFixture runs a claim controller against a fake API server and an in-memory driver.
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
@@ -67,19 +75,33 @@ func newFixtureFor(t *testing.T, driverName, provisioner string, params map[stri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	caps, err := conn.Capabilities(ctx)
+	f.conn = conn
+	if f.caps, err = conn.Capabilities(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: provisioner, Parameters: params}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.journal = intent.New(f.cs, driverName, "")
-	if _, err := f.journal.Load(ctx); err != nil {
+	return f
+}
+
+// start runs a controller with a journal loaded from the API, as a provisioner does when
+// it starts to lead.
+func (f *fixture) start() {
+	t := f.t
+	ctx, cancel := context.WithCancel(f.ctx)
+	f.journal = intent.New(f.cs, journalNamespace, f.driver, "")
+	records, err := f.journal.Load(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	factory := informers.NewSharedInformerFactory(f.cs, 0)
 	f.ctl, err = New(Config{
-		ControllerConfig: sidecar.ControllerConfig{Client: f.cs, CSI: conn, DriverName: driverName,
+		ControllerConfig: sidecar.ControllerConfig{Client: f.cs, CSI: f.conn, DriverName: f.driver,
 			RetryIntervalStart: 10 * time.Millisecond, RetryIntervalMax: 100 * time.Millisecond},
-		Recorder: f.recorder, Caps: caps, Identity: "test",
+		Recorder: f.recorder, Caps: f.caps, Identity: "test",
 		Journal: f.journal, Metrics: metrics.New(nil, nil),
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
 		Classes: factory.Storage().V1().StorageClasses(), Options: Options{VolumeNamePrefix: "pvc", VolumeNameUUIDLength: -1},
@@ -88,12 +110,23 @@ func newFixtureFor(t *testing.T, driverName, provisioner string, params map[stri
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
-	go f.ctl.Run(ctx, 4)
-	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: provisioner, Parameters: params}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); f.journal.Run(ctx) }()
+	go func() { defer wg.Done(); f.ctl.Run(ctx, 4) }()
+	for _, r := range records {
+		f.ctl.Enqueue(r.ClaimUID)
 	}
-	return f
+	f.kill = sync.OnceFunc(func() { cancel(); wg.Wait(); factory.Shutdown() })
+	t.Cleanup(f.kill)
+}
+
+func (f *fixture) pvs() []corev1.PersistentVolume {
+	list, err := f.cs.CoreV1().PersistentVolumes().List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return list.Items
 }
 
 func (f *fixture) claim(name string) *corev1.PersistentVolumeClaim {
@@ -136,12 +169,11 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 	if err := f.cs.CoreV1().PersistentVolumeClaims("ns").Delete(f.ctx, pvc.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The record's finalizer holds the deleted claim, and so the record, until the
-	// volume is dealt with.
-	f.waitFor("the informer to see the claim deleted", func() bool {
-		c := f.ctl.claimByUID(pvc.UID)
-		return c != nil && c.DeletionTimestamp != nil
-	})
+	// The claim goes at once; the journal still names its volume.
+	f.waitFor("the informer to see the claim deleted", func() bool { return f.ctl.claimByUID(pvc.UID) == nil })
+	if _, ok := f.journal.Get(pvc.UID); !ok {
+		t.Fatal("the record of the deleted claim is gone while its CreateVolume runs")
+	}
 	f.drv.Hook("CreateVolume", nil)
 	close(release)
 	f.waitFor("DeleteVolume", func() bool { return f.drv.Calls("DeleteVolume") > 0 && len(f.drv.Volumes()) == 0 })
@@ -149,30 +181,27 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 		t.Fatal("a PV was made for a deleted claim")
 	}
 	f.waitFor("an empty journal", func() bool { return f.journal.Len() == 0 })
-	f.waitFor("the claim to go once its finalizer is removed", func() bool {
+	f.waitFor("the claim to be gone", func() bool {
 		_, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, pvc.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
 }
 
-// A record left on a claim by a crashed run, the claim deleted meanwhile, is found by the
-// next run: the recorded CreateVolume is repeated to learn the volume ID, the volume is
-// deleted, and only then the finalizer lets the claim go.
-func TestSweepsOrphanedIntentOnStart(t *testing.T) {
+// A record left on a claim by an earlier release, the claim deleted meanwhile, is moved
+// into the journal: the recorded CreateVolume is repeated to learn the volume ID, the
+// volume is deleted, and the old finalizer no longer holds the claim.
+func TestMovesLegacyRecordFromClaim(t *testing.T) {
 	now := metav1.Now()
 	class := "sc"
 	gone := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: "ns", UID: "uid-gone", DeletionTimestamp: &now,
-			Finalizers: []string{intent.Finalizer(driverName)},
+			Finalizers: []string{intent.LegacyFinalizer(driverName)},
 			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName,
-				intent.Annotation: `{"driver":"` + driverName + `","pv":"pvc-uid-gone","request":"` + base64.StdEncoding.EncodeToString(mustRequest(t, "pvc-uid-gone")) + `"}`}},
+				intent.LegacyAnnotation: `{"driver":"` + driverName + `","pv":"pvc-uid-gone","request":"` + base64.StdEncoding.EncodeToString(mustRequest(t, "pvc-uid-gone")) + `"}`}},
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 	}
 	f := newFixture(t, gone)
-	if recs, _ := f.journal.Load(f.ctx); len(recs) != 1 || recs[0].PVName != "pvc-uid-gone" || recs[0].ClaimUID != "uid-gone" {
-		t.Fatalf("Load = %+v; want the record of claim gone", recs)
-	}
 	f.waitFor("the orphan to be deleted", func() bool { return f.drv.Calls("DeleteVolume") > 0 && len(f.drv.Volumes()) == 0 })
 	f.waitFor("the claim to go", func() bool {
 		_, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, "gone", metav1.GetOptions{})
@@ -183,10 +212,9 @@ func TestSweepsOrphanedIntentOnStart(t *testing.T) {
 	}
 }
 
-// A record read from a cached claim that the API server no longer carries (this process
-// removed it after deleting the volume, and the informer has not caught up) leads to no
-// CreateVolume: repeating it would create the volume again for nobody, and a crash before
-// the DeleteVolume that follows would leak it.
+// A copy of a record that the journal no longer holds (this process dropped it after
+// deleting the volume) leads to no CreateVolume: repeating it would create the volume
+// again for nobody, and a crash before the DeleteVolume that follows would leak it.
 func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
 	class := "sc"
 	done := &corev1.PersistentVolumeClaim{
@@ -195,7 +223,7 @@ func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
 		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeName: "elsewhere"},
 	}
 	f := newFixture(t, done)
-	stale := intent.Record{ClaimUID: "uid-done", Namespace: "ns", Claim: "done", Driver: driverName,
+	stale := intent.Record{ClaimUID: "uid-done", Namespace: "ns", Claim: "done",
 		PVName: "pvc-uid-done", Request: mustRequest(t, "pvc-uid-done")}
 	if err := f.ctl.cleanup(f.ctx, stale); err != nil {
 		t.Fatal(err)
@@ -205,8 +233,9 @@ func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
 	}
 }
 
-// external-provisioner's role grants update on claims, and create, patch and delete on
-// PVs: a provision and its record use nothing else, and no ConfigMap.
+// external-provisioner's role grants update on claims, create, patch and delete on PVs,
+// and Leases in its namespace: a provision and its record use nothing else, and the record
+// costs no claim write.
 func TestProvisionUsesUpstreamVerbs(t *testing.T) {
 	f := newFixture(t)
 	pvc := f.claim("verbs")
@@ -214,36 +243,34 @@ func TestProvisionUsesUpstreamVerbs(t *testing.T) {
 		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
 		return err == nil
 	})
-	f.waitFor("the record removed from the claim", func() bool {
-		c, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Get(f.ctx, pvc.Name, metav1.GetOptions{})
-		return err == nil && c.Annotations[intent.Annotation] == "" && len(c.Finalizers) == 0
-	})
-	var claimUpdates int
+	var leaseWrites int
 	for _, a := range f.cs.Actions() {
 		verb, res := a.GetVerb(), a.GetResource().Resource
 		switch {
 		case verb == "get" || verb == "list" || verb == "watch":
-		case res == "persistentvolumeclaims" && verb == "update" && a.GetSubresource() == "":
-			claimUpdates++
+		case res == "leases" && (verb == "create" || verb == "update") && a.GetNamespace() == journalNamespace:
+			leaseWrites++
 		case res == "persistentvolumes" && (verb == "create" || verb == "patch" || verb == "delete"):
 		case res == "storageclasses" && verb == "create": // the fixture's
 		case res == "persistentvolumeclaims" && verb == "create": // the test's
 		default:
-			t.Errorf("%s %s/%s: not granted by external-provisioner's role", verb, res, a.GetSubresource())
+			t.Errorf("%s %s/%s in %q: not granted by external-provisioner's role, or a claim write", verb, res, a.GetSubresource(), a.GetNamespace())
 		}
 	}
-	if claimUpdates < 2 {
-		t.Errorf("%d claim updates, want the record written and removed", claimUpdates)
+	if leaseWrites < 1 {
+		t.Errorf("%d journal writes, want the record written before CreateVolume", leaseWrites)
 	}
 }
 
-// Where the claim update is refused, the provisioner goes on as upstream does, says so once
-// with a Warning event on the claim, and still provisions.
+// Where the role grants no writes on Leases, the provisioner goes on as upstream does, says
+// so once with a Warning event on the claim, and still provisions.
 func TestRefusedRecordDegrades(t *testing.T) {
 	f := newFixture(t)
-	f.cs.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "x", errors.New("RBAC: update not allowed"))
-	})
+	for _, verb := range []string{"create", "update"} {
+		f.cs.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("leases"), "x", errors.New("RBAC: not allowed"))
+		})
+	}
 	f.drv.Hook("CreateVolume", func(any) error {
 		if f.drv.Calls("CreateVolume") < 3 {
 			return status.Error(codes.Unavailable, "busy") // two retries of the same claim
@@ -261,7 +288,7 @@ func TestRefusedRecordDegrades(t *testing.T) {
 		case e := <-f.recorder.Events:
 			if strings.HasPrefix(e, "Warning "+ReasonProvisioningUnrecorded) {
 				unrecorded++
-				if !strings.Contains(e, "update on persistentvolumeclaims") {
+				if !strings.Contains(e, "create and update on leases") {
 					t.Errorf("event does not say what is missing: %s", e)
 				}
 			}

@@ -48,7 +48,12 @@ func (c *Controller) addressedToUs(pvc *corev1.PersistentVolumeClaim) bool {
 
 func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	claim := c.claimByUID(uid)
-	rec, inFlight := c.record(uid, claim)
+	if claim != nil {
+		if err := c.moveLegacyRecord(ctx, claim); err != nil {
+			return err
+		}
+	}
+	rec, inFlight := c.cfg.Journal.Get(uid)
 	if claim == nil || claim.DeletionTimestamp != nil {
 		if claim != nil && pvspec.HasFinalizer(claim, pvspec.CloneFinalizer) {
 			if err := c.releaseCloneSource(ctx, claim); err != nil {
@@ -107,7 +112,8 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	// another --volume-name-prefix its early exit for an existing PV never fires.
 	if _, err := c.volumes.Get(pvName); err == nil {
 		c.saved.Forget(uid)
-		return c.forget(ctx, uid)
+		c.cfg.Journal.Remove(uid)
+		return nil
 	}
 	if wait := c.saved.Remaining(uid); wait > 0 {
 		return controller.RetryAfter(wait) // our PV is on its way into the cache
@@ -154,16 +160,16 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	if err != nil {
 		return err
 	}
-	claim, err = c.cfg.Journal.Add(ctx, claim, intent.Record{PVName: pvName, Request: raw, Secret: p.secrets.Provisioner})
+	err = c.cfg.Journal.Add(ctx, claim, intent.Record{PVName: pvName, Request: raw, Secret: p.secrets.Provisioner})
 	switch {
 	case errors.Is(err, intent.ErrUnrecorded):
 		// Upstream's behaviour, said once per claim: without the record a crash before the
 		// PV is saved, with the claim deleted meanwhile, leaves the volume on the backend.
-		msg := fmt.Sprintf("provisioning without a durable record on the claim (%v): grant the provisioner update on persistentvolumeclaims, as external-provisioner's role does", err)
-		logger.Error(err, "Provisioning without a durable record on the claim; a crash before the PV is saved could leak the volume if the claim is deleted meanwhile")
+		msg := fmt.Sprintf("provisioning without a durable record (%v): grant the provisioner create and update on leases in its namespace, as external-provisioner's role does", err)
+		logger.Error(err, "Provisioning without a durable record; a crash before the PV is saved could leak the volume if the claim is deleted meanwhile")
 		c.cfg.Recorder.Event(claim, corev1.EventTypeWarning, ReasonProvisioningUnrecorded, msg)
 	case err != nil:
-		logger.Error(err, "Cannot record the provisioning intent on the claim; not calling CreateVolume")
+		logger.Error(err, "Cannot record the provisioning intent; not calling CreateVolume")
 		return err
 	}
 
@@ -219,10 +225,8 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 	// The informer stores the PV before it calls the handler that forgets the mark, so
 	// checking the cache under the tracker's lock cannot miss that handler.
 	c.saved.ExpectUnless(claim.UID, "", func() bool { _, err := c.volumes.Get(pvName); return err == nil })
-	if err := c.forget(ctx, claim.UID); err != nil {
-		// The PV owns the volume now; the next sync of the claim removes the record.
-		logger.Info("Could not remove the provisioning record yet", "err", err)
-	}
+	// The PV owns the volume now; the record goes with the journal's next write.
+	c.cfg.Journal.Remove(claim.UID)
 	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()
 	c.cfg.Metrics.ProvisionDuration.WithLabelValues(class.Name, source).Observe(time.Since(start).Seconds())
 	c.cfg.Recorder.Eventf(claim, corev1.EventTypeNormal, ReasonProvisioningSucceeded, "Successfully provisioned volume %s", pvName)
@@ -268,7 +272,8 @@ func (c *Controller) savePV(ctx context.Context, claim *corev1.PersistentVolumeC
 		c.failed(ctx, claim, fmt.Errorf("%w; the volume just created was deleted again", mismatch))
 		if pvspec.Handle(existing) == handle && existing.DeletionTimestamp == nil {
 			// Same backend volume, now owned by that PV: deleting it would destroy its data.
-			return c.forget(ctx, claim.UID)
+			c.cfg.Journal.Remove(claim.UID)
+			return nil
 		}
 		return c.cleanup(ctx, c.mustRecord(claim.UID))
 	}
@@ -280,11 +285,8 @@ func (c *Controller) createFailed(ctx context.Context, claim *corev1.PersistentV
 	logger := klog.FromContext(ctx)
 	c.cfg.Metrics.ProvisionFailed.WithLabelValues(class.Name, source).Inc()
 	if !csiclient.MayBeInProgress(err) {
-		// A final answer: nothing was created. A record left by a failed removal is
-		// harmless: the claim's next sync rewrites or removes it.
-		if ferr := c.forget(ctx, claim.UID); ferr != nil {
-			logger.V(2).Info("Could not remove the provisioning record yet", "err", ferr)
-		}
+		// A final answer: nothing was created.
+		c.cfg.Journal.Remove(claim.UID)
 	}
 	code := status.Code(err)
 	switch {
@@ -332,12 +334,14 @@ func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVol
 func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	logger := klog.FromContext(ctx).WithValues("pvc", klog.KRef(rec.Namespace, rec.Claim), "pv", rec.PVName)
 	if rec.PVName == "" {
-		return c.forget(ctx, rec.ClaimUID) // an unreadable record: nothing to go by
+		c.cfg.Journal.Remove(rec.ClaimUID) // an unreadable record: nothing to go by
+		return nil
 	}
 	pv, err := c.cfg.Client.CoreV1().PersistentVolumes().Get(ctx, rec.PVName, metav1.GetOptions{})
 	switch {
 	case err == nil && c.ownsVolume(pv, rec):
-		return c.forget(ctx, rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
+		c.cfg.Journal.Remove(rec.ClaimUID) // the PV owns the volume; the reclaim controller deletes it
+		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
@@ -347,21 +351,18 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 	}
 	id := rec.VolumeID
 	if id == "" {
-		// Only a record still on the claim may lead to a CreateVolume: a cached copy of one
-		// this process removed after deleting the volume would create it again, and a
-		// crash before the DeleteVolume below would leak it.
-		stored, err := c.cfg.Journal.Stored(ctx, rec)
-		if err != nil {
-			return err
-		}
-		if !stored {
-			logger.V(2).Info("The provisioning record is no longer on the claim; nothing to clean up")
-			return c.forget(ctx, rec.ClaimUID)
+		// Only a record still in the journal may lead to a CreateVolume: a copy of one this
+		// process dropped after deleting the volume would create it again, and a crash
+		// before the DeleteVolume below would leak it.
+		if cur, ok := c.cfg.Journal.Get(rec.ClaimUID); !ok || cur.PVName != rec.PVName {
+			logger.V(2).Info("The provisioning record is no longer in the journal; nothing to clean up")
+			return nil
 		}
 		req := &csi.CreateVolumeRequest{}
 		if err := proto.Unmarshal(rec.Request, req); err != nil || len(rec.Request) == 0 {
 			logger.Error(err, "Provisioning record holds no readable request: the volume's ID cannot be learned, and a volume the driver may have created for it is left on the backend", "volumeName", rec.PVName)
-			return c.forget(ctx, rec.ClaimUID)
+			c.cfg.Journal.Remove(rec.ClaimUID)
+			return nil
 		}
 		req.Secrets = secrets
 		cctx, cancel := c.cfg.CSI.WithTimeout(ctx)
@@ -372,7 +373,8 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 			return fmt.Errorf("cleanup of %s: CreateVolume to find the volume: %w", rec.PVName, err)
 		case err != nil:
 			logger.V(2).Info("No volume to clean up: CreateVolume gives a final error", "err", err)
-			return c.forget(ctx, rec.ClaimUID)
+			c.cfg.Journal.Remove(rec.ClaimUID)
+			return nil
 		}
 		id = rsp.GetVolume().GetVolumeId()
 	}
@@ -383,25 +385,24 @@ func (c *Controller) cleanup(ctx context.Context, rec intent.Record) error {
 		return fmt.Errorf("cleanup of %s: DeleteVolume %s: %w", rec.PVName, id, err)
 	}
 	logger.Info("Deleted a volume whose claim is gone", "volumeID", id)
-	return c.forget(ctx, rec.ClaimUID)
+	c.cfg.Journal.Remove(rec.ClaimUID)
+	return nil
 }
 
-// record returns the claim's provisioning record: the one in memory, else the one on the
-// claim (written by an earlier leader).
-func (c *Controller) record(uid types.UID, claim *corev1.PersistentVolumeClaim) (intent.Record, bool) {
-	if r, ok := c.cfg.Journal.Get(uid); ok {
-		return r, true
+// moveLegacyRecord moves a record that an earlier release left on the claim into the
+// journal, then removes it from the claim: its finalizer is no longer needed, the journal
+// names the volume after the claim is gone.
+func (c *Controller) moveLegacyRecord(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	rec, ok := c.cfg.Journal.Legacy(claim)
+	if !ok {
+		return nil
 	}
-	if claim == nil {
-		return intent.Record{}, false
+	if _, known := c.cfg.Journal.Get(claim.UID); !known {
+		if err := c.cfg.Journal.Add(ctx, claim, rec); err != nil && !errors.Is(err, intent.ErrUnrecorded) {
+			return err
+		}
 	}
-	return c.cfg.Journal.Parse(claim)
-}
-
-// forget drops the claim's provisioning record, from the claim as well: its finalizer
-// goes with it, so a deleted claim then disappears.
-func (c *Controller) forget(ctx context.Context, uid types.UID) error {
-	return c.cfg.Journal.Remove(ctx, uid, c.claimByUID(uid))
+	return c.cfg.Journal.ReleaseLegacy(ctx, claim)
 }
 
 // ownsVolume reports whether pv is this driver's live PV for the record's claim and volume,

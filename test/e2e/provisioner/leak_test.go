@@ -38,9 +38,9 @@ func TestNoLeakWhenClaimDeletedDuringCreateVolume(t *testing.T) {
 }
 
 // The provisioner is killed after CreateVolume succeeded but before the PV was saved, and
-// the claim is deleted while it is down. The record on the claim names the volume, and its
-// finalizer keeps the deleted claim until the next start deletes the volume. Upstream leaks
-// it (its in-progress state is in memory only).
+// the claim is deleted while it is down. The record in the provisioning journal names the
+// volume after the claim is gone, and the next start deletes the volume. Upstream leaks it
+// (its in-progress state is in memory only).
 func TestNoLeakWhenKilledBetweenCreateVolumeAndPVSave(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -52,12 +52,10 @@ func TestNoLeakWhenKilledBetweenCreateVolumeAndPVSave(t *testing.T) {
 	e.prov.Kill()
 	e.deleteClaim(pvc.Name)
 	unblock()
-	// While no provisioner runs, the record's finalizer holds the deleted claim.
+	// While no provisioner runs, the journal holds the record of the deleted claim.
 	time.Sleep(2 * time.Second)
-	held, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(e.ctx, pvc.Name, metav1.GetOptions{})
-	fatalIf(t, err, "the deleted claim should be held by its provisioning record")
-	if held.DeletionTimestamp == nil || !slices.Contains(held.Finalizers, intent.Finalizer(e.driver)) || held.Annotations[intent.Annotation] == "" {
-		t.Fatalf("claim %s: deletionTimestamp %v, finalizers %v: want it deleted and held by the record", held.Name, held.DeletionTimestamp, held.Finalizers)
+	if recs := e.journal(); !strings.Contains(recs, string(pvc.UID)) || !strings.Contains(recs, "pvc-"+string(pvc.UID)) {
+		t.Fatalf("the provisioning journal should hold the record of the deleted claim %s, holds %s", pvc.UID, recs)
 	}
 	if vols := e.volumes(); len(vols) != 1 {
 		t.Fatalf("precondition: the orphan volume should exist, have %v", vols)
@@ -212,23 +210,41 @@ func (e *env) denyPVs() func() {
 	return remove
 }
 
-// waitJournalEmpty waits until no claim of the test's namespace carries a provisioning
-// record (its annotation or its finalizer).
+// journal returns the records of the driver's provisioning journal in the test's
+// namespace, as stored (JSON, one object per shard).
+func (e *env) journal() string {
+	e.t.Helper()
+	leases, err := e.cs.CoordinationV1().Leases(e.ns).List(e.ctx, metav1.ListOptions{LabelSelector: intent.Selector(e.driver, "")})
+	fatalIf(e.t, err, "list the journal's Leases")
+	var recs []string
+	for _, l := range leases.Items {
+		if r := l.Annotations[intent.AnnotationRecords]; r != "" && r != "{}" {
+			recs = append(recs, r)
+		}
+	}
+	return strings.Join(recs, " ")
+}
+
+// waitJournalEmpty waits until the provisioning journal holds no record, and no claim of
+// the test's namespace carries one in the form of earlier releases.
 func (e *env) waitJournalEmpty() {
 	e.t.Helper()
 	err := wait.PollUntilContextTimeout(e.ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if e.journal() != "" {
+			return false, nil
+		}
 		claims, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
 		for _, c := range claims.Items {
-			if _, ok := c.Annotations[intent.Annotation]; ok || slices.Contains(c.Finalizers, intent.Finalizer(e.driver)) {
+			if _, ok := c.Annotations[intent.LegacyAnnotation]; ok || slices.Contains(c.Finalizers, intent.LegacyFinalizer(e.driver)) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
-	fatalIf(e.t, err, "a provisioning record is left on a claim")
+	fatalIf(e.t, err, "a provisioning record is left")
 }
 
 func ptr[T any](v T) *T { return &v }
