@@ -121,6 +121,9 @@ var (
 	// VolumeAttributesClasses are GA (storage.k8s.io/v1) since 1.34; upstream's v6
 	// sidecars use only v1.
 	VolumeAttributesClasses = Resource{"storage.k8s.io/v1", "volumeattributesclasses"}
+	// PodCertificateRequests back the podCertificate projected volume source (KEP-4317):
+	// certificates.k8s.io/v1 since 1.37, v1beta1 and off by default before.
+	PodCertificateRequests = Resource{"certificates.k8s.io/v1", "podcertificaterequests"}
 	// The snapshot and group snapshot APIs are CRDs (external-snapshotter v8's client/config).
 	VolumeSnapshots             = Resource{"snapshot.storage.k8s.io/v1", "volumesnapshots"}
 	VolumeSnapshotContents      = Resource{"snapshot.storage.k8s.io/v1", "volumesnapshotcontents"}
@@ -129,3 +132,12 @@ var (
 	VolumeGroupSnapshotContents = Resource{"groupsnapshot.storage.k8s.io/v1", "volumegroupsnapshotcontents"}
 	VolumeGroupSnapshotClasses  = Resource{"groupsnapshot.storage.k8s.io/v1", "volumegroupsnapshotclasses"}
 )
+
+// Served reports whether the apiserver serves r, and its version.
+func Served(d discovery.DiscoveryInterface, r Resource) (bool, string, error) {
+	res, err := Check(d, "", nil, []Feature{{Name: r.String(), Needs: []Resource{r}}})
+	if err != nil {
+		return false, res.Server, err
+	}
+	return res.On(r.String()), res.Server, nil
+}
