@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -126,22 +124,7 @@ func generateReleaseModule(ctx context.Context, root, dir, version string) (stri
 			return "", err
 		}
 	}
-	h := sha256.New()
-	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return "", fmt.Errorf("the Go toolchain is needed to build the control plane: %w", err)
-	}
-	h.Write(goVersion)
-	h.Write([]byte(ldFlags(version)))
-	for _, f := range []string{"go.mod", "go.sum", "main.go"} {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", f, len(data))
-		h.Write(data)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	return sourceKey(dir, ".", ldFlags(version))
 }
 
 // releaseGoMod is the untidied go.mod of the control plane of rel: the main package's
