@@ -4,14 +4,16 @@
 # one build at a time, niced) and runs the sidecars' end-to-end packages on it, then the
 # node agent's package on the oldest release. Prints the README's table, one row per release:
 #   | release | date | kubevol commit | build time | one column per package |
-# Logs and the rows are kept in $MATRIX_OUT (default _output/matrix).
+# Logs and the rows are kept in $MATRIX_OUT (default _output/matrix). MATRIX_PACKAGES and
+# MATRIX_NODE_PACKAGES (directories under test/e2e; empty runs none) narrow the run,
+# MATRIX_PARALLEL (2) and MATRIX_TIMEOUT (40m) are go test's -p and -timeout.
 set -uo pipefail
 GO=${GO:-go}
 export CGO_ENABLED=0
 export GOFLAGS="$($GO env GOFLAGS) -trimpath"
 versions=(${MATRIX_VERSIONS:-v1.34.4 v1.35.4 v1.36.3 v1.37.2})
-packages=(${MATRIX_PACKAGES:-provisioner attacher resizer snapshotter cluster deploy})
-node_packages=(${MATRIX_NODE_PACKAGES:-node})
+packages=(${MATRIX_PACKAGES-provisioner attacher resizer snapshotter cluster deploy})
+node_packages=(${MATRIX_NODE_PACKAGES-node})
 out=${MATRIX_OUT:-_output/matrix}
 mkdir -p "$out"
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
@@ -67,7 +69,8 @@ for i in "${!versions[@]}"; do
   row="| $v | $(date -u +%F) | \`$commit\` | ${built} s |$cells"
   echo "$row" | tee -a "$rows"
   # Failures, and the tests skipped on this release with their reason (framework.Requires).
-  grep -E -A1 "^(--- FAIL|FAIL|ok|[[:space:]]*--- SKIP)" "$log" | grep -v "^--$" | sed 's/^/    /'
+  grep -E "^(--- FAIL|FAIL|ok)" "$log" | sed 's/^/    /'
+  grep -E -A1 "^[[:space:]]*--- SKIP" "$log" | grep -v "^--$" | sed 's/^/    /'
 done
 wait
 echo
