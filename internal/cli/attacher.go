@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	"github.com/kubevol/kubevol/internal/attacher"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -85,6 +86,9 @@ func (o *attacherOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer sc.Close()
+	if _, err := sc.CheckAPIs(ctx, "attacher", []apicheck.Resource{apicheck.PersistentVolumes, apicheck.VolumeAttachments}); err != nil {
+		return err
+	}
 	ctrl, err := attacher.New(ctx, attacher.Config{
 		ControllerConfig: sc.ControllerConfig(),
 		DefaultFSType:    o.defaultFSType,

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
@@ -86,16 +87,27 @@ func (o *resizerOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer sc.Close()
-	// As upstream: a gate left at its default follows what the apiserver serves.
-	vacSet := strings.Contains(o.gates.Value.String(), "VolumeAttributesClass=")
+	// As upstream: a gate left at its default follows what the apiserver serves (a class
+	// informer on a missing API would never sync); one set to true needs the API.
+	required := []apicheck.Resource{apicheck.PersistentVolumes, apicheck.PersistentVolumeClaims}
+	var features []apicheck.Feature
+	modify := o.sidecar.FeatureGates["VolumeAttributesClass"]
+	if modify && strings.Contains(o.gates.Value.String(), "VolumeAttributesClass=") {
+		required = append(required, apicheck.VolumeAttributesClasses)
+	} else if modify {
+		features = append(features, apicheck.Feature{Name: modifyFeature, Needs: []apicheck.Resource{apicheck.VolumeAttributesClasses}})
+	}
+	served, err := sc.CheckAPIs(ctx, "resizer", required, features...)
+	if err != nil {
+		return err
+	}
 	ctrl, err := resizer.New(ctx, resizer.Config{
 		ControllerConfig:       sc.ControllerConfig(),
 		HandleVolumeInUseError: o.handleInUseErr,
 		AnnotateFsResize:       o.sidecar.FeatureGates["AnnotateFsResize"],
 		Modify: resizer.ModifyConfig{
-			Enabled:       o.sidecar.FeatureGates["VolumeAttributesClass"],
+			Enabled:       modify && served.On(modifyFeature),
 			ExtraMetadata: o.extraModify,
-			ProbeAPI:      !vacSet,
 		},
 	})
 	if err != nil {
@@ -103,3 +115,7 @@ func (o *resizerOptions) run(ctx context.Context) error {
 	}
 	return sc.Run(ctx, resizer.LeaseName(sc.Driver), ctrl.Run)
 }
+
+// modifyFeature names ControllerModifyVolume through VolumeAttributesClasses in the line
+// of what is off.
+const modifyFeature = "modify (VolumeAttributesClass)"

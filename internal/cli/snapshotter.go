@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
 	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/snapshotter"
@@ -174,6 +175,8 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 	var client kubernetes.Interface
 	var reg *prometheus.Registry
 	var queueMetrics *kvcontroller.QueueMetrics
+	var served apicheck.Result
+	groups := func() bool { return o.groupsEnabled() && served.On(groupFeature) }
 	if o.sidecarRole {
 		sc, err := sidecar.Connect(ctx, "snapshotter", &o.sidecar)
 		if err != nil {
@@ -181,6 +184,9 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		}
 		defer sc.Close()
 		cfg, client, reg, queueMetrics = sc.RESTConfig, sc.Client, sc.Registry, sc.QueueMetrics
+		if served, err = o.checkAPIs(ctx, client); err != nil {
+			return err
+		}
 		ctrl, err := csisnapshotter.New(ctx, csisnapshotter.Config{
 			ControllerConfig: sc.ControllerConfig(),
 			Snap:             snapClient(cfg), NamePrefix: o.namePrefix, UUIDLength: o.uuidLength,
@@ -189,7 +195,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		run, err := o.withGroupSidecar(ctx, ctrl.Run, groupsidecar.Config{
+		run, err := o.withGroupSidecar(ctx, groups(), ctrl.Run, groupsidecar.Config{
 			ControllerConfig: sc.ControllerConfig(), Snap: snapClient(cfg), NamePrefix: o.groupPrefix, UUIDLength: o.groupUUIDLength,
 			ExtraCreateMetadata: o.extraCreateMetadata, NodeName: o.nodeName,
 		})
@@ -210,6 +216,9 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		queueMetrics = kvcontroller.NewQueueMetrics(reg)
+		if served, err = o.checkAPIs(ctx, client); err != nil {
+			return err
+		}
 	}
 	if o.controllerRole {
 		snap := snapClient(cfg)
@@ -227,7 +236,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		run, err := o.withGroupController(ctx, ctrl.Run, groupcontroller.Config{ControllerConfig: common})
+		run, err := o.withGroupController(ctx, groups(), ctrl.Run, groupcontroller.Config{ControllerConfig: common})
 		if err != nil {
 			return err
 		}

@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"time"
 
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
 	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
 )
@@ -27,9 +31,44 @@ func groupCRDsServed(ctx context.Context, snap snapclient.Interface) bool {
 	return true
 }
 
+// groupFeature names group snapshots in the line of what is off.
+const groupFeature = "group snapshots"
+
+// checkAPIs waits, up to --retry-crd-interval-max as the snapshot-controller waits for its
+// CRDs, for the snapshot API the csi-snapshotter cannot work without (contents and classes),
+// then logs the one line of what is off: group snapshots without the
+// groupsnapshot.storage.k8s.io/v1 CRDs. Discovery needs no permission beyond the default.
+func (o *snapshotterOptions) checkAPIs(ctx context.Context, client kubernetes.Interface) (apicheck.Result, error) {
+	var required []apicheck.Resource
+	if o.sidecarRole {
+		required = []apicheck.Resource{apicheck.VolumeSnapshotContents, apicheck.VolumeSnapshotClasses}
+	}
+	var features []apicheck.Feature
+	if o.groupsEnabled() {
+		features = []apicheck.Feature{{Name: groupFeature, Needs: []apicheck.Resource{
+			apicheck.VolumeGroupSnapshots, apicheck.VolumeGroupSnapshotContents, apicheck.VolumeGroupSnapshotClasses}}}
+	}
+	var res apicheck.Result
+	deadline := time.Now().Add(o.retryCRDMax)
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		if res, err = apicheck.Check(client.Discovery(), "snapshotter", required, features); err == nil {
+			return true, nil
+		} else if time.Now().After(deadline) {
+			return false, err
+		}
+		return false, nil
+	})
+	if err != nil {
+		return res, err
+	}
+	klog.FromContext(ctx).Info(res.Line("snapshotter"))
+	return res, nil
+}
+
 // withGroupController adds the group half to the snapshot-controller role's Run.
-func (o *snapshotterOptions) withGroupController(ctx context.Context, run func(context.Context) error, cfg groupcontroller.Config) (func(context.Context) error, error) {
-	if !o.groupsEnabled() || !groupCRDsServed(ctx, cfg.Snap) {
+func (o *snapshotterOptions) withGroupController(ctx context.Context, on bool, run func(context.Context) error, cfg groupcontroller.Config) (func(context.Context) error, error) {
+	if !on || !groupCRDsServed(ctx, cfg.Snap) {
 		return run, nil
 	}
 	g, err := groupcontroller.New(ctx, cfg)
@@ -41,8 +80,8 @@ func (o *snapshotterOptions) withGroupController(ctx context.Context, run func(c
 
 // withGroupSidecar adds the group half to the csi-snapshotter role's Run when the driver
 // serves the GroupController, as upstream.
-func (o *snapshotterOptions) withGroupSidecar(ctx context.Context, run func(context.Context) error, cfg groupsidecar.Config) (func(context.Context) error, error) {
-	if !o.groupsEnabled() {
+func (o *snapshotterOptions) withGroupSidecar(ctx context.Context, on bool, run func(context.Context) error, cfg groupsidecar.Config) (func(context.Context) error, error) {
+	if !on {
 		return run, nil
 	}
 	ok, err := groupsidecar.Supported(ctx, cfg.ControllerConfig)

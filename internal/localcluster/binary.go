@@ -28,15 +28,13 @@ const (
 	BinaryEnv = "KUBEVOL_CLUSTER_BINARY"
 	// CacheDirEnv overrides where built binaries are kept (default: the user cache dir).
 	CacheDirEnv = "KUBEVOL_CACHE_DIR"
-	// UpstreamVersion is the Kubernetes release the control plane is built from.
+	// UpstreamVersion is the Kubernetes release the control plane is built from (unless
+	// VersionEnv picks another).
 	UpstreamVersion = "v1.37.2"
 )
 
-// versionLDFlags stamps the release into the control plane, as upstream's build does, so
-// /version and clients that check the server version see v1.37.2 instead of v0.0.0-master.
-const versionLDFlags = "-X k8s.io/component-base/version.gitVersion=" + UpstreamVersion +
-	" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" +
-	" -X k8s.io/component-base/version.gitTreeState=clean"
+// versionLDFlags are the pinned release's version stamp.
+var versionLDFlags = ldFlags(UpstreamVersion)
 
 // EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
 // It builds one through the Go build cache when none exists for the go.mod, go.sum and
@@ -54,12 +52,20 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return "", err
 	}
 	root, err := FindModuleRoot()
+	version := Version()
 	if err != nil {
 		// Outside the source tree (an installed kubevol), the last built binary will do.
-		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
+		prefix := "kubevol-cluster-"
+		if version != UpstreamVersion {
+			prefix = "control-plane-" + version + "-"
+		}
+		if bin := newestEntry(cache, prefix); bin != "" {
 			return bin, nil
 		}
 		return "", err
+	}
+	if version != UpstreamVersion {
+		return ensureReleaseBinary(ctx, root, cache, version, progress)
 	}
 	// The kubelet links kubevol's volume manager: the kubevol sources are part of its key.
 	key, err := sourceKey(root, clusterModule, versionLDFlags, kubevolSources...)
@@ -72,7 +78,11 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 
 	err = buildLocked(filepath.Join(cache, "build.lock"), bin, func() error {
-		if err := build(ctx, root, bin, progress); err != nil {
+		overlay, err := KubeletOverlay(root)
+		if err != nil {
+			return fmt.Errorf("the kubelet's build overlay: %w", err)
+		}
+		if err := build(ctx, filepath.Join(root, clusterModule), overlay.Flags(), UpstreamVersion, bin, progress); err != nil {
 			return err
 		}
 		removeStale(cache, "kubevol-cluster-", bin)
@@ -214,21 +224,18 @@ func cacheDir() (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// build runs `go build -v` and turns its package lines into a progress report.
-func build(ctx context.Context, root, out string, progress io.Writer) error {
+// build runs `go build -v` in the control plane's module dir, with flags, and turns its
+// package lines into a progress report.
+func build(ctx context.Context, dir string, flags []string, version, out string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
-	overlay, err := KubeletOverlay(root)
-	if err != nil {
-		return fmt.Errorf("the kubelet's build overlay: %w", err)
-	}
-	total := countPackages(ctx, root, overlay.Flags())
+	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", version, out)
+	total := countPackages(ctx, dir, flags)
 	tmp := out + ".tmp"
-	args := append(append([]string{"build", "-v"}, overlay.Flags()...), "-ldflags", versionLDFlags, "-o", tmp, ".")
+	args := append(append([]string{"build", "-v"}, flags...), "-ldflags", ldFlags(version), "-o", tmp, ".")
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = filepath.Join(root, clusterModule)
+	cmd.Dir = dir
 	// The environment is left as is: the same settings as `go test` share the build cache.
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -259,15 +266,15 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	}
 	if err := cmd.Wait(); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("go build %s: %w\n%s", clusterModule, err, strings.Join(tail, "\n"))
+		return fmt.Errorf("go build %s: %w\n%s", dir, err, strings.Join(tail, "\n"))
 	}
-	fmt.Fprintf(progress, "built kubevol-cluster in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(progress, "built the %s control plane in %s\n", version, time.Since(start).Round(time.Second))
 	return os.Rename(tmp, out)
 }
 
-func countPackages(ctx context.Context, root string, flags []string) int {
+func countPackages(ctx context.Context, dir string, flags []string) int {
 	cmd := exec.CommandContext(ctx, "go", append(append([]string{"list"}, flags...), "-deps", ".")...)
-	cmd.Dir = filepath.Join(root, clusterModule)
+	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
 		return 0

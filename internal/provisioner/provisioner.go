@@ -63,6 +63,11 @@ func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx).WithValues("driver", sc.Driver)
 	ctx = klog.NewContext(ctx, logger)
 	logger.Info("CSI driver is ready", "topology", caps.Plugin[csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS])
+	served, err := checkAPIs(ctx, sc, cfg, caps)
+	if err != nil {
+		return err
+	}
+	cfg.Capacity.Enabled = cfg.Capacity.Enabled && served.On(capacityFeature)
 
 	identity := fmt.Sprintf("%d-%d-%s", time.Now().UnixMilli(), rand.IntN(10000), sc.Driver)
 	node := ""
@@ -74,7 +79,7 @@ func Run(ctx context.Context, cfg Config) error {
 		node = nd.NodeName
 		logger.Info("Node deployment: provisioning only this node's claims", "node", nd.NodeName, "topology", nd.Topology, "immediateBinding", nd.ImmediateBinding)
 	}
-	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity,
+	p := &instance{cfg: cfg, sc: sc, caps: caps, identity: identity, noClasses: !served.On(classesFeature),
 		journal: intent.New(sc.Client, cfg.IntentNamespace, sc.Driver, node),
 	}
 	p.hostname, _ = os.Hostname()
@@ -107,6 +112,7 @@ type instance struct {
 	hostname         string
 	journal          *intent.Journal
 	metrics          *metrics.Metrics
+	noClasses        bool
 }
 
 // lead runs the controllers while this instance holds the lease.
@@ -130,6 +136,7 @@ func (p *instance) lead(ctx context.Context) error {
 		Journal: p.journal, Metrics: m, Snapshots: p.snapshots,
 		Claims: factory.Core().V1().PersistentVolumeClaims(), Volumes: factory.Core().V1().PersistentVolumes(),
 		Classes: factory.Storage().V1().StorageClasses(), Node: cfg.NodeDeployment,
+		NoAttributesClasses: p.noClasses,
 	}
 	if topo {
 		ccfg.Nodes, ccfg.CSINodes = factory.Core().V1().Nodes(), factory.Storage().V1().CSINodes()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -12,9 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -37,10 +34,6 @@ type ModifyConfig struct {
 	// ExtraMetadata (upstream --extra-modify-metadata) adds the claim's name and namespace
 	// and the PV's name to the parameters.
 	ExtraMetadata bool
-	// ProbeAPI turns modification off when the apiserver does not serve
-	// storage.k8s.io/v1 VolumeAttributesClasses, as upstream does when the gate is not set
-	// explicitly (a class informer on a missing API would never sync).
-	ProbeAPI bool
 }
 
 // modifier is the modification half of the Controller: its own queue, so that its
@@ -69,16 +62,6 @@ func (c *Controller) setupModify(ctx context.Context, factory informers.SharedIn
 	if !driverModifies {
 		logger.Info("Modify not supported: the driver lacks MODIFY_VOLUME")
 		return nil
-	}
-	if c.cfg.Modify.ProbeAPI {
-		served, err := servesClasses(c.cfg.Client.Discovery())
-		if err != nil {
-			return fmt.Errorf("resizer: looking for the VolumeAttributesClass v1 API: %w", err)
-		}
-		if !served {
-			logger.Info("Disabling VolumeAttributesClass: the apiserver does not serve storage.k8s.io/v1 volumeattributesclasses")
-			return nil
-		}
 	}
 	m := &modifier{
 		cfg:   c.cfg.Modify,
@@ -138,18 +121,6 @@ func (c *Controller) setupModify(ctx context.Context, factory informers.SharedIn
 	}
 	controller.Handle(c.runner, m.queue, c.cfg.Workers, c.serialised(c.syncModify))
 	return nil
-}
-
-// servesClasses reports whether the apiserver serves storage.k8s.io/v1 VolumeAttributesClasses.
-func servesClasses(d discovery.DiscoveryInterface) (bool, error) {
-	rl, err := d.ServerResourcesForGroupVersion(storagev1.SchemeGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "volumeattributesclasses" }), nil
 }
 
 // behindSpec reports a claim that finished a modification but not the one its spec asks for.

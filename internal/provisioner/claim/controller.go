@@ -63,6 +63,10 @@ type Config struct {
 
 	// Node is set for a node deployment (--node-deployment); nil serves every node.
 	Node *NodeDeployment
+	// NoAttributesClasses is set when the apiserver does not serve storage.k8s.io/v1
+	// VolumeAttributesClasses (before 1.34): a claim that names one is refused with that
+	// reason instead of failing on each lookup.
+	NoAttributesClasses bool
 }
 
 // Controller is the claim controller.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/provisioner/params"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
@@ -100,6 +101,9 @@ func (c *Controller) prepare(ctx context.Context, claim *corev1.PersistentVolume
 	if vacName := claim.Spec.VolumeAttributesClassName; vacName != nil && *vacName != "" {
 		if !caps.Controller[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME] {
 			return nil, fmt.Errorf("claim names VolumeAttributesClass %q but CSI driver %s does not support MODIFY_VOLUME", *vacName, c.cfg.DriverName)
+		}
+		if c.cfg.NoAttributesClasses {
+			return nil, fmt.Errorf("claim names VolumeAttributesClass %q but the apiserver does not serve %s", *vacName, apicheck.VolumeAttributesClasses)
 		}
 		vac, err := c.cfg.Client.StorageV1().VolumeAttributesClasses().Get(ctx, *vacName, metav1.GetOptions{})
 		if err != nil {

@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/apicheck"
 	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // Signer names of the test's signer controller.
@@ -104,6 +106,7 @@ func certVolume(signer string) corev1.Volume {
 // FailedMount on its pod, with the request's reason, and a Denied event.
 func TestPodCertificate(t *testing.T) {
 	t.Parallel()
+	framework.Requires(t, apicheck.PodCertificateRequests, "podCertificate volumes need PodCertificateRequests of certificates.k8s.io/v1, GA in 1.37 (v1beta1 and off by default in 1.35 and 1.36)")
 	a := startAgent(t)
 	signer := startSigner(t, a)
 	ctx := a.ctx(2 * time.Minute)
