@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/filelock"
 	"github.com/kubevol/kubevol/internal/kubeletoverlay"
+	"github.com/kubevol/kubevol/internal/version"
 )
 
 const (
@@ -32,21 +33,43 @@ const (
 	UpstreamVersion = "v1.37.2"
 )
 
-// versionLDFlags stamps the release into the control plane, as upstream's build does, so
+// UpstreamLDFlags stamps the release into the control plane, as upstream's build does, so
 // /version and clients that check the server version see v1.37.2 instead of v0.0.0-master.
-const versionLDFlags = "-X k8s.io/component-base/version.gitVersion=" + UpstreamVersion +
+// Every build of the control plane links with them (BuildRelease's callers add them to the
+// shipped binaries' -ldflags).
+const UpstreamLDFlags = "-X k8s.io/component-base/version.gitVersion=" + UpstreamVersion +
 	" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" +
 	" -X k8s.io/component-base/version.gitTreeState=clean"
 
-// EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
-// It builds one through the Go build cache when none exists for the go.mod, go.sum and
-// sources of the cmd/kubevol-cluster module, and only then. Concurrent callers (parallel test packages,
-// `kubevol up`) wait for a single build. Progress goes to progress.
+// EnsureBinary returns the path of a kubevol-cluster binary, the first of: the one
+// $KUBEVOL_CLUSTER_BINARY names (as is); the one shipped beside the running executable (a
+// release archive's, checked to be of this kubevol's version); one that matches this source
+// tree, built through the Go build cache when none exists for the go.mod, go.sum and sources
+// of the cmd/kubevol-cluster module, and only then; outside a source tree, the last one
+// built. Concurrent callers (parallel test packages, `kubevol up`) wait for a single build.
+// Progress goes to progress.
 func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
+	return ensureBinary(ctx, progress, nil)
+}
+
+// ensureBinary is EnsureBinary; building, if set, is told when a build starts (true) and
+// ends (false).
+func ensureBinary(ctx context.Context, progress io.Writer, building func(bool)) (string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
 	if p := os.Getenv(BinaryEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", BinaryEnv, p, err)
 		}
+		return p, nil
+	}
+	if p := shippedBinary(); p != "" {
+		v, err := CheckBinary(ctx, p, version.Get())
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(progress, "control plane: %s (kubevol-cluster %s, shipped beside kubevol)\n", p, v)
 		return p, nil
 	}
 	cache, err := cacheDir()
@@ -55,14 +78,16 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 	root, err := FindModuleRoot()
 	if err != nil {
-		// Outside the source tree (an installed kubevol), the last built binary will do.
+		// Outside the source tree (a kubevol moved away from its archive's control plane),
+		// the last built binary will do.
 		if bin := newestEntry(cache, "kubevol-cluster-"); bin != "" {
+			fmt.Fprintf(progress, "control plane: %s (the last one built on this machine)\n", bin)
 			return bin, nil
 		}
-		return "", err
+		return "", errNoBinary()
 	}
 	// The kubelet links kubevol's volume manager: the kubevol sources are part of its key.
-	key, err := sourceKey(root, clusterModule, versionLDFlags, kubevolSources...)
+	key, err := sourceKey(root, clusterModule, UpstreamLDFlags, kubevolSources...)
 	if err != nil {
 		return "", err
 	}
@@ -72,7 +97,13 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 
 	err = buildLocked(filepath.Join(cache, "build.lock"), bin, func() error {
-		if err := build(ctx, root, bin, progress); err != nil {
+		if building != nil {
+			building(true)
+			defer building(false)
+		}
+		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, bin)
+		// The environment is left as is: the same settings as `go test` share the build cache.
+		if err := build(ctx, root, bin, nil, []string{"-ldflags", UpstreamLDFlags}, progress); err != nil {
 			return err
 		}
 		removeStale(cache, "kubevol-cluster-", bin)
@@ -214,22 +245,24 @@ func cacheDir() (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// build runs `go build -v` and turns its package lines into a progress report.
-func build(ctx context.Context, root, out string, progress io.Writer) error {
+// build runs `go build -v` of the control plane with flags, its environment plus env, and
+// turns its package lines into a progress report.
+func build(ctx context.Context, root, out string, env, flags []string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager and kube-scheduler into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, out)
 	overlay, err := KubeletOverlay(root)
 	if err != nil {
 		return fmt.Errorf("the kubelet's build overlay: %w", err)
 	}
-	total := countPackages(ctx, root, overlay.Flags())
+	total := countPackages(ctx, root, env, overlay.Flags())
 	tmp := out + ".tmp"
-	args := append(append([]string{"build", "-v"}, overlay.Flags()...), "-ldflags", versionLDFlags, "-o", tmp, ".")
+	args := append(append(append([]string{"build", "-v"}, overlay.Flags()...), flags...), "-o", tmp, ".")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Join(root, clusterModule)
-	// The environment is left as is: the same settings as `go test` share the build cache.
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -265,9 +298,12 @@ func build(ctx context.Context, root, out string, progress io.Writer) error {
 	return os.Rename(tmp, out)
 }
 
-func countPackages(ctx context.Context, root string, flags []string) int {
+func countPackages(ctx context.Context, root string, env, flags []string) int {
 	cmd := exec.CommandContext(ctx, "go", append(append([]string{"list"}, flags...), "-deps", ".")...)
 	cmd.Dir = filepath.Join(root, clusterModule)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return 0
