@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build binaries debs images push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance
+.PHONY: all build binaries debs images dist push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance
 
 all: build
 
@@ -41,6 +41,14 @@ IMAGES_FLAGS = -tag=$(TAG) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) \
 # `ctr images import --all-platforms $(OUTPUT)/images/csi-provisioner.oci.tar`.
 images: binaries debs
 	$(IMAGES_TOOL) $(IMAGES_FLAGS) -prefix=$(PREFIX) -out=$(OUTPUT)/images
+
+# The release archives: $(OUTPUT)/dist/kubevol-$(VERSION)-linux-<arch>.tar.gz, each with
+# kubevol and the control plane it runs (kubevol-cluster, built with the kubelet's overlay and
+# the same flags, into $(OUTPUT)/bin/linux_<arch>/) side by side, and their SHA256SUMS
+# (docs/install.md). Another architecture's control plane is a full Kubernetes build, about
+# 12 CPU-minutes or more cold; `make dist PLATFORMS=linux/amd64` builds one.
+dist: binaries
+	$(IMAGES_TOOL) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) -bin-dir=$(OUTPUT)/bin -dist=$(OUTPUT)/dist
 
 # Pushes every image to $(REGISTRY)/<name>:$(TAG) with the credentials of ~/.docker/config.json.
 push: binaries debs
