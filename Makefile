@@ -9,6 +9,9 @@ all: build
 
 # The version every binary and image is stamped with, and the images' tag.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# Evaluated once: every binary of one make run carries the same version, even if the tree
+# changes meanwhile (kubevol up checks that kubevol and its control plane agree).
+VERSION := $(VERSION)
 TAG ?= $(VERSION)
 # Images are $(PREFIX)/<name>:$(TAG); `make push REGISTRY=registry.example/me` pushes them
 # under that prefix instead.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/kubevol/kubevol/internal/dist"
@@ -40,10 +42,15 @@ func writeDist(ctx context.Context, platforms []image.Platform, version, binDir,
 			return err
 		}
 		fmt.Printf("built %s in %s\n", cluster, time.Since(start).Round(time.Second))
-		// This machine's control plane runs here: it must say it is of this release.
+		// This machine's binaries run here: both must say they are of this release, as
+		// kubevol up checks (a kubevol built by another make run would not be).
 		if p.OS == runtime.GOOS && p.Architecture == runtime.GOARCH {
 			if _, err := localcluster.CheckBinary(ctx, cluster, version); err != nil {
 				return err
+			}
+			out, err := exec.CommandContext(ctx, kubevol, "version").Output()
+			if f := strings.Fields(string(out)); err != nil || len(f) < 2 || f[1] != version {
+				return fmt.Errorf("%s version: %q, %v; want kubevol %s (make binaries VERSION=%s)", kubevol, out, err, version, version)
 			}
 		}
 		out, err := dist.WriteArchive(distDir, dist.Name(version, p.OS, p.Architecture), []dist.File{
