@@ -139,12 +139,14 @@ func BuildRelease(ctx context.Context, root, out string, env, flags []string, pr
 	if !strings.Contains(strings.Join(flags, " "), UpstreamLDFlags) {
 		return errors.New("BuildRelease: the flags' -ldflags lack UpstreamLDFlags")
 	}
+	// go build runs in the control plane's module: out must not be relative to elsewhere.
+	out, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	fmt.Fprintf(progress, "building kubevol-cluster (Kubernetes %s) into %s [%s]\n", UpstreamVersion, out, strings.Join(env, " "))
-	if err := build(ctx, root, out, env, flags, progress); err != nil {
-		return err
-	}
-	return nil
+	return build(ctx, root, out, env, flags, progress)
 }
