@@ -3,12 +3,15 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build binaries debs images push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance matrix
+.PHONY: all build binaries debs images dist push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance matrix
 
 all: build
 
 # The version every binary and image is stamped with, and the images' tag.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# Evaluated once: every binary of one make run carries the same version, even if the tree
+# changes meanwhile (kubevol up checks that kubevol and its control plane agree).
+VERSION := $(VERSION)
 TAG ?= $(VERSION)
 # Images are $(PREFIX)/<name>:$(TAG); `make push REGISTRY=registry.example/me` pushes them
 # under that prefix instead.
@@ -41,6 +44,14 @@ IMAGES_FLAGS = -tag=$(TAG) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) \
 # `ctr images import --all-platforms $(OUTPUT)/images/csi-provisioner.oci.tar`.
 images: binaries debs
 	$(IMAGES_TOOL) $(IMAGES_FLAGS) -prefix=$(PREFIX) -out=$(OUTPUT)/images
+
+# The release archives: $(OUTPUT)/dist/kubevol-$(VERSION)-linux-<arch>.tar.gz, each with
+# kubevol and the control plane it runs (kubevol-cluster, built with the kubelet's overlay and
+# the same flags, into $(OUTPUT)/bin/linux_<arch>/) side by side, and their SHA256SUMS
+# (docs/install.md). Another architecture's control plane is a full Kubernetes build, about
+# 12 CPU-minutes or more cold; `make dist PLATFORMS=linux/amd64` builds one.
+dist: binaries
+	$(IMAGES_TOOL) -platforms=$(shell echo $(PLATFORMS) | tr ' ' ,) -bin-dir=$(OUTPUT)/bin -dist=$(OUTPUT)/dist
 
 # Pushes every image to $(REGISTRY)/<name>:$(TAG) with the credentials of ~/.docker/config.json.
 push: binaries debs

@@ -8,16 +8,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
+	componentversion "k8s.io/component-base/version"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+
+	"github.com/kubevol/kubevol/internal/version"
 )
 
-const usage = "usage: kubevol-cluster etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags]"
+const usage = "usage: kubevol-cluster etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags] | version"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -41,6 +45,10 @@ func main() {
 		// The node of `kubevol up --runtime containerd`; its command needs a live context.
 		os.Args = append([]string{component}, args...)
 		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
+	case "version":
+		// The kubevol release this binary belongs to, first: kubevol up runs only a control
+		// plane of its own release (internal/localcluster.CheckBinary).
+		fmt.Printf("kubevol-cluster %s (Kubernetes %s, %s, %s/%s)\n", version.Get(), componentversion.Get().GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	default:
 		fmt.Fprintf(os.Stderr, "kubevol-cluster: unknown component %q\n%s\n", component, usage)
 		os.Exit(2)

@@ -1,9 +1,10 @@
 // Command images builds kubevol's container images (internal/images) from binaries and
 // Debian packages already on disk, writes each as an OCI archive and, with -push, pushes
 // them. With -binaries (or -binary) it builds the binaries instead, with
-// images.GoBuildFlags, the one definition of how a shipped binary is built. `make build`,
-// `make binaries`, `make images` and `make push` run it from the module root; see
-// docs/images.md.
+// images.GoBuildFlags, the one definition of how a shipped binary is built. With -dist it
+// builds the control plane of each platform with the same flags and writes the release
+// archives (internal/dist). `make build`, `make binaries`, `make images`, `make push` and
+// `make dist` run it from the module root; see docs/images.md and docs/install.md.
 package main
 
 import (
@@ -38,6 +39,7 @@ func run() error {
 	push := flag.Bool("push", false, "push each image to its reference instead of writing archives")
 	binaries := flag.Bool("binaries", false, "build the binary of each platform into -bin-dir instead of the images")
 	binary := flag.String("binary", "", "build the binary of this machine's platform into this path instead of the images")
+	distDir := flag.String("dist", "", "build the control plane (kubevol-cluster) of each platform into -bin-dir and write the release archives of the binaries there and their SHA256SUMS into this directory, instead of the images")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "images: unexpected arguments:", flag.Args())
@@ -70,6 +72,8 @@ func run() error {
 			}
 		}
 		return nil
+	case *distDir != "":
+		return writeDist(context.Background(), b.Platforms, *version, *binDir, *distDir)
 	}
 	b.Inputs = images.Inputs{
 		Binary:   binaryOf,

@@ -20,6 +20,7 @@ import (
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/up"
+	"github.com/kubevol/kubevol/internal/version"
 )
 
 type upOptions struct {
@@ -76,7 +77,7 @@ Ctrl-C or SIGTERM stops everything up started; external drivers keep running.`,
 	f.StringVar(&o.dir, "dir", "/var/lib/kubevol/up", "state directory: certificates, etcd data, kubeconfig, logs")
 	f.BoolVar(&o.reset, "reset", false, "wipe the state directory before starting")
 	f.BoolVar(&o.demo, "demo", false, "also apply examples/ (StorageClass, PVC, a pod with PVC, configMap, secret, emptyDir and inline CSI volumes), show where each volume is mounted and that PVC data survives recreating the pod")
-	f.StringVar(&o.clusterBinary, "cluster-binary", "", "kubevol-cluster binary to run (default: $"+localcluster.BinaryEnv+", or build it from this source tree)")
+	f.StringVar(&o.clusterBinary, "cluster-binary", "", "the control plane's kubevol-cluster binary, of this kubevol's release (default: $"+localcluster.BinaryEnv+" as is, else the kubevol-cluster beside this kubevol, as a release archive ships it, else built from this source tree)")
 	f.DurationVar(&o.statusInterval, "status-interval", 2*time.Second, "how often the live status is refreshed")
 	f.StringVar(&o.nodeName, "node-name", defaultNodeName(), "name of this machine's Node, served by the kubevol node agent and driver")
 	f.IntVar(&o.nodes, "nodes", 1, "how many nodes to run on this machine, each its own Node (<node-name>, <node-name>-2, ...) with its own node agent, root directory, plugin registry and node instance of the built-in driver (topology segment "+driver.TopologyKey+"=<node>), under one controller; external --drivers register on the first node only")
@@ -157,6 +158,12 @@ func (o *upOptions) validate() error {
 }
 
 func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if o.clusterBinary != "" {
+		// A wrong path or another release's binary stops up before anything starts.
+		if _, err := localcluster.CheckBinary(ctx, o.clusterBinary, version.Get()); err != nil {
+			return usageErrorf("--cluster-binary %v", err)
+		}
+	}
 	if o.buildOnly {
 		bin := o.clusterBinary
 		if bin == "" {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kubevol/kubevol/internal/csitest"
+	"github.com/kubevol/kubevol/internal/version"
 )
 
 // TestUpDriverFlags: a --driver or --driver-config that cannot work exits 2 with one line
@@ -64,5 +65,50 @@ func TestUpRuntimeMissingPackage(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		t.Errorf("a missing package left %d entries in the state directory", len(entries))
+	}
+}
+
+// TestUpClusterBinaryFlag: a --cluster-binary that is missing, not a program, or of another
+// kubevol release exits 2 with one line saying so, before anything starts; one of this
+// release is taken as is (--build-only prints it).
+func TestUpClusterBinaryFlag(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, script string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	this := fake("this", `echo "kubevol-cluster `+version.Get()+` (Kubernetes v1.37.2, go, linux/amd64)"`, 0o755)
+	for _, tc := range []struct {
+		name, bin, wantErr string
+	}{
+		{"missing", filepath.Join(dir, "none"), "--cluster-binary " + filepath.Join(dir, "none") + ": no such file"},
+		{"directory", dir, "is a directory"},
+		{"not executable", fake("plain", "true", 0o644), "is not executable"},
+		{"no version", fake("old", `echo 'kubevol-cluster: unknown component "version"' >&2; exit 2`, 0o755), `does not report its kubevol release (` + "`old version`" + `: kubevol-cluster: unknown component "version")`},
+		{"another release", fake("other", `echo "kubevol-cluster v0.0.1-other (Kubernetes v1.37.2, go, linux/amd64)"`, 0o755), "is the control plane of kubevol v0.0.1-other, and this kubevol is " + version.Get()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := []string{"up", "--dir", filepath.Join(dir, "up"), "--cluster-binary", tc.bin}
+			if code := Execute(args, &stdout, &stderr); code != exitUsage {
+				t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, exitUsage, stderr.String())
+			}
+			if first, _, _ := strings.Cut(stderr.String(), "\n"); !strings.Contains(first, tc.wantErr) {
+				t.Errorf("first stderr line %q does not contain %q", first, tc.wantErr)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "up")); err == nil {
+		t.Error("a refused --cluster-binary made the state directory")
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Execute([]string{"up", "--build-only", "--cluster-binary", this}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit code = %d; stderr:\n%s", code, stderr.String())
+	}
+	if got := strings.TrimSpace(stdout.String()); got != this {
+		t.Errorf("--build-only printed %q, want %q", got, this)
 	}
 }

@@ -73,7 +73,7 @@ machine (--kubeconfig). It prints a table, exits 1 when a case failed, and write
 	f.StringSliceVar(&o.o.MountOptions, "mount-options", nil, "mount options the driver supports, for the pv/fields case, which checks them on the mount (default: the StorageClass's; for *.kubevol.io drivers: noatime)")
 	f.IntVar(&o.o.Parallel, "parallel", 3, "cases run at once (those that kill or restart a component always run alone)")
 	f.DurationVar(&o.o.Timeout, "timeout", 3*time.Minute, "time limit of each case")
-	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered (kubevol up started just before)")
+	f.DurationVar(&o.o.Wait, "wait", 5*time.Minute, "how long to wait for the cluster to be ready and the driver registered, counted from when the kubevol up of --dir stops saying (<dir>/up-status.json) that it is building its control plane or starting")
 	f.StringSliceVar(&o.o.Only, "only", nil, `run only these cases: each a case's name, or a prefix ending in "/" for a group (expand/ is expand/offline, expand/online and expand/online-block)`)
 	return cmd
 }

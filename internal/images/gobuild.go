@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/kubevol/kubevol/internal/image"
 )
@@ -18,9 +19,12 @@ const versionVar = "github.com/kubevol/kubevol/internal/version.Version"
 // and nothing else defines them. Static and reproducible, as upstream ships its sidecars:
 // no paths of this machine (-trimpath), no VCS stamp and no build ID, no DWARF or symbol
 // table; the version is the only input beside the source. The same source gives the same
-// binary, so the same image digests.
-func GoBuildFlags(version string) []string {
-	return []string{"-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid= -X " + versionVar + "=" + version}
+// binary, so the same image digests. ldflags are added to the -ldflags: the control plane
+// of a release archive (`make dist`) is built with these flags and its upstream version
+// stamp (internal/localcluster.UpstreamLDFlags).
+func GoBuildFlags(version string, ldflags ...string) []string {
+	ld := strings.Join(append([]string{"-s -w -buildid= -X " + versionVar + "=" + version}, ldflags...), " ")
+	return []string{"-trimpath", "-buildvcs=false", "-ldflags", ld}
 }
 
 // GoBuildEnv is the environment GoBuild adds for platform p: no cgo (a static binary), the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/filelock"
 	"github.com/kubevol/kubevol/internal/kubeletoverlay"
+	"github.com/kubevol/kubevol/internal/version"
 )
 
 const (
@@ -33,18 +34,41 @@ const (
 	UpstreamVersion = "v1.37.2"
 )
 
-// versionLDFlags are the pinned release's version stamp.
-var versionLDFlags = ldFlags(UpstreamVersion)
+// UpstreamLDFlags stamps the pinned release into the control plane (ldFlags). Every build
+// of it links with them (BuildRelease's callers add them to the shipped binaries' -ldflags).
+var UpstreamLDFlags = ldFlags(UpstreamVersion)
 
-// EnsureBinary returns the path of a kubevol-cluster binary that matches this source tree.
-// It builds one through the Go build cache when none exists for the go.mod, go.sum and
-// sources of the cmd/kubevol-cluster module, and only then. Concurrent callers (parallel test packages,
-// `kubevol up`) wait for a single build. Progress goes to progress.
+// EnsureBinary returns the path of a kubevol-cluster binary, the first of: the one
+// $KUBEVOL_CLUSTER_BINARY names (as is); the one shipped beside the running executable (a
+// release archive's, checked to be of this kubevol's version); one that matches this source
+// tree, built through the Go build cache when none exists for the go.mod, go.sum and sources
+// of the cmd/kubevol-cluster module, and only then; outside a source tree, the last one
+// built. Concurrent callers (parallel test packages, `kubevol up`) wait for a single build.
+// Progress goes to progress.
 func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
+	return ensureBinary(ctx, progress, nil)
+}
+
+// ensureBinary is EnsureBinary; building, if set, is told when a build starts (true) and
+// ends (false).
+func ensureBinary(ctx context.Context, progress io.Writer, building func(bool)) (string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
 	if p := os.Getenv(BinaryEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", BinaryEnv, p, err)
 		}
+		return p, nil
+	}
+	release := Version()
+	// A release archive ships the pinned release's control plane only.
+	if p := shippedBinary(); p != "" && release == UpstreamVersion {
+		v, err := CheckBinary(ctx, p, version.Get())
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(progress, "control plane: %s (kubevol-cluster %s, shipped beside kubevol)\n", p, v)
 		return p, nil
 	}
 	cache, err := cacheDir()
@@ -52,23 +76,24 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 		return "", err
 	}
 	root, err := FindModuleRoot()
-	version := Version()
 	if err != nil {
-		// Outside the source tree (an installed kubevol), the last built binary will do.
+		// Outside the source tree (a kubevol moved away from its archive's control plane),
+		// the last built binary will do.
 		prefix := "kubevol-cluster-"
-		if version != UpstreamVersion {
-			prefix = "control-plane-" + version + "-"
+		if release != UpstreamVersion {
+			prefix = "control-plane-" + release + "-"
 		}
 		if bin := newestEntry(cache, prefix); bin != "" {
+			fmt.Fprintf(progress, "control plane: %s (the last one built on this machine)\n", bin)
 			return bin, nil
 		}
-		return "", err
+		return "", errNoBinary()
 	}
-	if version != UpstreamVersion {
-		return ensureReleaseBinary(ctx, root, cache, version, progress)
+	if release != UpstreamVersion {
+		return ensureReleaseBinary(ctx, root, cache, release, progress, building)
 	}
 	// The kubelet links kubevol's volume manager: the kubevol sources are part of its key.
-	key, err := sourceKey(root, clusterModule, versionLDFlags, kubevolSources...)
+	key, err := sourceKey(root, clusterModule, UpstreamLDFlags, kubevolSources...)
 	if err != nil {
 		return "", err
 	}
@@ -78,11 +103,18 @@ func EnsureBinary(ctx context.Context, progress io.Writer) (string, error) {
 	}
 
 	err = buildLocked(filepath.Join(cache, "build.lock"), bin, func() error {
+		if building != nil {
+			building(true)
+			defer building(false)
+		}
 		overlay, err := KubeletOverlay(root)
 		if err != nil {
 			return fmt.Errorf("the kubelet's build overlay: %w", err)
 		}
-		if err := build(ctx, filepath.Join(root, clusterModule), overlay.Flags(), UpstreamVersion, bin, progress); err != nil {
+		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, bin)
+		// The environment is left as is: the same settings as `go test` share the build cache.
+		flags := append(overlay.Flags(), "-ldflags", UpstreamLDFlags)
+		if err := build(ctx, filepath.Join(root, clusterModule), bin, nil, flags, progress); err != nil {
 			return err
 		}
 		removeStale(cache, "kubevol-cluster-", bin)
@@ -224,19 +256,20 @@ func cacheDir() (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// build runs `go build -v` in the control plane's module dir, with flags, and turns its
-// package lines into a progress report.
-func build(ctx context.Context, dir string, flags []string, version, out string, progress io.Writer) error {
+// build runs `go build -v` in the module dir with flags, its environment plus env, and
+// turns its package lines into a progress report.
+func build(ctx context.Context, dir, out string, env, flags []string, progress io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", version, out)
-	total := countPackages(ctx, dir, flags)
+	total := countPackages(ctx, dir, env, flags)
 	tmp := out + ".tmp"
-	args := append(append([]string{"build", "-v"}, flags...), "-ldflags", ldFlags(version), "-o", tmp, ".")
+	args := append(append([]string{"build", "-v"}, flags...), "-o", tmp, ".")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	// The environment is left as is: the same settings as `go test` share the build cache.
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err
@@ -268,13 +301,16 @@ func build(ctx context.Context, dir string, flags []string, version, out string,
 		os.Remove(tmp)
 		return fmt.Errorf("go build %s: %w\n%s", dir, err, strings.Join(tail, "\n"))
 	}
-	fmt.Fprintf(progress, "built the %s control plane in %s\n", version, time.Since(start).Round(time.Second))
+	fmt.Fprintf(progress, "built %s in %s\n", filepath.Base(out), time.Since(start).Round(time.Second))
 	return os.Rename(tmp, out)
 }
 
-func countPackages(ctx context.Context, dir string, flags []string) int {
+func countPackages(ctx context.Context, dir string, env, flags []string) int {
 	cmd := exec.CommandContext(ctx, "go", append(append([]string{"list"}, flags...), "-deps", ".")...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return 0

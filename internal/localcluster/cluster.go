@@ -71,6 +71,9 @@ type Options struct {
 	Dir string
 	// Binary is the kubevol-cluster binary; empty means EnsureBinary.
 	Binary string
+	// Building, if set, is told when EnsureBinary starts building the binary (true) and
+	// when the build ends (false): kubevol up's status file says so to kubevol verify.
+	Building func(bool)
 	// Progress receives human-readable progress (build, start). Nil discards it.
 	Progress io.Writer
 	// UnsafeNoFsync makes etcd skip fsync: much faster, and fine for tests whose state is
@@ -129,7 +132,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if opts.Binary == "" {
-		if opts.Binary, err = EnsureBinary(ctx, opts.Progress); err != nil {
+		if opts.Binary, err = ensureBinary(ctx, opts.Progress, opts.Building); err != nil {
 			return nil, err
 		}
 	}

@@ -61,7 +61,7 @@ type release struct {
 // stock one: the build overlay that links kubevol's volume manager into it fits only the
 // pinned release (volumemanager.NewVolumeManager changed its signature in 1.37, and kubevol
 // builds against the pinned release's libraries).
-func ensureReleaseBinary(ctx context.Context, root, cache, version string, progress io.Writer) (string, error) {
+func ensureReleaseBinary(ctx context.Context, root, cache, version string, progress io.Writer, building func(bool)) (string, error) {
 	if !releasePattern.MatchString(version) {
 		return "", fmt.Errorf("%s=%q: want a release like v1.35.4", VersionEnv, version)
 	}
@@ -77,7 +77,12 @@ func ensureReleaseBinary(ctx context.Context, root, cache, version string, progr
 		if _, err := os.Stat(bin); err == nil {
 			return nil
 		}
-		if err := build(ctx, dir, nil, version, bin, progress); err != nil {
+		if building != nil {
+			building(true)
+			defer building(false)
+		}
+		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", version, bin)
+		if err := build(ctx, dir, bin, nil, []string{"-ldflags", ldFlags(version)}, progress); err != nil {
 			return err
 		}
 		removeStale(cache, prefix, bin)

@@ -31,6 +31,7 @@ import (
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/upstatus"
 )
 
 // Options configure Start.
@@ -114,6 +115,8 @@ type Stack struct {
 	superDone chan struct{}
 	restarts  map[string]int // control plane components
 	logFiles  []*os.File
+	// status is <dir>/up-status.json, stopped by Stop.
+	status *upstatus.Writer
 
 	// kubeconfigs are the sidecars' ServiceAccount kubeconfigs, by role; their tokens are
 	// refreshed until refreshStop.
@@ -195,6 +198,27 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	} else if !marked {
 		fmt.Fprintf(o.Progress, "note: %s is not empty and has no %s marker, so `kubevol up --reset` will refuse to wipe it\n", o.Dir, MarkerFile)
 	}
+	// From here on <dir>/up-status.json says what up is doing, for a kubevol verify that
+	// waits for it; its detail is the last progress line.
+	status, err := upstatus.Start(o.Dir)
+	if err != nil {
+		closeDrivers(drivers)
+		return nil, fmt.Errorf("up: status file: %w", err)
+	}
+	o.Progress = io.MultiWriter(o.Progress, status)
+	s, err := start(ctx, o, drivers, status)
+	if err != nil {
+		status.Close(upstatus.Failed, err.Error())
+		return nil, err
+	}
+	s.status = status
+	status.Set(upstatus.Ready, "")
+	return s, nil
+}
+
+// start is Start once the options are checked and the state directory claimed.
+func start(ctx context.Context, o Options, drivers []*externalDriver, status *upstatus.Writer) (*Stack, error) {
+	var err error
 	var cniDir string
 	var extraControllers []string
 	if o.Runtime == RuntimeContainerd {
@@ -204,8 +228,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 		extraControllers = localcluster.WorkloadControllers
 	}
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync,
-		ExtraControllers: extraControllers})
+	building := func(b bool) {
+		if b {
+			status.Set(upstatus.Building, "")
+		} else {
+			status.Set(upstatus.Starting, "")
+		}
+	}
+	cluster, err := localcluster.Start(ctx, localcluster.Options{Dir: o.Dir, Binary: o.ClusterBinary, Building: building,
+		Progress: o.Progress, UnsafeNoFsync: o.UnsafeNoFsync, ExtraControllers: extraControllers})
 	if err != nil {
 		closeDrivers(drivers)
 		return nil, err
@@ -377,7 +408,11 @@ func (s *Stack) Stop() error {
 	for _, f := range s.logFiles {
 		_ = f.Close()
 	}
-	return errors.Join(append(errs, s.Cluster.Stop())...)
+	errs = append(errs, s.Cluster.Stop())
+	if s.status != nil {
+		s.status.Close(upstatus.Stopped, "")
+	}
+	return errors.Join(errs...)
 }
 
 // Status is the control plane's status followed by the components', each external driver

@@ -99,7 +99,8 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	// write its kubeconfig and for the API to answer.
 	var cfg *rest.Config
 	var lastErr error
-	err := poll(ctx, o.Wait, func(ctx context.Context) (bool, error) {
+	upw := newUpWait(o, time.Now())
+	err := pollUp(ctx, upw, func(ctx context.Context) (bool, error) {
 		if cfg, lastErr = clientcmd.BuildConfigFromFlags("", kubeconfig); lastErr != nil {
 			return false, nil
 		}
@@ -115,13 +116,14 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 		if o.Kubeconfig != "" {
 			hint = "is the cluster of --kubeconfig up, and its server reachable from here?"
 		}
-		return nil, fmt.Errorf("no ready cluster behind %s within %s: %v (%s)", kubeconfig, o.Wait, lastErr, hint)
+		return nil, fmt.Errorf("no ready cluster behind %s within %s: %v (%s)%s", kubeconfig, o.Wait, lastErr, hint, upw.why())
 	}
 	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
 	if o.StorageClass != "" {
-		sc, err := waitFor(ctx, o.Wait, func(ctx context.Context) (*storagev1.StorageClass, error) {
+		upw.restart(time.Now())
+		sc, err := waitFor(ctx, upw, func(ctx context.Context) (*storagev1.StorageClass, error) {
 			return e.cs.StorageV1().StorageClasses().Get(ctx, o.StorageClass, metav1.GetOptions{})
 		})
 		if err != nil {
@@ -133,7 +135,8 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	}
 	// kubevol up creates an external driver's CSIDriver and StorageClass only once the
 	// node agent registered it, seconds after the API is ready: wait for them too.
-	if e.csiDriver, err = waitCSIDriver(ctx, e.cs, e.driver, o.Wait); err != nil {
+	upw.restart(time.Now())
+	if e.csiDriver, err = waitCSIDriver(ctx, e.cs, e.driver, upw); err != nil {
 		return nil, err
 	}
 	if err := e.findNode(ctx); err != nil {
@@ -188,10 +191,10 @@ func newEnv(ctx context.Context, o Options) (*env, error) {
 	return e, nil
 }
 
-// waitCSIDriver waits up to timeout for the CSIDriver object of driver; the error of a
-// driver that never appears names the drivers there are, as the likely fix is a typo.
-func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, timeout time.Duration) (*storagev1.CSIDriver, error) {
-	got, lastErr := waitFor(ctx, timeout, func(ctx context.Context) (*storagev1.CSIDriver, error) {
+// waitCSIDriver waits, as long as w allows, for the CSIDriver object of driver; the error
+// of a driver that never appears names the drivers there are, as the likely fix is a typo.
+func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, w *upWait) (*storagev1.CSIDriver, error) {
+	got, lastErr := waitFor(ctx, w, func(ctx context.Context) (*storagev1.CSIDriver, error) {
 		return cs.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
 	})
 	if lastErr == nil {
@@ -206,15 +209,15 @@ func waitCSIDriver(ctx context.Context, cs kubernetes.Interface, driver string, 
 			names = append(names, d.Name)
 		}
 	}
-	return nil, fmt.Errorf("no CSIDriver %s within %s (the cluster has: %s); is it a kubevol up --driver, or does it install its own?", driver, timeout, strings.Join(names, ", "))
+	return nil, fmt.Errorf("no CSIDriver %s within %s (the cluster has: %s); is it a kubevol up --driver, or does it install its own?%s", driver, w.wait, strings.Join(names, ", "), w.why())
 }
 
-// waitFor gets an object until it exists or timeout passes (kubevol up creates an external
-// driver's objects seconds after its API is ready); the error is the last get's.
-func waitFor[T any](ctx context.Context, timeout time.Duration, get func(context.Context) (T, error)) (T, error) {
+// waitFor gets an object until it exists or w's wait is over (kubevol up creates an
+// external driver's objects seconds after its API is ready); the error is the last get's.
+func waitFor[T any](ctx context.Context, w *upWait, get func(context.Context) (T, error)) (T, error) {
 	var got T
 	var lastErr error
-	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+	err := pollUp(ctx, w, func(ctx context.Context) (bool, error) {
 		got, lastErr = get(ctx)
 		return lastErr == nil, nil
 	})

@@ -26,7 +26,7 @@ func TestWaitCSIDriverWaitsForUp(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	d, err := waitCSIDriver(context.Background(), cs, "ext.example.com", time.Minute)
+	d, err := waitCSIDriver(context.Background(), cs, "ext.example.com", fixedWait(time.Minute))
 	if err != nil {
 		t.Fatalf("waitCSIDriver: %v", err)
 	}
@@ -37,7 +37,7 @@ func TestWaitCSIDriverWaitsForUp(t *testing.T) {
 
 func TestWaitCSIDriverNamesTheDriversThere(t *testing.T) {
 	cs := fake.NewClientset(&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "ext.example.com"}})
-	_, err := waitCSIDriver(context.Background(), cs, "ext.exmaple.com", 300*time.Millisecond)
+	_, err := waitCSIDriver(context.Background(), cs, "ext.exmaple.com", fixedWait(300*time.Millisecond))
 	if err == nil || !strings.Contains(err.Error(), "no CSIDriver ext.exmaple.com") || !strings.Contains(err.Error(), "the cluster has: ext.example.com") {
 		t.Fatalf("want an error naming the missing and the existing driver, got %v", err)
 	}

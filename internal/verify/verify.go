@@ -54,7 +54,8 @@ type Options struct {
 	Parallel int
 	// Timeout bounds each case.
 	Timeout time.Duration
-	// Wait bounds the wait for the cluster to be ready and the driver registered.
+	// Wait bounds the wait for the cluster to be ready and the driver registered; it is
+	// counted from when the kubevol up of Dir stops building or starting (upWait).
 	Wait time.Duration
 	// Only, if set, runs the cases it names: each entry is a case's name, or a prefix
 	// ending in "/" for a group of cases (CheckOnly).

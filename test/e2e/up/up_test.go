@@ -185,6 +185,13 @@ type upRun struct {
 // the exact command to run.
 func startUp(t *testing.T, bin string, args ...string) *upRun {
 	t.Helper()
+	return startUpWith(t, nil, bin, args...)
+}
+
+// startUpWith is startUp with setup, if set, applied to the command before it starts (its
+// environment, its working directory).
+func startUpWith(t *testing.T, setup func(*exec.Cmd), bin string, args ...string) *upRun {
+	t.Helper()
 	r := &upRun{log: filepath.Join(t.TempDir(), "up.log"), exited: make(chan error, 1)}
 	stderr, err := os.Create(r.log)
 	if err != nil {
@@ -194,6 +201,9 @@ func startUp(t *testing.T, bin string, args ...string) *upRun {
 	r.cmd = exec.Command(bin, append([]string{"up"}, args...)...)
 	r.cmd.Stderr = stderr
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if setup != nil {
+		setup(r.cmd)
+	}
 	stdout, err := r.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
