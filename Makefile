@@ -125,9 +125,11 @@ bench:
 
 # The unit tests once more, under the race detector. It needs cgo (gcc and libc6-dev, from
 # hack/install-deps.sh), so this step alone sets CGO_ENABLED=1 and compiles every unit package
-# a second time: RACE_COST. The test binaries themselves run with CGO_ENABLED=0
-# (-exec env): a test that runs `go build` or `go run` (internal/snapshot/crds runs hack/crdgen)
-# then reuses make test's build cache instead of compiling its program with cgo too.
+# a second time: about 10 CPU-minutes with a cold cache, and every run, cold or warm, links
+# its ~90 race test binaries again (go caches no test binary). The test binaries themselves
+# run with CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
+# (internal/snapshot/crds runs hack/crdgen) then reuses make test's build cache instead of
+# compiling its program with cgo too.
 # Packages left out, each for a reason of its own:
 #   test/e2e/...          a real control plane per package; the race detector would watch the
 #                         test process only, while their time goes to the cluster
