@@ -126,7 +126,8 @@ bench:
 
 # The unit tests once more, under the race detector. It needs cgo (gcc and libc6-dev, from
 # hack/install-deps.sh), so this step alone sets CGO_ENABLED=1 and compiles every unit package
-# a second time: about 10 CPU-minutes with a cold cache, and every run, cold or warm, links
+# a second time: more than 12 CPU-minutes with a cold cache (12.4 had compiled Kubernetes'
+# client libraries and their fakes, not yet kubevol's packages), and every run links
 # its ~90 race test binaries again (go caches no test binary). The test binaries themselves
 # run with CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
 # (internal/snapshot/crds runs hack/crdgen) then reuses make test's build cache instead of
