@@ -3,7 +3,7 @@ GO ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all build binaries debs images dist push up test test-kubeletvm deps lint vet staticcheck cluster-binary conformance matrix
+.PHONY: all build binaries debs images dist push up test test-kubeletvm test-race bench deps lint vet vet-e2e staticcheck cluster-binary conformance matrix
 
 all: build
 
@@ -69,10 +69,11 @@ deps:
 
 # gofmt, go vet and staticcheck must all be silent, in every module: the main one, the
 # control plane's (cmd/kubevol-cluster, its own module for its replace lines), the embedding
-# example's (examples/embed) and the CRD generator's (hack/crdgen, its own module to keep
-# controller-tools out of the main one). staticcheck skips the control plane: that 40-line
-# main would make it analyse all of Kubernetes (10+ minutes); go vet covers it.
-lint: vet staticcheck
+# example's (examples/embed), the CRD generator's (hack/crdgen, its own module to keep
+# controller-tools out of the main one), the storage e2e suite's (hack/e2e) and the CNI
+# plugins' (hack/cni). staticcheck skips the control plane and hack/e2e: their few lines
+# would make it analyse all of Kubernetes (10+ minutes); go vet covers them.
+lint: vet vet-e2e staticcheck
 
 vet:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -81,6 +82,14 @@ vet:
 	flags="$$($(GO) run ./hack/kubeletoverlay)" && cd cmd/kubevol-cluster && $(GO) vet $$flags ./...
 	cd examples/embed && $(GO) vet ./...
 	cd hack/crdgen && $(GO) vet ./...
+	@# hack/cni has no package of its own, only upstream's plugins as tools: building them is
+	@# its check (vetting upstream's code would report what only upstream can fix).
+	cd hack/cni && $(GO) build tool
+
+# The e2e.test of `make conformance` (hack/e2e): its vet compiles Kubernetes' e2e framework
+# and storage specs (2,100 packages), so make test runs it beside the tests, not before them.
+vet-e2e:
+	cd hack/e2e && $(GO) vet ./...
 
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
@@ -101,17 +110,48 @@ cluster-binary:
 test: export CGO_ENABLED := 0
 test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 #
-# The tests wait on clusters far more than they compute, so staticcheck and the embedding
-# test run beside `go test ./...` (hack/test.sh), and up to four packages test at once: the
-# slowest packages (verify, lifecycle, up) then overlap instead of running last, alone.
+# The tests wait on clusters far more than they compute, so staticcheck, hack/e2e's vet, the
+# embedding test and the race step run beside `go test ./...` (hack/test.sh), and up to four
+# packages test at once: the slowest packages (verify, lifecycle, up) then overlap instead of
+# running last, alone. The benchmarks run right after `go test ./...` (AFTER_TESTS), which
+# has compiled their test binaries by then.
 test: deps vet cluster-binary
-	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh" \
-		"$(MAKE) --no-print-directory test-kubeletvm"
+	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) AFTER_TESTS="$(MAKE) --no-print-directory bench" ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh" \
+		"$(MAKE) --no-print-directory test-kubeletvm" "$(MAKE) --no-print-directory vet-e2e" \
+		"$(MAKE) --no-print-directory test-race"
 
 # The kubelet adapter's unit tests: a package of the control plane's module, which builds
 # only under the kubelet's overlay (internal/kubeletoverlay).
 test-kubeletvm:
 	flags="$$($(GO) run ./hack/kubeletoverlay)" && cd cmd/kubevol-cluster && $(GO) test $$flags -count=1 ./kubeletvm/
+
+# Every Go benchmark once (-benchtime 1x), so that they keep building and running; one
+# iteration gives a rough figure only (docs/bench.md has measured ones). Only the packages
+# that have a benchmark. Not in `go test ./...` itself: -bench makes go test run the packages'
+# binaries one at a time. The benchmarks under test/e2e/ are left out: each needs its
+# package's cluster, and BenchmarkFailoverThroughput runs for its -failover.duration (2 min
+# per case) whatever -benchtime says.
+BENCH_PACKAGES = $$(git ls-files '*_test.go' | grep -v '^test/e2e/' | xargs grep -l '^func Benchmark' | xargs -n1 dirname | sort -u | sed 's|^|./|')
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(BENCH_PACKAGES)
+
+# The unit tests once more, under the race detector. It needs cgo (gcc and libc6-dev, from
+# hack/install-deps.sh), so this step alone sets CGO_ENABLED=1 and compiles every unit package
+# a second time: more than 12 CPU-minutes with a cold cache (12.4 had compiled Kubernetes'
+# client libraries and their fakes, not yet kubevol's packages), and every run links
+# its ~90 race test binaries again (go caches no test binary). The test binaries themselves
+# run with CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
+# (internal/snapshot/crds runs hack/crdgen) then reuses make test's build cache instead of
+# compiling its program with cgo too.
+# Packages left out, each for a reason of its own:
+#   test/e2e/...          a real control plane per package; the race detector would watch the
+#                         test process only, while their time goes to the cluster
+#   internal/localcluster starts a real control plane (TestStartStopRestart)
+#   internal/kubeletnode  starts containerd and a pod sandbox on the host's network
+RACE_SKIP = -e '/test/e2e/' -e '/internal/localcluster$$' -e '/internal/kubeletnode$$'
+test-race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -exec 'env CGO_ENABLED=0' \
+		$$($(GO) list ./... | grep -v $(RACE_SKIP))
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
 # containerd`, with kubevol's sidecars and with upstream's provisioner and snapshotter, side by

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kubevol's tests and `kubevol up` need, when they are missing:
 # losetup/mount (util-linux, mount), mkfs.ext4 and resize2fs (e2fsprogs), mkfs.xfs and
-# xfs_growfs (xfsprogs). Needs root; apt-get runs only if something is missing.
+# xfs_growfs (xfsprogs), gcc and libc6-dev (the race detector's cgo). Needs root; apt-get runs
+# only if something is missing.
 set -euo pipefail
 
 need=()
@@ -13,6 +14,9 @@ command -v blkid >/dev/null || need+=(util-linux)
 # The image tests run kubevol's images as a pod would: Debian's containerd and runc.
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
+# make test's race step: the race detector needs cgo, so a C compiler and libc's headers.
+command -v gcc >/dev/null || need+=(gcc)
+[ -e /usr/include/stdlib.h ] || need+=(libc6-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Go test package (`go test ./...`, up to four packages at once) and, beside it,
-# each command given as an argument (make test gives staticcheck and the embedding test):
+# each command given as an argument (make test gives staticcheck, the embedding test, the
+# race step and more), and after it $AFTER_TESTS if set (make test's benchmarks):
 # the end-to-end packages mostly wait on their clusters, so the side jobs use the idle CPU
 # instead of adding their time to the run. A side job's output is printed, whole, once it
 # ends. Then the figures the tests measured (framework.Figure) and each package's time,
@@ -24,6 +25,11 @@ done
 "$GO" test -p "${TEST_PACKAGES:-4}" -count=1 -timeout "${TEST_TIMEOUT:-80m}" ./... 2>&1 | tee "$work/go-test.log"
 rc=${PIPESTATUS[0]}
 tested=$(( $(date +%s) - start ))
+if [ -n "${AFTER_TESTS:-}" ]; then
+  echo
+  echo "=== $AFTER_TESTS"
+  bash -c "$AFTER_TESTS" || rc=1
+fi
 
 for i in $(seq 1 $#); do
   wait "${pids[$((i - 1))]}"

@@ -92,12 +92,10 @@ func TestAttachAndDetachOnlyPatch(t *testing.T) {
 func TestRefusedWriteWarns(t *testing.T) {
 	drv := newPublishDriver([]csi.ControllerServiceCapability_RPC_Type{capPublish}, "vol-a")
 	e := startController(t, drv, Config{}, attachment("vol-a"))
-	refused := 0
 	e.cs.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "status" {
 			return false, nil, nil
 		}
-		refused++
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "storage.k8s.io", Resource: "volumeattachments/status"}, "va-vol-a", fmt.Errorf("RBAC: patch not allowed"))
 	})
 	e.waitFor("a WriteFailed event", func() bool { return len(e.events(reasonWriteFailed)) > 0 })

@@ -159,7 +159,8 @@ func TestWritesForget(t *testing.T) {
 	w.Forget("never-marked") // must not panic on the zero value either
 }
 
-// Guarantee 8: the zero value works, and concurrent use is safe (run with -race).
+// Guarantee 8: the zero value works, and concurrent use is safe (make test runs it under the race
+// detector).
 func TestWritesConcurrent(t *testing.T) {
 	var w Writes[int]
 	var wg sync.WaitGroup
