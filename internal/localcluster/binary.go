@@ -111,7 +111,7 @@ func ensureBinary(ctx context.Context, progress io.Writer, building func(bool)) 
 		if err != nil {
 			return fmt.Errorf("the kubelet's build overlay: %w", err)
 		}
-		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", UpstreamVersion, bin)
+		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 minutes cold on two cores)\n", UpstreamVersion, bin)
 		// The environment is left as is: the same settings as `go test` share the build cache.
 		flags := append(overlay.Flags(), "-ldflags", UpstreamLDFlags)
 		if err := build(ctx, filepath.Join(root, clusterModule), bin, nil, flags, progress); err != nil {

@@ -81,7 +81,7 @@ func ensureReleaseBinary(ctx context.Context, root, cache, version string, progr
 			building(true)
 			defer building(false)
 		}
-		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 CPU-minutes cold)\n", version, bin)
+		fmt.Fprintf(progress, "building kube-apiserver %s, etcd, kube-controller-manager, kube-scheduler and kubelet into %s (first run only; about 12 minutes cold on two cores)\n", version, bin)
 		if err := build(ctx, dir, bin, nil, []string{"-ldflags", ldFlags(version)}, progress); err != nil {
 			return err
 		}
