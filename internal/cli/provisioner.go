@@ -93,7 +93,7 @@ leaks a backend volume. See docs/provisioner.md for the defaults that differ fro
 	f.BoolVar(&c.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
 	f.BoolVar(&o.enablePprof, "enable-pprof", false, "Accepted for compatibility; pprof is not served.")
 	f.BoolVar(&o.automaxprocs, "automaxprocs", false, "Set GOMAXPROCS from the container's CPU quota.")
-	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: namespace of the provisioning journal's Leases (the records of volumes in flight). Defaults to the leader election's namespace.")
+	f.StringVar(&c.IntentNamespace, "intent-namespace", "", "kubevol: namespace of the provisioning journal's Leases (the records of volumes in flight). Defaults to the leader election's namespace (the flag, POD_NAMESPACE, the pod's ServiceAccount namespace); out of a cluster, to the kubeconfig context's namespace.")
 	f.StringVar(&o.deprecatedProvName, "provisioner", "", "Deprecated and ignored: the driver name comes from GetPluginInfo.")
 	f.DurationVar(&o.deprecatedConnTimeo, "connection-timeout", 0, "Deprecated and ignored: the provisioner waits for the driver forever.")
 	for _, name := range []string{"provisioner", "connection-timeout"} {
@@ -150,7 +150,7 @@ func (o *provisionerOptions) validate() error {
 		"HonorPVReclaimPolicy":           "kubevol always deletes the volume of a deleted PV whose reclaim policy is Delete",
 	})
 	if c.IntentNamespace == "" {
-		c.IntentNamespace = sidecar.LeaseNamespace(c.Sidecar.LeaderElection.Namespace)
+		c.IntentNamespace = c.Sidecar.HomeNamespace(c.Sidecar.LeaderElection.Namespace)
 	}
 	return nil
 }

@@ -197,6 +197,29 @@ func UseProtobuf(cfg *rest.Config) {
 // LeaseNamespace resolves the Lease namespace as upstream: the flag, POD_NAMESPACE, the
 // service account's namespace, then "default".
 func LeaseNamespace(flag string) string {
+	if ns := podNamespace(flag); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// HomeNamespace is LeaseNamespace for state of kubevol's own (the provisioning journal),
+// which must live where the role grants leases: out of cluster, before "default", the
+// namespace of the kubeconfig's context, which a ServiceAccount's kubeconfig names.
+func (o *Options) HomeNamespace(flag string) string {
+	if ns := podNamespace(flag); ns != "" {
+		return ns
+	}
+	if o.Kubeconfig != "" {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: o.Kubeconfig}
+		if ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).Namespace(); err == nil && ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}
+
+func podNamespace(flag string) string {
 	if flag != "" {
 		return flag
 	}
@@ -206,7 +229,7 @@ func LeaseNamespace(flag string) string {
 	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
 		return strings.TrimSpace(string(b))
 	}
-	return "default"
+	return ""
 }
 
 // labelsValue parses the csi-lib-utils form of --leader-election-labels: k:v,k2:v2.

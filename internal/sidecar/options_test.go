@@ -72,3 +72,34 @@ current-context: c
 		t.Errorf("ContentType %q, want protobuf for request bodies", cfg.ContentType)
 	}
 }
+
+// Out of a cluster, the journal's namespace is the ServiceAccount's of the kubeconfig, where
+// its role grants leases; the flag and POD_NAMESPACE win over it, as for the Lease.
+func TestHomeNamespace(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: storage}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("POD_NAMESPACE", "")
+	o := &Options{Kubeconfig: kc}
+	if got := o.HomeNamespace(""); got != "storage" {
+		t.Errorf("HomeNamespace = %q, want the kubeconfig context's storage", got)
+	}
+	if got := o.HomeNamespace("flag"); got != "flag" {
+		t.Errorf("HomeNamespace(flag) = %q, want flag", got)
+	}
+	t.Setenv("POD_NAMESPACE", "pod")
+	if got := o.HomeNamespace(""); got != "pod" {
+		t.Errorf("HomeNamespace with POD_NAMESPACE = %q, want pod", got)
+	}
+	t.Setenv("POD_NAMESPACE", "")
+	if got := (&Options{}).HomeNamespace(""); got != "default" {
+		t.Errorf("HomeNamespace without a kubeconfig = %q, want default", got)
+	}
+}
