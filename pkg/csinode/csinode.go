@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -112,7 +113,15 @@ func (m *Manager) updateNode(ctx context.Context, change func(*corev1.Node) erro
 			out = n
 			return nil
 		}
-		out, err = m.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		// A patch of the labels and annotations only, checked against the version read: an
+		// UPDATE would also send the taints read, which NodeRestriction refuses ("not allowed
+		// to modify taints") when the node controller changed them since, before the version
+		// check could turn it into a conflict. The kubelet's nodeinfomanager patches too.
+		patch, err := metaPatch(before, n)
+		if err != nil {
+			return err
+		}
+		out, err = m.Client.CoreV1().Nodes().Patch(ctx, m.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {
@@ -205,6 +214,30 @@ func setNodeIDs(n *corev1.Node, ids map[string]string) {
 		n.Annotations = map[string]string{}
 	}
 	n.Annotations[NodeIDAnnotation] = string(raw)
+}
+
+// metaPatch is the JSON merge patch from a's labels and annotations to b's, with a's
+// resourceVersion so that a change made since a was read is a conflict.
+func metaPatch(a, b *corev1.Node) ([]byte, error) {
+	diff := func(old, cur map[string]string) map[string]*string {
+		d := map[string]*string{}
+		for k, v := range cur {
+			if ov, ok := old[k]; !ok || ov != v {
+				d[k] = ptr(v)
+			}
+		}
+		for k := range old {
+			if _, ok := cur[k]; !ok {
+				d[k] = nil
+			}
+		}
+		return d
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": a.ResourceVersion,
+		"labels":          diff(a.Labels, b.Labels),
+		"annotations":     diff(a.Annotations, b.Annotations),
+	}})
 }
 
 func equalMeta(a, b *corev1.Node) bool {

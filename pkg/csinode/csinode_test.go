@@ -119,3 +119,24 @@ func TestInitializeMigratedPlugins(t *testing.T) {
 		t.Errorf("annotation after Install: %v", cn.Annotations)
 	}
 }
+
+// The node's write names only the labels and annotations it changes and the version it
+// read: taints the node controller changed meanwhile are neither sent nor reverted.
+func TestMetaPatchCarriesNoSpec(t *testing.T) {
+	a := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "7",
+		Labels: map[string]string{"keep": "1", "gone": "1"}, Annotations: map[string]string{"x": "1"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}}}}
+	b := a.DeepCopy()
+	delete(b.Labels, "gone")
+	b.Labels["new"] = "2"
+	b.Annotations[NodeIDAnnotation] = `{"a.example.com":"node-a"}`
+	b.Spec.Taints = nil
+	got, err := metaPatch(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"metadata":{"annotations":{"csi.volume.kubernetes.io/nodeid":"{\"a.example.com\":\"node-a\"}"},"labels":{"gone":null,"new":"2"},"resourceVersion":"7"}}`
+	if string(got) != want {
+		t.Errorf("patch\n%s\nwant\n%s", got, want)
+	}
+}
