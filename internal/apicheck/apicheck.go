@@ -59,6 +59,18 @@ func (r Result) Line(component string) string {
 	return fmt.Sprintf("%s: Kubernetes %s lacks APIs, turned off: %s", component, r.Server, strings.Join(parts, "; "))
 }
 
+// NotServedError is Check's error for a required resource the apiserver does not serve:
+// unlike a discovery that failed, asking again will not help.
+type NotServedError struct {
+	Component string
+	Server    string
+	Resource  Resource
+}
+
+func (e *NotServedError) Error() string {
+	return fmt.Sprintf("%s cannot run on Kubernetes %s: it does not serve %s", e.Component, e.Server, e.Resource)
+}
+
 // Check fetches each group version once. A required resource that is not served is an error
 // naming it; a feature whose resources are not all served is turned off. Any other
 // discovery error (the apiserver unreachable) is returned as is.
@@ -92,7 +104,7 @@ func Check(d discovery.DiscoveryInterface, component string, required []Resource
 			return res, err
 		}
 		if !ok {
-			return res, fmt.Errorf("%s cannot run on Kubernetes %s: it does not serve %s", component, res.Server, r)
+			return res, &NotServedError{Component: component, Server: res.Server, Resource: r}
 		}
 	}
 	for _, f := range features {
