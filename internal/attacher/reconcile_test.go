@@ -244,6 +244,14 @@ type testEnv struct {
 // of testNode, a PV per volume of drv and objs.
 func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
 	t.Helper()
+	return startControllerWith(t, drv, cfg, nil, objs...)
+}
+
+// startControllerWith is startController with prepare run on the fake clientset before the
+// controller starts: reactors are added there, since the fake's reactor chain is not safe to
+// change while the controller's workers call it.
+func startControllerWith(t *testing.T, drv *publishDriver, cfg Config, prepare func(*fake.Clientset), objs ...runtime.Object) *testEnv {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	timeout := 5 * time.Second
 	if drv.holdPublish != nil || drv.holdUnpublish != nil {
@@ -268,6 +276,9 @@ func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runti
 	}
 	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
 	kubefake.WithResourceVersions(e.cs)
+	if prepare != nil {
+		prepare(e.cs)
+	}
 	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers = e.cs, conn, testDriver, 2
 	if cfg.RetryIntervalStart == 0 {
 		cfg.RetryIntervalStart, cfg.RetryIntervalMax = 10*time.Millisecond, 100*time.Millisecond

@@ -2,17 +2,18 @@ package attacher
 
 import (
 	"fmt"
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
@@ -91,13 +92,14 @@ func TestAttachAndDetachOnlyPatch(t *testing.T) {
 // event on the VolumeAttachment and retried with backoff.
 func TestRefusedWriteWarns(t *testing.T) {
 	drv := newPublishDriver([]csi.ControllerServiceCapability_RPC_Type{capPublish}, "vol-a")
-	e := startController(t, drv, Config{}, attachment("vol-a"))
-	e.cs.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() != "status" {
-			return false, nil, nil
-		}
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "storage.k8s.io", Resource: "volumeattachments/status"}, "va-vol-a", fmt.Errorf("RBAC: patch not allowed"))
-	})
+	e := startControllerWith(t, drv, Config{}, func(cs *fake.Clientset) {
+		cs.PrependReactor("patch", "volumeattachments", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "status" {
+				return false, nil, nil
+			}
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "storage.k8s.io", Resource: "volumeattachments/status"}, "va-vol-a", fmt.Errorf("RBAC: patch not allowed"))
+		})
+	}, attachment("vol-a"))
 	e.waitFor("a WriteFailed event", func() bool { return len(e.events(reasonWriteFailed)) > 0 })
 	ev := e.events(reasonWriteFailed)[0]
 	if !strings.HasPrefix(ev, "va-vol-a: ") || !strings.Contains(ev, "forbidden") || !strings.Contains(ev, "attached") {

@@ -99,7 +99,6 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		// The record still says creating on disk: the restart rolls it back.
 		return nil, err
 	}
-	v.Creating = false
 	klogFrom(ctx, c.log).V(2).Info("Created volume", "volumeID", v.ID, "name", v.Name, "type", v.Type, "bytes", v.CapacityBytes)
 	return &csi.CreateVolumeResponse{Volume: c.csiVolume(v)}, nil
 }

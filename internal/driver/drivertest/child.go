@@ -63,7 +63,7 @@ type Child struct {
 	Config   driver.Config
 	Log      string
 	cmd      *exec.Cmd
-	waited   chan error
+	exited   chan struct{} // closed once the process is waited for
 
 	Conn       *grpc.ClientConn
 	Identity   csi.IdentityClient
@@ -86,7 +86,7 @@ func StartChild(t TB, endpoint string, cfg driver.Config) *Child {
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	c := &Child{Endpoint: endpoint, Config: cfg, Log: filepath.Join(filepath.Dir(p), fmt.Sprintf("driver-%d.log", time.Now().UnixNano())), waited: make(chan error, 1)}
+	c := &Child{Endpoint: endpoint, Config: cfg, Log: filepath.Join(filepath.Dir(p), fmt.Sprintf("driver-%d.log", time.Now().UnixNano())), exited: make(chan struct{})}
 	logf, err := os.Create(c.Log)
 	if err != nil {
 		t.Fatalf("%v", err)
@@ -102,7 +102,10 @@ func StartChild(t TB, endpoint string, cfg driver.Config) *Child {
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("start driver child: %v", err)
 	}
-	go func() { c.waited <- c.cmd.Wait() }()
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.exited)
+	}()
 	t.Cleanup(func() { c.Kill() })
 	in := &Instance{Endpoint: endpoint}
 	if err := in.connect(); err != nil {
@@ -121,9 +124,11 @@ func (c *Child) Kill() {
 		_ = c.Conn.Close()
 		c.Conn = nil
 	}
-	if c.cmd.ProcessState != nil {
+	select {
+	case <-c.exited:
 		return
+	default:
 	}
 	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-	<-c.waited
+	<-c.exited
 }
