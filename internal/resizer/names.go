@@ -46,3 +46,15 @@ var resizeConditions = map[corev1.PersistentVolumeClaimConditionType]bool{
 	corev1.PersistentVolumeClaimControllerResizeError:   true,
 	corev1.PersistentVolumeClaimNodeResizeError:         true,
 }
+
+// Resizing reports a condition of an expansion still under way or failed on the claim,
+// which a finished expansion removes (the resizer's and the kubelet's contract, as
+// upstream's volume-expand suite checks it).
+func Resizing(pvc *corev1.PersistentVolumeClaim) bool {
+	for _, c := range pvc.Status.Conditions {
+		if resizeConditions[c.Type] {
+			return true
+		}
+	}
+	return false
+}

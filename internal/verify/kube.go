@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -249,26 +250,12 @@ func (k *caseEnv) waitCapacity(claim, size string) error {
 		}
 		got := pvc.Status.Capacity[corev1.ResourceStorage]
 		last = fmt.Sprintf("capacity %s, conditions %v, resize status %v", got.String(), conditionTypes(pvc), pvc.Status.AllocatedResourceStatuses)
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0 && !resizing(pvc), nil
+		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0 && !resizer.Resizing(pvc), nil
 	})
 	if err != nil {
 		return fmt.Errorf("claim %s not expanded to %s: %w (last: %s)", claim, size, err, last)
 	}
 	return nil
-}
-
-// resizing reports a condition of an expansion still under way or failed, which a finished
-// expansion removes (the kubelet's and the resizer's contract, as upstream's volume-expand
-// suite checks it).
-func resizing(pvc *corev1.PersistentVolumeClaim) bool {
-	for _, c := range pvc.Status.Conditions {
-		switch c.Type {
-		case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
-			corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
-			return true
-		}
-	}
-	return false
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }

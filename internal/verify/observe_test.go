@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
 )
 
 // What verify decides about the filesystem in a volume's mount, for the volumes drivers
@@ -121,26 +120,5 @@ func TestGrownTellsUnobservableFromWrong(t *testing.T) {
 	own.size = v.size - growth
 	if err := grown(dir, own, proof); err != nil {
 		t.Errorf("a filesystem of the volume's own that grew: %v", err)
-	}
-}
-
-// An expansion is finished only once the resize conditions are gone: the claim-level check
-// that still runs where the size cannot be observed.
-func TestResizingConditions(t *testing.T) {
-	for typ, want := range map[corev1.PersistentVolumeClaimConditionType]bool{
-		corev1.PersistentVolumeClaimResizing:                true,
-		corev1.PersistentVolumeClaimFileSystemResizePending: true,
-		corev1.PersistentVolumeClaimControllerResizeError:   true,
-		corev1.PersistentVolumeClaimNodeResizeError:         true,
-		corev1.PersistentVolumeClaimVolumeModifyingVolume:   false,
-	} {
-		pvc := &corev1.PersistentVolumeClaim{Status: corev1.PersistentVolumeClaimStatus{
-			Conditions: []corev1.PersistentVolumeClaimCondition{{Type: typ, Status: corev1.ConditionTrue}}}}
-		if got := resizing(pvc); got != want {
-			t.Errorf("condition %s: resizing %v, want %v", typ, got, want)
-		}
-	}
-	if resizing(&corev1.PersistentVolumeClaim{}) {
-		t.Error("a claim without conditions is resizing")
 	}
 }

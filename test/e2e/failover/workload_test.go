@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -170,7 +171,7 @@ func (e *env) resizeLoop(claim string) func(int) error {
 				return false, nil
 			}
 			last = c
-			if resizing(c) || len(c.Status.AllocatedResourceStatuses) > 0 {
+			if resizer.Resizing(c) || len(c.Status.AllocatedResourceStatuses) > 0 {
 				return false, nil
 			}
 			got := c.Status.Capacity[corev1.ResourceStorage]
@@ -206,18 +207,6 @@ func statusOf(c *corev1.PersistentVolumeClaim) string {
 	}
 	raw, _ := json.Marshal(c.Status)
 	return string(raw)
-}
-
-// resizing holds for a claim with a condition of an expansion in progress or failed.
-func resizing(c *corev1.PersistentVolumeClaim) bool {
-	for _, cond := range c.Status.Conditions {
-		switch cond.Type {
-		case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
-			corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
-			return true
-		}
-	}
-	return false
 }
 
 // snapshotLoop takes a snapshot of the claim and deletes it: the snapshot-controller's

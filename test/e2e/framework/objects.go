@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/resizer"
 )
 
 // CreateNode creates the Node and CSINode that the kubelet and node-driver-registrar would
@@ -97,12 +98,8 @@ func ExpandClaim(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns,
 	}
 	want := resource.MustParse(size)
 	last, err := WaitForClaim(ctx, cs, ns, claim, 2*time.Minute, func(pvc *corev1.PersistentVolumeClaim) bool {
-		for _, c := range pvc.Status.Conditions {
-			switch c.Type {
-			case corev1.PersistentVolumeClaimResizing, corev1.PersistentVolumeClaimFileSystemResizePending,
-				corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError:
-				return false
-			}
+		if resizer.Resizing(pvc) {
+			return false
 		}
 		got := pvc.Status.Capacity[corev1.ResourceStorage]
 		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0
