@@ -65,10 +65,20 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 // newFixtureFor is newFixture with a driver of that name, and the class "sc" of that
 // provisioner and parameters.
 func newFixtureFor(t *testing.T, driverName, provisioner string, params map[string]string, objs ...runtime.Object) *fixture {
+	return newFixturePrepared(t, nil, driverName, provisioner, params, objs...)
+}
+
+// newFixturePrepared is newFixtureFor with prepare run on the fake clientset before the
+// controller starts: reactors are added there, since the fake's reactor chain is not safe
+// to change while informers and workers call it.
+func newFixturePrepared(t *testing.T, prepare func(*fake.Clientset), driverName, provisioner string, params map[string]string, objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100), driver: driverName}
 	honourFinalizers(f.cs)
+	if prepare != nil {
+		prepare(f.cs)
+	}
 	f.drv = csitest.Start(t, &csitest.Driver{Name: driverName})
 	conn, err := csiclient.Dial(csiclient.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
 	if err != nil {
@@ -265,12 +275,13 @@ func TestProvisionUsesUpstreamVerbs(t *testing.T) {
 // Where the role grants no writes on Leases, the provisioner goes on as upstream does, says
 // so once with a Warning event on the claim, and still provisions.
 func TestRefusedRecordDegrades(t *testing.T) {
-	f := newFixture(t)
-	for _, verb := range []string{"create", "update"} {
-		f.cs.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewForbidden(corev1.Resource("leases"), "x", errors.New("RBAC: not allowed"))
-		})
-	}
+	f := newFixturePrepared(t, func(cs *fake.Clientset) {
+		for _, verb := range []string{"create", "update"} {
+			cs.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(corev1.Resource("leases"), "x", errors.New("RBAC: not allowed"))
+			})
+		}
+	}, driverName, driverName, nil)
 	f.drv.Hook("CreateVolume", func(any) error {
 		if f.drv.Calls("CreateVolume") < 3 {
 			return status.Error(codes.Unavailable, "busy") // two retries of the same claim
@@ -408,10 +419,11 @@ func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.Persis
 // claim naming the write, on every retry the queue's backoff allows; the volume stays in
 // the journal for the retry.
 func TestRefusedPVCreateWarns(t *testing.T) {
-	f := newFixture(t)
-	f.cs.PrependReactor("create", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", errors.New("RBAC: create not allowed"))
-	})
+	f := newFixturePrepared(t, func(cs *fake.Clientset) {
+		cs.PrependReactor("create", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", errors.New("RBAC: create not allowed"))
+		})
+	}, driverName, driverName, nil)
 	f.claim("refused")
 	deadline := time.After(10 * time.Second)
 	for {

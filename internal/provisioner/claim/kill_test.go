@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
@@ -26,7 +27,6 @@ func TestKillAtEachPoint(t *testing.T) {
 		"after the PV is saved, before the record is dropped",
 	} {
 		t.Run(point, func(t *testing.T) {
-			f := newFixture(t)
 			// A refused write never lands; the provisioner retries it until killed.
 			var refusing atomic.Bool
 			refuse := func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -35,11 +35,20 @@ func TestKillAtEachPoint(t *testing.T) {
 				}
 				return true, nil, apierrors.NewServiceUnavailable("refused by the test")
 			}
+			refused := map[string][2]string{
+				"while the record is being written":                   {"create", "leases"},
+				"after CreateVolume, before the PV is saved":          {"create", "persistentvolumes"},
+				"after the PV is saved, before the record is dropped": {"update", "leases"},
+			}
+			f := newFixturePrepared(t, func(cs *fake.Clientset) {
+				if r, ok := refused[point]; ok {
+					cs.PrependReactor(r[0], r[1], refuse)
+				}
+			}, driverName, driverName, nil)
 			release := make(chan struct{})
 			reached := func() bool { return false }
 			switch point {
 			case "while the record is being written":
-				f.cs.PrependReactor("create", "leases", refuse)
 				reached = func() bool { return hasAction(f, "create", "leases") }
 			case "after the record is written, before CreateVolume":
 				f.drv.Hook("CreateVolume", func(any) error { <-release; return errors.New("killed") })
@@ -49,10 +58,8 @@ func TestKillAtEachPoint(t *testing.T) {
 				f.drv.Hook("CreateVolume", func(any) error { <-release; return nil })
 				reached = func() bool { return f.drv.Calls("CreateVolume") > 0 }
 			case "after CreateVolume, before the PV is saved":
-				f.cs.PrependReactor("create", "persistentvolumes", refuse)
 				reached = func() bool { return hasAction(f, "create", "persistentvolumes") }
 			case "after the PV is saved, before the record is dropped":
-				f.cs.PrependReactor("update", "leases", refuse)
 				reached = func() bool { return len(f.pvs()) == 1 }
 			}
 			refusing.Store(true)
