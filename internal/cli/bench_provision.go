@@ -35,6 +35,8 @@ deletes everything it created.`,
 				return usageErrorf("--precreate needs the benchmark's own provisioner: it cannot be combined with --storage-class")
 			case cfg.Driver != provision.DriverMemory && cfg.Driver != provision.DriverKubevol:
 				return usageErrorf("--driver %q: want %s or %s", cfg.Driver, provision.DriverMemory, provision.DriverKubevol)
+			case cfg.KubeAPIQPS <= 0 || cfg.KubeAPIBurst < 1:
+				return usageErrorf("--kube-api-qps and --kube-api-burst must be positive")
 			case cfg.StorageClass != "" && len(cfg.ProvisionerArgs) > 0:
 				return usageErrorf("--provisioner-arg needs the benchmark's own provisioner: it cannot be combined with --storage-class")
 			}
@@ -62,7 +64,9 @@ deletes everything it created.`,
 	f.StringVar(&cfg.Driver, "driver", provision.DriverMemory, "CSI driver of the benchmark's own provisioner: memory (CreateVolume costs nothing, the provisioner's figures) or kubevol (kubevol driver, real directories)")
 	f.BoolVar(&cfg.Precreate, "precreate", false, "create all claims before starting the provisioner")
 	f.StringVar(&cfg.OutDir, "out-dir", ".", "directory for provision.csv and provision.svg")
-	f.StringArrayVar(&cfg.ProvisionerArgs, "provisioner-arg", nil, "extra flag for the benchmark's provisioner, e.g. --provisioner-arg=--kube-api-qps=5 (repeatable)")
+	f.Float64Var(&cfg.KubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "client QPS limit of both provisioners (kubevol's default; upstream's own 5 would measure its rate limiter)")
+	f.IntVar(&cfg.KubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "client burst limit of both provisioners")
+	f.StringArrayVar(&cfg.ProvisionerArgs, "provisioner-arg", nil, "extra flag for the benchmark's provisioner, e.g. --provisioner-arg=--worker-threads=10 (repeatable)")
 	f.StringVar(&upstream, "upstream", "auto", "upstream csi-provisioner to compare with: auto (build external-provisioner v6 from the Go module proxy, cached), a binary, or none")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up waiting for Bound after this long")
 	return cmd

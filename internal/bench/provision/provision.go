@@ -51,6 +51,10 @@ type Config struct {
 	Binary string
 	// ProvisionerArgs are extra `kubevol provisioner` flags, e.g. to compare settings.
 	ProvisionerArgs []string
+	// KubeAPIQPS and KubeAPIBurst are both provisioners' client limits: the same for both,
+	// as a comparison of two rate limiters would measure only the limits.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 	// Upstream is upstream's csi-provisioner binary, run on the same claims after kubevol's
 	// in the same run ("" skips it); UpstreamVersion names it in the figures.
 	Upstream, UpstreamVersion string
@@ -100,14 +104,15 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		results = append(results, up)
-		compare(out, cfg.Count, results)
+		compare(out, cfg, results)
 	}
 	return nil
 }
 
 // compare prints one row per provisioner and the ratio of the first to the second.
-func compare(out io.Writer, count int, rs []result) {
-	fmt.Fprintf(out, "\n%d claims%s: kubevol against upstream in the same run\n", count, "")
+func compare(out io.Writer, cfg Config, rs []result) {
+	fmt.Fprintf(out, "\n%d claims: kubevol against upstream in the same run, both at QPS %g and burst %d (all PVs in %s at the soonest)\n",
+		cfg.Count, cfg.KubeAPIQPS, cfg.KubeAPIBurst, report.Round(clientFloor(cfg)))
 	fmt.Fprintf(out, "%-24s %10s %10s %12s %10s %10s\n", "provisioner", "all PVs", "all Bound", "CPU to PVs", "CPU all", "peak RSS")
 	for _, r := range rs {
 		if !r.ok {
@@ -128,6 +133,16 @@ func compare(out io.Writer, count int, rs []result) {
 			ratio(a.lastPV.Seconds(), b.lastPV.Seconds()), ratio(a.lastBound.Seconds(), b.lastBound.Seconds()),
 			ratio(a.cpuAtPVs.Seconds(), b.cpuAtPVs.Seconds()), ratio(a.cpuAll.Seconds(), b.cpuAll.Seconds()), ratio(a.peakRSS, b.peakRSS))
 	}
+}
+
+// clientFloor is the soonest a provisioner at cfg's client limits can have created one PV
+// per claim: its token bucket starts full at the burst and refills at the QPS, and every
+// PV create takes a token (client-go's flowcontrol).
+func clientFloor(cfg Config) time.Duration {
+	if cfg.KubeAPIQPS <= 0 || cfg.Count <= cfg.KubeAPIBurst {
+		return 0
+	}
+	return time.Duration(float64(cfg.Count-cfg.KubeAPIBurst) / cfg.KubeAPIQPS * float64(time.Second))
 }
 
 // runOnce provisions cfg.Count claims in a namespace of their own with one provisioner:
@@ -243,7 +258,8 @@ func runOnce(ctx context.Context, cs kubernetes.Interface, cfg Config, name, ups
 	mu.Unlock()
 	fmt.Fprintf(out, "\nclaims created in %s (%.0f/s)%s\n", report.Round(createDur), float64(cfg.Count)/createDur.Seconds(),
 		map[bool]string{true: ", before the provisioner started", false: ""}[cfg.Precreate])
-	fmt.Fprintf(out, "all %d PVs created after %s: %.1f PVs/s\n", cfg.Count, report.Round(lastPV), float64(cfg.Count)/lastPV.Seconds())
+	fmt.Fprintf(out, "all %d PVs created after %s: %.1f PVs/s (the client limit alone allows it in %s at the soonest)\n",
+		cfg.Count, report.Round(lastPV), float64(cfg.Count)/lastPV.Seconds(), report.Round(clientFloor(cfg)))
 	fmt.Fprintf(out, "all %d claims Bound after %s: %.1f claims/s\n", cfg.Count, report.Round(lastBound), float64(cfg.Count)/lastBound.Seconds())
 	run.WriteTable(out)
 	res.ok, res.lastPV, res.lastBound = err == nil, lastPV, lastBound

@@ -114,16 +114,17 @@ func (s *system) startProvisioner(ctx context.Context) error {
 	}
 	s.http = l.Addr().String()
 	l.Close()
+	qps, burst := strconv.FormatFloat(s.cfg.KubeAPIQPS, 'f', -1, 64), strconv.Itoa(s.cfg.KubeAPIBurst)
 	if s.upstream != "" {
-		// The same client limits and workers as kubevol's defaults (upstream's own 5 QPS would
-		// measure its rate limiter), and its topology gate, as kubevol reads the driver's
-		// topology whenever the driver has it.
+		// The same client limits and workers as kubevol's (upstream's own 5 QPS would measure
+		// its rate limiter), and its topology gate, as kubevol reads the driver's topology
+		// whenever the driver has it.
 		args := []string{"--csi-address", s.socket, "--kubeconfig", s.cfg.Kubeconfig, "--http-endpoint", s.http,
-			"--kube-api-qps", "200", "--kube-api-burst", "400", "--worker-threads", "100", "--feature-gates", "Topology=true"}
+			"--kube-api-qps", qps, "--kube-api-burst", burst, "--worker-threads", "100", "--feature-gates", "Topology=true"}
 		s.prov, err = s.startBinary("upstream-provisioner", s.upstream, args...)
 	} else {
 		args := append([]string{"provisioner", "--csi-address", s.socket, "--kubeconfig", s.cfg.Kubeconfig,
-			"--intent-namespace", s.ns, "--http-endpoint", s.http}, s.cfg.ProvisionerArgs...)
+			"--intent-namespace", s.ns, "--http-endpoint", s.http, "--kube-api-qps", qps, "--kube-api-burst", burst}, s.cfg.ProvisionerArgs...)
 		s.prov, err = s.start("provisioner", args...)
 	}
 	if err != nil {
