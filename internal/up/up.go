@@ -194,6 +194,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, fmt.Errorf("up: unknown runtime %q", o.Runtime)
 	}
 	if marked, err := claimDir(o.Dir); err != nil {
+		closeDrivers(drivers)
 		return nil, fmt.Errorf("up: state directory: %w", err)
 	} else if !marked {
 		fmt.Fprintf(o.Progress, "note: %s is not empty and has no %s marker, so `kubevol up --reset` will refuse to wipe it\n", o.Dir, MarkerFile)
