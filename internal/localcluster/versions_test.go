@@ -40,14 +40,14 @@ replace (
 	if rel.Etcd != "3.6.5" {
 		t.Errorf("etcd %q, want 3.6.5", rel.Etcd)
 	}
-	mod := string(releaseGoMod(rel, "/src/kubevol"))
+	mod := string(releaseGoMod(rel))
 	for _, want := range []string{
 		"module github.com/kubevol/kubevol/cmd/kubevol-cluster\n",
 		"\tk8s.io/api => k8s.io/api v0.34.4\n",
 		"\tk8s.io/client-go => k8s.io/client-go v0.34.4\n",
 		"\tgo.etcd.io/etcd/server/v3 v3.6.5\n",
 		"\tk8s.io/kubernetes v1.34.4\n",
-		"\tgithub.com/kubevol/kubevol => /src/kubevol\n",
+		"\tgithub.com/kubevol/kubevol => ./kubevol-version\n",
 	} {
 		if !strings.Contains(mod, want) {
 			t.Errorf("generated go.mod lacks %q:\n%s", want, mod)
