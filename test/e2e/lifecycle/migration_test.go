@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -132,7 +133,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, framework.ClaimSpec("refused", bad, "16Mi"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.WaitForEvent(e.ctx, e.cs, e.ns, "refused", func(ev corev1.Event) bool {
+	if _, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, "refused", time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "ProvisioningFailed" && strings.Contains(ev.Message, `type="gp2"`)
 	}); err != nil {
 		t.Fatalf("no ProvisioningFailed event naming type=gp2 on the claim of class %s: %v", bad, err)

@@ -3,11 +3,12 @@ package lifecycle
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
-	"github.com/kubevol/kubevol/test/e2e/framework"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // seLinuxPod is a pod of the env whose containers run at the SELinux level, with the pod's
@@ -65,7 +66,7 @@ func TestSELinuxContextMount(t *testing.T) {
 	}
 
 	c := e.seLinuxPod("c", "labelled", "s0:c7,c8", nil)
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, c.Name, func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, c.Name, time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "FailedMount" && strings.Contains(ev.Message, "conflicting SELinux labels of volume")
 	})
 	if err != nil {

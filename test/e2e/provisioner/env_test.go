@@ -22,6 +22,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -129,7 +130,7 @@ func (e *env) createClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentV
 
 func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	e.t.Helper()
-	pvc, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, timeout, func(c *corev1.PersistentVolumeClaim) bool {
+	pvc, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, timeout, func(c *corev1.PersistentVolumeClaim) bool {
 		return c.Status.Phase == corev1.ClaimBound
 	})
 	if err != nil {
@@ -144,7 +145,7 @@ func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentV
 
 // events returns "reason: message" lines of the claim's events.
 func (e *env) events(name string) string {
-	return strings.Join(framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+	return strings.Join(kubecheck.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
 		return ev.Reason + ": " + ev.Message
 	}), "\n")
 }
@@ -152,7 +153,7 @@ func (e *env) events(name string) string {
 // waitEvent waits for an event of the object with the reason and a message containing want.
 func (e *env) waitEvent(name, reason, want string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, name, time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == reason && strings.Contains(ev.Message, want)
 	})
 	if err != nil {

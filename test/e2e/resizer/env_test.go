@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -134,7 +135,7 @@ func (e *env) resize(name, size string) {
 
 func (e *env) waitClaim(name, what string, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	last, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, cond)
+	last, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, cond)
 	if err != nil {
 		var st any
 		if last != nil {
@@ -156,7 +157,7 @@ func (e *env) pv(name string) *corev1.PersistentVolume {
 
 // events returns "source: reason: message" lines of the claim's events.
 func (e *env) events(name string) []string {
-	return framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+	return kubecheck.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
 		return ev.Source.Component + ": " + ev.Reason + ": " + ev.Message
 	})
 }
@@ -165,7 +166,7 @@ func (e *env) events(name string) []string {
 // the reason.
 func (e *env) waitEvent(name, source, reason string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, name, time.Minute, func(ev corev1.Event) bool {
 		return strings.Contains(ev.Source.Component, source) && ev.Reason == reason
 	})
 	if err != nil {

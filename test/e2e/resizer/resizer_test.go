@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -136,7 +137,7 @@ func TestExpandRefusedWhileInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.resize("busy", "128Mi")
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, "busy", func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, "busy", time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "VolumeResizeFailed" && strings.Contains(ev.Message, "in use by pod "+e.ns+"/user")
 	})
 	if err != nil {

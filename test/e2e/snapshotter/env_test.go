@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -234,7 +235,7 @@ func (e *env) claim(name, size string, source *snapv1.VolumeSnapshot) *corev1.Pe
 
 func (e *env) waitBound(name string) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	pvc, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, func(p *corev1.PersistentVolumeClaim) bool { return p.Status.Phase == corev1.ClaimBound })
+	pvc, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, func(p *corev1.PersistentVolumeClaim) bool { return p.Status.Phase == corev1.ClaimBound })
 	if err != nil {
 		e.t.Fatalf("claim %s not bound: %v; events:\n%s", name, err, strings.Join(e.events(name), "\n"))
 	}
@@ -339,12 +340,12 @@ func (e *env) backendSnapshots() map[string]*csi.Snapshot {
 // (cluster-scoped objects' events are in "default").
 func (e *env) events(name string) []string {
 	line := func(ev corev1.Event) string { return ev.Source.Component + ": " + ev.Reason + ": " + ev.Message }
-	return append(framework.EventLines(e.cs, e.ns, name, line), framework.EventLines(e.cs, metav1.NamespaceDefault, name, line)...)
+	return append(kubecheck.EventLines(e.cs, e.ns, name, line), kubecheck.EventLines(e.cs, metav1.NamespaceDefault, name, line)...)
 }
 
 func (e *env) waitEvent(ns, name, reason, contains string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, ns, name, func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, ns, name, time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == reason && strings.Contains(ev.Message, contains)
 	})
 	if err != nil {
