@@ -13,12 +13,15 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 var snapshotContentGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 
 func snapshotRef(name string) *corev1.TypedLocalObjectReference {
-	return &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: name}
+	return &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: name}
 }
 
 // snapshotOverwrite: a snapshot is a point in time (upstream's snapshottable "should check
@@ -37,7 +40,7 @@ func snapshotOverwrite(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	p, err := k.runPod("overwriter", []corev1.Volume{claimVolume("data", "source")}, nil, nil)
+	p, err := k.runPod("overwriter", []corev1.Volume{kubecheck.ClaimVolume("data", "source")}, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -157,7 +160,7 @@ func (k *caseEnv) snapshotContent(snapshot string) (name, handle string, err err
 }
 
 func (k *caseEnv) waitContentGone(name string) error {
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		_, err := k.dyn.Resource(snapshotContentGVR).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})

@@ -11,6 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // createClasses makes verify's StorageClasses: the base class's parameters with the binding
@@ -58,7 +59,7 @@ func (e *env) createClasses(ctx context.Context) error {
 			MountOptions:         mountOptions,
 			ReclaimPolicy:        &v.reclaim,
 			VolumeBindingMode:    &v.binding,
-			AllowVolumeExpansion: ptr(true),
+			AllowVolumeExpansion: ptr.To(true),
 			AllowedTopologies:    v.allowed,
 		}
 		if v.name == classOptions {

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 var (
@@ -96,21 +98,9 @@ func (k *caseEnv) snapshotFrom(name, class string, source map[string]any) (*unst
 	if _, err := res.Create(k.ctx, obj, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create VolumeSnapshot: %w", err)
 	}
-	var last string
-	var cur *unstructured.Unstructured
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		var err error
-		if cur, err = res.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return false, nil
-		}
-		if msg, ok, _ := unstructured.NestedString(cur.Object, "status", "error", "message"); ok {
-			last = msg
-		}
-		ready, _, _ := unstructured.NestedBool(cur.Object, "status", "readyToUse")
-		return ready, nil
-	})
+	cur, err := kubecheck.WaitReadyToUse(k.ctx, res, name, waitTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("VolumeSnapshot %s not ready to use: %w (last error: %q)", name, err, last)
+		return nil, fmt.Errorf("VolumeSnapshot %w", err)
 	}
 	return cur, nil
 }
@@ -132,7 +122,7 @@ func (k *caseEnv) deleteSnapshots() error {
 			errs = append(errs, err)
 			continue
 		}
-		err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 			_, err := res.Get(ctx, s.GetName(), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
