@@ -12,6 +12,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 )
 
 // With CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds the agent asks the driver for
@@ -91,7 +92,7 @@ func countEnv(t *testing.T, o envOptions, period int64) (*env, string) {
 	if err := os.WriteFile(countFile, []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o.csiDriver = func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr(period) }
+	o.csiDriver = func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr.To(period) }
 	o.driverArgs = append(o.driverArgs, "--max-volumes-per-node-file", countFile)
 	e := newEnv(t, o)
 	e.waitRegistered()

@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // A raw block PVC (volumeMode: Block) used through volumeDevices, with attach: the pod's
@@ -109,7 +111,7 @@ func TestBlockVolume(t *testing.T) {
 			}
 		}
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // kill -9 of the node agent between NodeStage and NodePublish (the driver delays
@@ -63,7 +65,7 @@ func TestNodeAgentCrashBetweenStageAndPublish(t *testing.T) {
 	if err := inOrder(e.succeeded(handle), []string{"NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("teardown: %v; calls: %v", err, e.succeeded(handle))
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }
@@ -99,7 +101,7 @@ func TestNodeAgentRestartWithBlockVolume(t *testing.T) {
 	if _, err := os.Lstat(link); !os.IsNotExist(err) {
 		t.Errorf("pod link %s left: %v", link, err)
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
@@ -111,8 +111,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	spec := storagev1.CSIDriverSpec{
 		AttachRequired:       &o.attachRequired,
-		PodInfoOnMount:       ptr(true),
-		FSGroupPolicy:        ptr(storagev1.FileFSGroupPolicy),
+		PodInfoOnMount:       ptr.To(true),
+		FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
 		RequiresRepublish:    &o.republish,
 	}
@@ -127,7 +127,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		params = map[string]string{"type": "dir"}
 	}
 	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.sc}, Provisioner: e.name,
-		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
+		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr.To(true)})
 
 	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
 	args := []string{"driver", "--endpoint", sock, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
@@ -421,18 +421,6 @@ func (e *env) succeeded(volumeID string) []string {
 	return out
 }
 
-// mountsUnder lists the mount points below dir.
-func mountsUnder(dir string) []string {
-	mps, _ := mount.New("").List()
-	var out []string
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, dir+"/") {
-			out = append(out, mp.Path)
-		}
-	}
-	return out
-}
-
 // unmountLeftovers fails the test for any mount or loop device still held below the test's
 // directory and releases it, so nothing leaks even when the test fails early.
 func (e *env) unmountLeftovers() {
@@ -454,8 +442,6 @@ func isMountPoint(path string) bool {
 	notMnt, err := mount.New("").IsLikelyNotMountPoint(path)
 	return err == nil && !notMnt
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // runAs returns the kubeconfig of component's own ServiceAccount, bound to deploy/'s RBAC
 // (plus `get` on secrets when secrets is true).

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -105,7 +106,7 @@ func TestClaimDeletedUnderRunningPod(t *testing.T) {
 	if err := inOrder(e.succeeded(r.handle), []string{"NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("teardown: %v; calls: %v", err, e.succeeded(r.handle))
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }
@@ -193,7 +194,7 @@ func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
 	e.checkHeld(keep, "claims readable again")
 	e.deleteClaim(gone.claim, gone.pv)
 	e.teardown(keep)
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 )
 
@@ -119,7 +120,7 @@ func testLifecycle(t *testing.T, attach bool) {
 			t.Errorf("%s succeeded %d times, want 1", m, n)
 		}
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
@@ -146,7 +147,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	class := "intree-" + strings.ToLower(rand.String(5))
 	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: tg.inTree,
-		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr(true)})
+		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)})
 	claim := framework.ClaimSpec("dynamic", class, "16Mi")
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -325,7 +326,7 @@ func (e *env) migratedMount(uid types.UID, specName, handle string, tg migration
 	dir := volume.Paths{Root: e.root}.PodVolumeDir(uid, csiplugin.PluginName, specName)
 	target := filepath.Join(dir, "mount")
 	if !isMountPoint(target) {
-		e.t.Fatalf("%s is not a mount point; mounts: %v", target, mountsUnder(e.root))
+		e.t.Fatalf("%s is not a mount point; mounts: %v", target, kubecheck.MountsUnder(e.root))
 	}
 	var data map[string]string
 	raw, err := os.ReadFile(filepath.Join(dir, "vol_data.json"))

@@ -13,6 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -48,7 +49,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		agentArgs: []string{"--node-status-interval", "1s"},
 		csiDriver: func(s *storagev1.CSIDriverSpec) {
 			withTokens(s)
-			s.ServiceAccountTokenInSecrets = ptr(true)
+			s.ServiceAccountTokenInSecrets = ptr.To(true)
 		}})
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: e.ns}, StringData: creds}
 	if _, err := e.cs.CoreV1().Secrets(e.ns).Create(e.ctx, secret, metav1.CreateOptions{}); err != nil {
@@ -200,8 +201,8 @@ func (e *env) startDriver(spec func(*storagev1.CSIDriverSpec), verbosity string)
 	}
 	d := &extraDriver{name: "e2e-" + rand.String(6) + ".kubevol.io", callLog: filepath.Join(dir, "calls.jsonl")}
 	s := storagev1.CSIDriverSpec{
-		AttachRequired:       ptr(false),
-		PodInfoOnMount:       ptr(true),
+		AttachRequired:       ptr.To(false),
+		PodInfoOnMount:       ptr.To(true),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
 	}
 	spec(&s)

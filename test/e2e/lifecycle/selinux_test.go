@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/kubecheck"
 )
@@ -49,11 +50,11 @@ func (e *env) contexts(volumeID string) (stage, publish []string) {
 func TestSELinuxContextMount(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{agentArgs: []string{"--selinux-enabled=true"},
-		csiDriver: func(s *storagev1.CSIDriverSpec) { s.SELinuxMount = ptr(true) }})
+		csiDriver: func(s *storagev1.CSIDriverSpec) { s.SELinuxMount = ptr.To(true) }})
 	e.pvc("labelled")
 	e.pvc("recursive")
 	a := e.waitVolumesReady(e.seLinuxPod("a", "labelled", "s0:c1,c2", nil))
-	b := e.waitVolumesReady(e.seLinuxPod("b", "recursive", "s0:c3,c4", ptr(corev1.SELinuxChangePolicyRecursive)))
+	b := e.waitVolumesReady(e.seLinuxPod("b", "recursive", "s0:c3,c4", ptr.To(corev1.SELinuxChangePolicyRecursive)))
 
 	want := `"system_u:object_r:container_file_t:s0:c1,c2"`
 	stage, publish := e.contexts(e.boundPV("labelled").Spec.CSI.VolumeHandle)

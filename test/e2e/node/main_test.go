@@ -4,7 +4,6 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -51,7 +51,7 @@ func startAgent(t *testing.T, extraArgs ...string) *agent {
 	a.root = root
 	a.metricsAddr = freeAddr(t)
 	t.Cleanup(func() {
-		if leaked := mountsUnder(root); len(leaked) > 0 {
+		if leaked := kubecheck.MountsUnder(root); len(leaked) > 0 {
 			t.Errorf("mounts leaked under %s: %v", root, leaked)
 			for i := len(leaked) - 1; i >= 0; i-- {
 				_ = mount.New("").Unmount(leaked[i])
@@ -215,42 +215,6 @@ func (a *agent) volumeDir(p *corev1.Pod, plugin, vol string) string {
 	return filepath.Join(a.root, "pods", string(p.UID), "volumes", plugin, vol)
 }
 
-// mountsUnder lists mount points below dir from /proc/self/mountinfo, deepest last.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-}
-
-// mountIDs maps mount points below dir to their mount IDs: a remount gets a new ID.
-func mountIDs(dir string) map[string]string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out[fields[4]] = fields[0]
-		}
-	}
-	return out
-}
-
 func readFile(t *testing.T, p string) string {
 	t.Helper()
 	data, err := os.ReadFile(p)
@@ -259,8 +223,6 @@ func readFile(t *testing.T, p string) string {
 	}
 	return string(data)
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func mustf(t *testing.T, err error, format string, args ...any) {
 	t.Helper()

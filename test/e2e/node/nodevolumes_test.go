@@ -13,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // localClaim creates a local PV at path, pinned by node affinity to host and with the access
@@ -44,7 +47,7 @@ func (a *agent) localClaimOf(t *testing.T, path string, affinity *corev1.VolumeN
 	_, err = a.client.CoreV1().PersistentVolumeClaims(a.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr(""), VolumeMode: &volumeMode,
+			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr.To(""), VolumeMode: &volumeMode,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		}}, metav1.CreateOptions{})
 	mustf(t, err, "create PVC")
@@ -66,7 +69,7 @@ func claimVolume(name, claim string) corev1.Volume {
 func (a *agent) onNode(p *corev1.Pod) *corev1.Pod {
 	p.Spec.NodeSelector = nil
 	p.Spec.NodeName = a.name
-	p.Spec.AutomountServiceAccountToken = ptr(false)
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
 	return p
 }
 
@@ -107,7 +110,7 @@ func TestLocalVolumeRWOPAndNodeAffinity(t *testing.T) {
 	p3 := a.create(a.onNode(a.pod("affinity", claimVolume("v", other))))
 	a.waitEvent(p3.Name, "FailedMount", "MountVolume.NodeAffinity check failed", time.Minute)
 	a.waitEvent(p3.Name, "FailedMount", "no matching NodeSelectorTerms", time.Second)
-	if m := mountsUnder(filepath.Join(a.root, "pods", string(p3.UID))); len(m) != 0 {
+	if m := kubecheck.MountsUnder(filepath.Join(a.root, "pods", string(p3.UID))); len(m) != 0 {
 		t.Fatalf("mounted despite the node affinity: %v", m)
 	}
 	_, err := a.client.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, []byte(`{"metadata":{"labels":{"kubevol.io/test-disk":"fast"}}}`), metav1.PatchOptions{})

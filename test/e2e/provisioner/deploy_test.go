@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -176,7 +177,7 @@ func applier(t *testing.T) func(context.Context, *unstructured.Unstructured, boo
 		if err != nil {
 			return err
 		}
-		opts := metav1.PatchOptions{FieldManager: "kubevol-provisioner-e2e", Force: ptr(true)}
+		opts := metav1.PatchOptions{FieldManager: "kubevol-provisioner-e2e", Force: ptr.To(true)}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}

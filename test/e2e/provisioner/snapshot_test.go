@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -105,7 +106,7 @@ func installSnapshotCRDs(t *testing.T, ctx context.Context) {
 				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: c.plural, Kind: c.kind},
 				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
 					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type: "object", XPreserveUnknownFields: ptr(true)}}}},
+						Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
 			},
 		}
 		_, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})
