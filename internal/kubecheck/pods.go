@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubevol/kubevol/pkg/podstatus"
 )
 
 // VolumesReady is the pod condition the node agent sets once every volume is set up (the
 // kubelet has no such condition: it starts the containers instead).
-const VolumesReady corev1.PodConditionType = "kubevol.io/VolumesReady"
+const VolumesReady = podstatus.VolumesReadyCondition
 
 // PodCondition is the status of the pod's condition t, Unknown when it has none.
 func PodCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {

@@ -84,3 +84,14 @@ func ExpandClaim(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns,
 	}
 	return last
 }
+
+// WaitForEvent waits up to timeout for an event of the object named name in ns that match
+// accepts, and fails the test, naming what it waited for and the events it saw, otherwise.
+func WaitForEvent(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, name, what string, timeout time.Duration, match func(corev1.Event) bool) corev1.Event {
+	t.Helper()
+	ev, err := kubecheck.WaitForEvent(ctx, cs, ns, name, timeout, match)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return ev
+}

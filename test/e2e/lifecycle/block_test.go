@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,13 +38,8 @@ func TestBlockVolume(t *testing.T) {
 	// block volume metrics.
 	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="raw"} 1.6777216e+07`, e.ns)
 	e.poll("block volume capacity on /metrics", func(context.Context) (bool, error) {
-		rsp, err := http.Get(e.metrics)
-		if err != nil {
-			return false, nil
-		}
-		defer rsp.Body.Close()
-		body, _ := io.ReadAll(rsp.Body)
-		return strings.Contains(string(body), series), nil
+		body, err := kubecheck.Get(e.metrics)
+		return err == nil && strings.Contains(body, series), nil
 	})
 
 	pattern := make([]byte, 4096)

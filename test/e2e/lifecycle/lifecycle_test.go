@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/kubecheck"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 func TestLifecycleWithoutAttach(t *testing.T) {
@@ -69,14 +68,9 @@ func testLifecycle(t *testing.T, attach bool) {
 		t.Fatalf("write through the mount: %v", err)
 	}
 	// NodeGetVolumeStats reaches the kubelet's metrics.
-	rsp, err := http.Get(e.metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(rsp.Body)
-	rsp.Body.Close()
+	body := framework.Get(t, e.metrics)
 	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="data"}`, e.ns)
-	if !strings.Contains(string(body), series) {
+	if !strings.Contains(body, series) {
 		t.Errorf("/metrics lacks %s", series)
 	}
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + e.name + "^" + handle)

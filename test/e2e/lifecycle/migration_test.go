@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -211,13 +209,8 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	e.migratedMount(inline.UID, tg.driver+"-"+inlineID, inlineID, tg)
 
 	// The mounts count as migrated in the kubelet's operation metric.
-	page, err := http.Get(e.metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(page.Body)
-	page.Body.Close()
-	if !slices.ContainsFunc(strings.Split(string(body), "\n"), func(l string) bool {
+	body := framework.Get(t, e.metrics)
+	if !slices.ContainsFunc(strings.Split(body, "\n"), func(l string) bool {
 		return strings.HasPrefix(l, "storage_operation_duration_seconds_count{") && strings.Contains(l, `migrated="true"`) &&
 			strings.Contains(l, `operation_name="volume_mount"`) && strings.Contains(l, `volume_plugin="kubernetes.io/csi"`)
 	}) {

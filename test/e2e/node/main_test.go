@@ -9,12 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -176,39 +174,15 @@ func condition(p *corev1.Pod) corev1.ConditionStatus {
 
 func (a *agent) waitGone(name string, timeout time.Duration) {
 	a.t.Helper()
-	err := wait.PollUntilContextTimeout(a.ctx(timeout+time.Second), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := a.client.CoreV1().Pods(a.ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		a.t.Fatalf("pod %s not deleted: %v", name, err)
+	if err := kubecheck.WaitPodGone(a.ctx(timeout+time.Second), a.client, a.ns, name, timeout); err != nil {
+		a.t.Fatal(err)
 	}
 }
 
 // waitEvent waits for an event on the pod whose reason and message match.
 func (a *agent) waitEvent(podName, reason, substr string, timeout time.Duration) corev1.Event {
 	a.t.Helper()
-	var found corev1.Event
-	var seen []string
-	err := wait.PollUntilContextTimeout(a.ctx(timeout+time.Second), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := a.client.CoreV1().Events(a.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + podName})
-		if err != nil {
-			return false, nil
-		}
-		seen = seen[:0]
-		for _, e := range l.Items {
-			seen = append(seen, e.Reason+": "+e.Message)
-			if e.Reason == reason && strings.Contains(e.Message, substr) {
-				found = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		a.t.Fatalf("no %s event containing %q on %s; events: %v", reason, substr, podName, seen)
-	}
-	return found
+	return framework.WaitForEvent(a.ctx(timeout+time.Second), a.t, a.client, a.ns, podName, fmt.Sprintf("%s event containing %q on %s", reason, substr, podName), timeout, kubecheck.EventWith(reason, substr))
 }
 
 func (a *agent) volumeDir(p *corev1.Pod, plugin, vol string) string {

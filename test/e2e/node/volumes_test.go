@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/kubecheck"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 const tmpfsMagic = 0x01021994
@@ -192,14 +191,7 @@ func waitFile(t *testing.T, path, want string) {
 
 func scrape(t *testing.T, addr, path string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	mustf(t, err, "GET %s", path)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %s", path, resp.Status, body)
-	}
-	return string(body)
+	return framework.Get(t, "http://"+addr+path)
 }
 
 // The Node carries what kube-scheduler and the attach/detach controller need.
@@ -233,14 +225,8 @@ func TestNodeRegistration(t *testing.T) {
 	// says ok only after it: wait for it.
 	var body string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + a.metricsAddr + "/healthz")
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		body = string(raw)
-		return resp.StatusCode == http.StatusOK, nil
+		body, err = kubecheck.Get("http://" + a.metricsAddr + "/healthz")
+		return err == nil, nil
 	})
 	if err != nil || !strings.Contains(body, "ok") {
 		t.Errorf("/healthz: %q, %v", body, err)

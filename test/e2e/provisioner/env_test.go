@@ -3,8 +3,6 @@ package provisioner_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -153,12 +151,7 @@ func (e *env) events(name string) string {
 // waitEvent waits for an event of the object with the reason and a message containing want.
 func (e *env) waitEvent(name, reason, want string) {
 	e.t.Helper()
-	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, name, time.Minute, func(ev corev1.Event) bool {
-		return ev.Reason == reason && strings.Contains(ev.Message, want)
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event containing %q for %s; events:\n%s", reason, want, name, e.events(name))
-	}
+	framework.WaitForEvent(e.ctx, e.t, e.cs, e.ns, name, reason+" event for "+name, time.Minute, kubecheck.EventWith(reason, want))
 }
 
 // volumes lists the driver's volumes by ID.
@@ -216,13 +209,7 @@ func (e *env) deleteClaim(name string) {
 
 func (e *env) metrics() string {
 	e.t.Helper()
-	rsp, err := http.Get("http://" + e.http + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	b, _ := io.ReadAll(rsp.Body)
-	return string(b)
+	return framework.Get(e.t, "http://"+e.http+"/metrics")
 }
 
 func (e *env) pvGetter(name string) func(ctx context.Context) error {

@@ -166,12 +166,9 @@ func (e *env) events(name string) []string {
 // the reason.
 func (e *env) waitEvent(name, source, reason string) {
 	e.t.Helper()
-	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, name, time.Minute, func(ev corev1.Event) bool {
+	framework.WaitForEvent(e.ctx, e.t, e.cs, e.ns, name, reason+" event from "+source+" for claim "+name, time.Minute, func(ev corev1.Event) bool {
 		return strings.Contains(ev.Source.Component, source) && ev.Reason == reason
 	})
-	if err != nil {
-		e.t.Fatalf("no %s event from %s for claim %s; events:\n%s", reason, source, name, strings.Join(e.events(name), "\n"))
-	}
 }
 
 // calls returns the driver's calls of method on volumeID, as "method:code".

@@ -2,8 +2,6 @@ package resizer
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -102,16 +100,7 @@ func TestExpandBlockVolumeNeedsNode(t *testing.T) {
 
 func (e *env) get(path string) string {
 	e.t.Helper()
-	rsp, err := http.Get("http://" + e.http + path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	b, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return string(b)
+	return framework.Get(e.t, "http://"+e.http+path)
 }
 
 // A driver that refuses to expand a volume in use answers FAILED_PRECONDITION; as upstream's

@@ -2,8 +2,6 @@ package snapshotter
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -189,16 +187,7 @@ func (e *env) startSnapshotter(args ...string) *framework.Process {
 // scrape returns the /metrics page served at addr.
 func scrape(t testing.TB, addr string) string {
 	t.Helper()
-	rsp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	body, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	return framework.Get(t, "http://"+addr+"/metrics")
 }
 
 // snapshotClass creates a VolumeSnapshotClass (deleted at the end of the test).
@@ -345,12 +334,7 @@ func (e *env) events(name string) []string {
 
 func (e *env) waitEvent(ns, name, reason, contains string) {
 	e.t.Helper()
-	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, ns, name, time.Minute, func(ev corev1.Event) bool {
-		return ev.Reason == reason && strings.Contains(ev.Message, contains)
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event %q for %s; events:\n%s", reason, contains, name, strings.Join(e.events(name), "\n"))
-	}
+	framework.WaitForEvent(e.ctx, e.t, e.cs, ns, name, reason+" event for "+name, time.Minute, kubecheck.EventWith(reason, contains))
 }
 
 // deleteAllSnapshots deletes the test's snapshots and waits until they are gone, with the
