@@ -36,9 +36,21 @@ func VolumesUp(p *corev1.Pod) bool {
 		PodCondition(p, corev1.PodReadyToStartContainers) == corev1.ConditionTrue
 }
 
-// WaitVolumesUp waits for the node to set up every volume of the pod, and returns the pod
-// as it read it then. The error carries the node agent's last word on the volumes.
+// VolumesReadyTrue holds for a pod whose VolumesReady condition is True: the node agent's
+// (or kubevol's volume manager's) own word, not the kubelet's.
+func VolumesReadyTrue(p *corev1.Pod) bool {
+	return PodCondition(p, VolumesReady) == corev1.ConditionTrue
+}
+
+// WaitVolumesUp waits for the node to set up every volume of the pod (VolumesUp), and
+// returns the pod as it read it then.
 func WaitVolumesUp(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	return WaitPod(ctx, cs, ns, name, timeout, VolumesUp)
+}
+
+// WaitPod waits until cond holds for the pod, and returns the pod as it read it then. The
+// error carries the node agent's last word on the volumes.
+func WaitPod(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration, cond func(*corev1.Pod) bool) (*corev1.Pod, error) {
 	var cur *corev1.Pod
 	err := Poll(ctx, timeout, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -46,7 +58,7 @@ func WaitVolumesUp(ctx context.Context, cs kubernetes.Interface, ns, name string
 			return false, nil
 		}
 		cur = p
-		return VolumesUp(p), nil
+		return cond(p), nil
 	})
 	if err != nil {
 		last := "never read"

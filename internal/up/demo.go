@@ -197,7 +197,7 @@ func recreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) 
 	if _, err := kubecheck.CreatePod(ctx, cs, pod, demoTimeout); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	cur, err := kubecheck.WaitVolumesUp(ctx, cs, pod.Namespace, pod.Name, demoTimeout)
+	cur, err := kubecheck.WaitPod(ctx, cs, pod.Namespace, pod.Name, demoTimeout, kubecheck.VolumesReadyTrue)
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // With CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds the agent asks the driver for
@@ -41,7 +43,7 @@ func TestAttachResourceExhaustedRejectsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	pvc := e.pvc("data")
-	pod := e.pod("app", claimVolume("data", pvc.Name))
+	pod := e.pod("app", kubecheck.ClaimVolume("data", pvc.Name))
 
 	e.poll("the VolumeAttachment's attachError with code ResourceExhausted", func(ctx context.Context) (bool, error) {
 		vas, err := e.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})

@@ -27,7 +27,7 @@ func TestBlockVolume(t *testing.T) {
 	e := newEnv(t, envOptions{attachRequired: true, scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("raw", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
@@ -49,7 +49,7 @@ func TestBlockVolume(t *testing.T) {
 	}
 
 	// The same claim mounted as a filesystem is refused with upstream's volumeMode check.
-	wrong := e.pod("wrong", claimVolume("raw", pvc.Name))
+	wrong := e.pod("wrong", kubecheck.ClaimVolume("raw", pvc.Name))
 	e.poll("pod wrong refused", func(ctx context.Context) (bool, error) {
 		cur, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, wrong.Name, metav1.GetOptions{})
 		if err != nil {
@@ -71,7 +71,7 @@ func TestBlockVolume(t *testing.T) {
 		}
 	}
 
-	again := e.waitVolumesReady(e.podWith("again", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	again := e.waitVolumesReady(e.podWith("again", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 	got, err := readDevice(e.checkMapped(again, pv.Name), len(pattern))
 	if err != nil {
 		t.Fatal(err)

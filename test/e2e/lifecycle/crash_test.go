@@ -23,7 +23,7 @@ func TestNodeAgentCrashBetweenStageAndPublish(t *testing.T) {
 	e := newEnv(t, envOptions{faults: []string{"NodePublishVolume:delay=5s"}})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.pod("app", claimVolume("data", pvc.Name))
+	pod := e.pod("app", kubecheck.ClaimVolume("data", pvc.Name))
 
 	var handle string
 	e.poll("NodeStageVolume done", func(context.Context) (bool, error) {
@@ -78,7 +78,7 @@ func TestNodeAgentRestartWithBlockVolume(t *testing.T) {
 	e := newEnv(t, envOptions{scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("raw", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	link := e.checkMapped(pod, pv.Name)

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -301,13 +301,10 @@ func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod 
 // create creates the pod.
 func (e *env) create(pod *corev1.Pod) *corev1.Pod {
 	e.t.Helper()
-	var created *corev1.Pod
-	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
-	e.poll("pod "+pod.Name+" created", func(ctx context.Context) (bool, error) {
-		var err error
-		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
-	})
+	created, err := kubecheck.CreatePod(e.ctx, e.cs, pod, 3*time.Minute)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return created
 }
 
@@ -331,27 +328,13 @@ func (e *env) podObject(name string, mounts, devices []corev1.Volume) *corev1.Po
 	return pod
 }
 
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
 // waitVolumesReady waits for the agent's kubevol.io/VolumesReady condition.
 func (e *env) waitVolumesReady(pod *corev1.Pod) *corev1.Pod {
 	e.t.Helper()
-	var cur *corev1.Pod
-	e.poll("volumes of pod "+pod.Name+" ready", func(ctx context.Context) (bool, error) {
-		var err error
-		cur, err = e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range cur.Status.Conditions {
-			if c.Type == "kubevol.io/VolumesReady" && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	cur, err := kubecheck.WaitPod(e.ctx, e.cs, e.ns, pod.Name, 3*time.Minute, kubecheck.VolumesReadyTrue)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return cur
 }
 
@@ -359,13 +342,9 @@ func (e *env) waitVolumesReady(pod *corev1.Pod) *corev1.Pod {
 // only once the volumes are torn down.
 func (e *env) deletePod(pod *corev1.Pod) {
 	e.t.Helper()
-	if err := e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err := kubecheck.DeletePod(e.ctx, e.cs, e.ns, pod.Name, 3*time.Minute); err != nil {
 		e.t.Fatal(err)
 	}
-	e.poll("pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
-		_, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
 }
 
 // deleteClaim deletes the PVC and waits for its PV to be deleted (reclaim policy Delete).
@@ -374,10 +353,9 @@ func (e *env) deleteClaim(name, pv string) {
 	if err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.poll("PV "+pv+" deleted", func(ctx context.Context) (bool, error) {
-		_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
+	if err := kubecheck.WaitPVGone(e.ctx, e.cs, pv, 3*time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 type call struct {

@@ -25,7 +25,7 @@ func TestOnlineExpansionFilesystem(t *testing.T) {
 	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block", "csi.storage.k8s.io/fstype": "xfs"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("grow", "300Mi", corev1.PersistentVolumeFilesystem)
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("grow", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("grow", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	target := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount")
 	before := fsSize(t, target)
@@ -56,7 +56,7 @@ func TestOnlineExpansionBlock(t *testing.T) {
 	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("grow", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("grow", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("grow", pvc.Name)}))
 	pv := e.boundPV(pvc.Name)
 	link := e.checkMapped(pod, pv.Name)
 	if got := deviceSize(t, link); got != 16<<20 {

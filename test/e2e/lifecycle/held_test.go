@@ -38,7 +38,7 @@ type runningPod struct {
 func (e *env) runningPod(name string) runningPod {
 	e.t.Helper()
 	pvc := e.pvc(name + "-data")
-	pod := e.waitVolumesReady(e.pod(name, claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod(name, kubecheck.ClaimVolume("data", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	r := runningPod{pod: pod, claim: pvc.Name, pv: pv.Name, handle: pv.Spec.CSI.VolumeHandle,
 		target: filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount")}

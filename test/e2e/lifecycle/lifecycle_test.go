@@ -38,7 +38,7 @@ func testLifecycle(t *testing.T, attach bool) {
 	e := newEnv(t, envOptions{attachRequired: attach})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("data", pvc.Name)))
 
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle

@@ -150,7 +150,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	writer := e.waitVolumesReady(e.pod("writer", claimVolume("data", "dynamic")))
+	writer := e.waitVolumesReady(e.pod("writer", kubecheck.ClaimVolume("data", "dynamic")))
 	pv := e.boundPV("dynamic")
 	id := tg.volumeID(pv)
 	switch {
@@ -193,7 +193,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, static, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	reader := e.waitVolumesReady(e.pod("reader", claimVolume("data", "static")))
+	reader := e.waitVolumesReady(e.pod("reader", kubecheck.ClaimVolume("data", "static")))
 	e.checkAttached(csiplugin.AttachmentName(staticID, tg.driver, e.node), nil)
 	e.migratedMount(reader.UID, staticPV, staticID, tg)
 

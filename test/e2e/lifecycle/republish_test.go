@@ -15,7 +15,7 @@ func TestRequiresRepublish(t *testing.T) {
 	e := newEnv(t, envOptions{republish: true})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("data", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	e.poll("NodePublishVolume repeated", func(context.Context) (bool, error) {

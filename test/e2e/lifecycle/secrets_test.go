@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -71,7 +72,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	// (b) A claim that takes a secret at every call.
 	pvc := e.pvcOf("data", "16Mi", corev1.PersistentVolumeBlock)
-	claimPod := e.waitVolumesReady(e.podWith("claim", nil, []corev1.Volume{claimVolume("data", pvc.Name)}))
+	claimPod := e.waitVolumesReady(e.podWith("claim", nil, []corev1.Volume{kubecheck.ClaimVolume("data", pvc.Name)}))
 	e.expandClaim(pvc.Name, "32Mi")
 	pv := e.boundPV(pvc.Name)
 	e.checkExpansionCalls(pv.Spec.CSI.VolumeHandle)

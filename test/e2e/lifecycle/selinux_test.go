@@ -16,7 +16,7 @@ import (
 // seLinuxChangePolicy (nil: MountOption, the default).
 func (e *env) seLinuxPod(name, claim, level string, policy *corev1.PodSELinuxChangePolicy) *corev1.Pod {
 	e.t.Helper()
-	pod := e.podObject(name, []corev1.Volume{claimVolume("data", claim)}, nil)
+	pod := e.podObject(name, []corev1.Volume{kubecheck.ClaimVolume("data", claim)}, nil)
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: level}, SELinuxChangePolicy: policy}
 	return e.create(pod)
 }

@@ -181,7 +181,7 @@ func (e *env) createPodWithClaims(ctx context.Context, name string) error {
 		if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		vols = append(vols, claimVolume(c, pvc.Name))
+		vols = append(vols, kubecheck.ClaimVolume(c, pvc.Name))
 	}
 	pod := e.podObject(name, vols, nil)
 	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.

@@ -79,7 +79,7 @@ func TestLocalBlockVolume(t *testing.T) {
 // blockPod is a pod whose container maps the claim as a raw block device.
 func (a *agent) blockPod(name, claim string) *corev1.Pod {
 	p := a.pod(name)
-	p.Spec.Volumes = []corev1.Volume{claimVolume("raw", claim)}
+	p.Spec.Volumes = []corev1.Volume{kubecheck.ClaimVolume("raw", claim)}
 	p.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/raw"}}
 	return p
 }

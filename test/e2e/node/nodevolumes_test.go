@@ -60,10 +60,6 @@ func labelAffinity(key, value string) *corev1.VolumeNodeAffinity {
 	}}}}
 }
 
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
 // onNode binds the pod to the agent's node directly, as upstream's e2e tests do to get past
 // the scheduler's own checks (RWOP, node affinity, huge pages the Node does not offer).
 func (a *agent) onNode(p *corev1.Pod) *corev1.Pod {
@@ -86,12 +82,12 @@ func TestLocalVolumeRWOPAndNodeAffinity(t *testing.T) {
 	mustf(t, os.WriteFile(filepath.Join(dir, "data"), []byte("local data"), 0o644), "write")
 	claim := a.localClaim(t, dir, labelAffinity(corev1.LabelHostname, a.name), corev1.ReadWriteOncePod)
 
-	p1 := a.create(a.onNode(a.pod("rwop-1", claimVolume("v", claim))))
+	p1 := a.create(a.onNode(a.pod("rwop-1", kubecheck.ClaimVolume("v", claim))))
 	p1 = a.waitPod(p1.Name, time.Minute, "local volume ready", volumesReady)
 	if got := readFile(t, filepath.Join(a.volumeDir(p1, "kubernetes.io~local-volume", claim), "data")); got != "local data" {
 		t.Fatalf("pod sees %q in the local volume", got)
 	}
-	p2 := a.create(a.onNode(a.pod("rwop-2", claimVolume("v", claim))))
+	p2 := a.create(a.onNode(a.pod("rwop-2", kubecheck.ClaimVolume("v", claim))))
 	a.waitEvent(p2.Name, "FailedMount", "volume uses the ReadWriteOncePod access mode and is already in use by another pod", time.Minute)
 	if condition(a.waitPod(p2.Name, 5*time.Second, "volumes not ready", func(p *corev1.Pod) bool { return condition(p) != "" })) == corev1.ConditionTrue {
 		t.Fatal("second pod of a ReadWriteOncePod volume has its volumes ready")
@@ -107,7 +103,7 @@ func TestLocalVolumeRWOPAndNodeAffinity(t *testing.T) {
 	dir2 := filepath.Join(a.root, "disks", "d2")
 	mustf(t, os.MkdirAll(dir2, 0o755), "mkdir")
 	other := a.localClaim(t, dir2, labelAffinity("kubevol.io/test-disk", "fast"), corev1.ReadWriteOnce)
-	p3 := a.create(a.onNode(a.pod("affinity", claimVolume("v", other))))
+	p3 := a.create(a.onNode(a.pod("affinity", kubecheck.ClaimVolume("v", other))))
 	a.waitEvent(p3.Name, "FailedMount", "MountVolume.NodeAffinity check failed", time.Minute)
 	a.waitEvent(p3.Name, "FailedMount", "no matching NodeSelectorTerms", time.Second)
 	if m := kubecheck.MountsUnder(filepath.Join(a.root, "pods", string(p3.UID))); len(m) != 0 {

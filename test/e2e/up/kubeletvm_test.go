@@ -261,25 +261,13 @@ func waitLog(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod
 		if p != nil {
 			status = p.Status
 		}
-		t.Fatalf("pod %s never logged %q: %v\nlog:\n%s\nstatus: %+v\nevents: %s", pod, want, err, podLog(ctx, cs, ns, pod), status, events(ctx, cs, ns))
+		t.Fatalf("pod %s never logged %q: %v\nlog:\n%s\nstatus: %+v\nevents: %s", pod, want, err, podLog(ctx, cs, ns, pod), status, kubecheck.NamespaceEvents(ctx, cs, ns))
 	}
 }
 
 func podLog(ctx context.Context, cs kubernetes.Interface, ns, pod string) string {
 	data, _ := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
 	return string(data)
-}
-
-func events(ctx context.Context, cs kubernetes.Interface, ns string) string {
-	list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var b strings.Builder
-	for _, e := range list.Items {
-		fmt.Fprintf(&b, "\n  %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
-	}
-	return b.String()
 }
 
 func containerRestarts(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod string) int32 {
