@@ -94,3 +94,23 @@ func CreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, ti
 func ClaimVolume(name, claim string) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
 }
+
+// VolumePod is a pod in ns pinned to node (by its hostname label) whose one container, of
+// image, mounts each of mounts at /<name> and maps each of devices at /dev/<name>.
+func VolumePod(ns, name, node, image string, mounts, devices []corev1.Volume) *corev1.Pod {
+	c := corev1.Container{Name: "app", Image: image}
+	for _, v := range mounts {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
+	}
+	for _, v := range devices {
+		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			Containers:   []corev1.Container{c},
+			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
+		},
+	}
+}

@@ -21,11 +21,6 @@ import (
 	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
-var (
-	groupSnapshotGVR      = schema.GroupVersionResource{Group: "groupsnapshot.storage.k8s.io", Version: "v1", Resource: "volumegroupsnapshots"}
-	groupSnapshotClassGVR = schema.GroupVersionResource{Group: "groupsnapshot.storage.k8s.io", Version: "v1", Resource: "volumegroupsnapshotclasses"}
-)
-
 // groupSnapshotCase is the case of group snapshots; allCases lists it.
 func groupSnapshotCase() *testCase {
 	return &testCase{name: "snapshot/group", host: true, applies: groupSnapshotApplies, run: groupSnapshotRestore}
@@ -37,7 +32,7 @@ func groupSnapshotApplies(e *env) string {
 	if r := snapshotApplies(e); r != "" {
 		return r
 	}
-	if !e.served(groupSnapshotGVR) {
+	if !e.served(kubecheck.GroupSnapshotGVR) {
 		return "the cluster does not serve groupsnapshot.storage.k8s.io/v1 VolumeGroupSnapshots"
 	}
 	if e.caps.known && e.conn != nil {
@@ -95,7 +90,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 	if err != nil {
 		return err
 	}
-	res := k.dyn.Resource(groupSnapshotGVR).Namespace(k.ns)
+	res := k.dyn.Resource(kubecheck.GroupSnapshotGVR).Namespace(k.ns)
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "groupsnapshot.storage.k8s.io/v1",
 		"kind":       "VolumeGroupSnapshot",
@@ -122,7 +117,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 			}
 		}
 		err = errors.Join(err, k.deleteGroup(res, "group", members))
-		if derr := k.dyn.Resource(groupSnapshotClassGVR).Delete(context.Background(), class, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		if derr := k.dyn.Resource(kubecheck.GroupSnapshotClassGVR).Delete(context.Background(), class, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 			err = errors.Join(err, derr)
 		}
 	}()
@@ -146,7 +141,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 		if err := k.waitSnapshotReady(member); err != nil {
 			return err
 		}
-		src := &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
+		src := &corev1.TypedLocalObjectReference{APIGroup: ptr.To(kubecheck.SnapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
 		restored := "restored-" + name
 		restoring = append(restoring, name)
 		if _, err := k.claim(restored, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
@@ -163,7 +158,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 func (k *caseEnv) groupMembers(uid types.UID) (map[string]string, error) {
 	out := map[string]string{}
 	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		list, err := k.dyn.Resource(snapshotGVR).Namespace(k.ns).List(ctx, metav1.ListOptions{})
+		list, err := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -184,7 +179,7 @@ func (k *caseEnv) groupMembers(uid types.UID) (map[string]string, error) {
 }
 
 func (k *caseEnv) waitSnapshotReady(name string) error {
-	if _, err := kubecheck.WaitReadyToUse(k.ctx, k.dyn.Resource(snapshotGVR).Namespace(k.ns), name, waitTimeout); err != nil {
+	if _, err := kubecheck.WaitReadyToUse(k.ctx, k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns), name, waitTimeout); err != nil {
 		return fmt.Errorf("member VolumeSnapshot %w", err)
 	}
 	return nil
@@ -208,7 +203,7 @@ func (k *caseEnv) deleteGroup(res interface {
 	if err != nil {
 		return fmt.Errorf("VolumeGroupSnapshot %s not deleted: %w", name, err)
 	}
-	snaps := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
+	snaps := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns)
 	for _, claim := range slices.Sorted(maps.Keys(members)) {
 		member := members[claim]
 		err := kubecheck.Poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
@@ -232,7 +227,7 @@ func (k *caseEnv) ensureGroupClass(ctx context.Context) (string, error) {
 		"driver":         k.driver,
 		"deletionPolicy": "Delete",
 	}}
-	if _, err := k.dyn.Resource(groupSnapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := k.dyn.Resource(kubecheck.GroupSnapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create VolumeGroupSnapshotClass: %w", err)
 	}
 	return name, nil

@@ -28,7 +28,7 @@ func snapshotRestore(k *caseEnv) error {
 	if err := k.snapshot("snap", "source"); err != nil {
 		return err
 	}
-	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr.To(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
+	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr.To(kubecheck.SnapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
 }
 
 func cloneApplies(e *env) string { return e.lacks(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) }

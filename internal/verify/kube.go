@@ -77,24 +77,11 @@ func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(
 	// Nothing runs in the pod. On a real kubelet the image is never pulled (no image of that
 	// name exists, and the node must not reach out for one): the container waits in
 	// ErrImageNeverPull, after the kubelet has set up the volumes.
-	c := corev1.Container{Name: "app", Image: "verify.kubevol.io/none", ImagePullPolicy: corev1.PullNever}
-	for _, v := range mounts {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
-	}
-	for _, v := range devices {
-		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: k.node},
-			Containers:   []corev1.Container{c},
-			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
-			// A grace period of 0 would let the API server delete the pod at once; with the
-			// default one the node agent finishes the deletion once the volumes are down.
-			AutomountServiceAccountToken: ptr.To(false),
-		},
-	}
+	pod := kubecheck.VolumePod(k.ns, name, k.node, "verify.kubevol.io/none", mounts, devices)
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	// A grace period of 0 would let the API server delete the pod at once; with the
+	// default one the node agent finishes the deletion once the volumes are down.
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
 	if mutate != nil {
 		mutate(pod)
 	}

@@ -310,22 +310,7 @@ func (e *env) create(pod *corev1.Pod) *corev1.Pod {
 
 // podObject is a pod on the env's node whose one container mounts mounts and maps devices.
 func (e *env) podObject(name string, mounts, devices []corev1.Volume) *corev1.Pod {
-	c := corev1.Container{Name: "app", Image: "busybox"}
-	for _, v := range mounts {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
-	}
-	for _, v := range devices {
-		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: e.node},
-			Containers:   []corev1.Container{c},
-			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
-		},
-	}
-	return pod
+	return kubecheck.VolumePod(e.ns, name, e.node, "busybox", mounts, devices)
 }
 
 // waitVolumesReady waits for the agent's kubevol.io/VolumesReady condition.

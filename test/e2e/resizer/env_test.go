@@ -174,17 +174,9 @@ func (e *env) waitEvent(name, source, reason string) {
 // calls returns the driver's calls of method on volumeID, as "method:code".
 func (e *env) calls(method, volumeID string) []string {
 	e.t.Helper()
-	recs, err := driver.ReadCallLog(e.callLog)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []string
-	for _, r := range recs {
-		if r.Method == method && r.VolumeID == volumeID {
-			out = append(out, r.Method+":"+r.Code)
-		}
-	}
-	return out
+	return framework.DriverCalls(e.t, e.callLog, func(r driver.CallRecord) bool {
+		return r.Method == method && r.VolumeID == volumeID
+	})
 }
 
 func storage(l corev1.ResourceList) resource.Quantity { return l[corev1.ResourceStorage] }
