@@ -75,13 +75,13 @@ func WaitPod(ctx context.Context, cs kubernetes.Interface, ns, name string, time
 	return cur, nil
 }
 
-// CreatePod creates the pod, retrying while the apiserver refuses it: the ServiceAccount
+// CreatePod creates the pod in ns, retrying while the apiserver refuses it: the ServiceAccount
 // admission plugin refuses pods until the namespace's default ServiceAccount exists.
-func CreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) (*corev1.Pod, error) {
+func CreatePod(ctx context.Context, cs kubernetes.Interface, ns string, pod *corev1.Pod, timeout time.Duration) (*corev1.Pod, error) {
 	var created *corev1.Pod
 	var lastErr error
 	err := Poll(ctx, timeout, func(ctx context.Context) (bool, error) {
-		created, lastErr = cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+		created, lastErr = cs.CoreV1().Pods(ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
 		return lastErr == nil, nil
 	})
 	if err != nil {

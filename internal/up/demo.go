@@ -194,7 +194,7 @@ func recreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) 
 	if err := kubecheck.DeletePod(ctx, cs, pod.Namespace, pod.Name, demoTimeout); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	if _, err := kubecheck.CreatePod(ctx, cs, pod, demoTimeout); err != nil {
+	if _, err := kubecheck.CreatePod(ctx, cs, pod.Namespace, pod, demoTimeout); err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
 	cur, err := kubecheck.WaitPod(ctx, cs, pod.Namespace, pod.Name, demoTimeout, kubecheck.VolumesReadyTrue)

@@ -85,7 +85,7 @@ func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(
 	if mutate != nil {
 		mutate(pod)
 	}
-	created, err := kubecheck.CreatePod(k.ctx, k.cs, pod, waitTimeout)
+	created, err := kubecheck.CreatePod(k.ctx, k.cs, k.ns, pod, waitTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -301,7 +301,7 @@ func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod 
 // create creates the pod.
 func (e *env) create(pod *corev1.Pod) *corev1.Pod {
 	e.t.Helper()
-	created, err := kubecheck.CreatePod(e.ctx, e.cs, pod, 3*time.Minute)
+	created, err := kubecheck.CreatePod(e.ctx, e.cs, e.ns, pod, 3*time.Minute)
 	if err != nil {
 		e.t.Fatal(err)
 	}
