@@ -75,11 +75,7 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "\nwrote %s: %s", file, msg)
 
 	fmt.Fprintf(out, "deleting and recreating pod %s/%s…\n", pod.Namespace, pod.Name)
-	second, err := recreatePod(ctx, cs, pod)
-	if err != nil {
-		return err
-	}
-	dataDir, err = s.pvcMount(ctx, cs, second)
+	second, dataDir, err := s.remount(ctx, cs, pod)
 	if err != nil {
 		return err
 	}
@@ -235,6 +231,19 @@ func (s *Stack) showVolumes(ctx context.Context, cs kubernetes.Interface, pod *c
 		return "", errors.New("demo: the pod has no PVC volume")
 	}
 	return data, nil
+}
+
+// remount recreates pod (recreatePod) and returns it with the mount of its PVC.
+func (s *Stack) remount(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, string, error) {
+	cur, err := recreatePod(ctx, cs, pod)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := s.pvcMount(ctx, cs, cur)
+	if err != nil {
+		return nil, "", err
+	}
+	return cur, dir, nil
 }
 
 func (s *Stack) pvcMount(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (string, error) {
