@@ -16,13 +16,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/examples"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -75,11 +75,7 @@ func (s *Stack) Demo(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "\nwrote %s: %s", file, msg)
 
 	fmt.Fprintf(out, "deleting and recreating pod %s/%s…\n", pod.Namespace, pod.Name)
-	second, err := recreatePod(ctx, cs, pod)
-	if err != nil {
-		return err
-	}
-	dataDir, err = s.pvcMount(ctx, cs, second)
+	second, dataDir, err := s.remount(ctx, cs, pod)
 	if err != nil {
 		return err
 	}
@@ -188,50 +184,18 @@ func createIfMissing(ctx context.Context, cs kubernetes.Interface, obj runtime.O
 }
 
 // recreatePod deletes the pod if it exists, waits for the node agent to finish its deletion
-// (after unmounting), creates it again and waits for its volumes.
+// (after unmounting), creates it again and waits for its volumes: they are mounted once the
+// PVC is provisioned and bound.
 func recreatePod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, error) {
-	pods := cs.CoreV1().Pods(pod.Namespace)
-	err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, err
+	if err := kubecheck.DeletePod(ctx, cs, pod.Namespace, pod.Name, demoTimeout); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	if err == nil {
-		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, demoTimeout, true, func(ctx context.Context) (bool, error) {
-			_, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("demo: pod %s/%s was not deleted: %w", pod.Namespace, pod.Name, err)
-		}
+	if _, err := kubecheck.CreatePod(ctx, cs, pod.Namespace, pod, demoTimeout); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	var cur *corev1.Pod
-	var lastErr error
-	// Pods are refused until the ServiceAccount controller made the namespace's default
-	// ServiceAccount; then the volumes are mounted once the PVC is provisioned and bound.
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, demoTimeout, true, func(ctx context.Context) (bool, error) {
-		if cur == nil {
-			cur, lastErr = pods.Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
-			if lastErr != nil {
-				cur = nil
-				return false, nil
-			}
-		}
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			lastErr = err
-			return false, nil
-		}
-		cur = p
-		for _, c := range p.Status.Conditions {
-			if c.Type == "kubevol.io/VolumesReady" {
-				lastErr = fmt.Errorf("%s: %s", c.Reason, c.Message)
-				return c.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
+	cur, err := kubecheck.WaitPod(ctx, cs, pod.Namespace, pod.Name, demoTimeout, kubecheck.VolumesReadyTrue)
 	if err != nil {
-		return nil, fmt.Errorf("demo: volumes of pod %s/%s not ready: %w (last: %v)", pod.Namespace, pod.Name, err, lastErr)
+		return nil, fmt.Errorf("demo: %w", err)
 	}
 	return cur, nil
 }
@@ -267,6 +231,19 @@ func (s *Stack) showVolumes(ctx context.Context, cs kubernetes.Interface, pod *c
 		return "", errors.New("demo: the pod has no PVC volume")
 	}
 	return data, nil
+}
+
+// remount recreates pod (recreatePod) and returns it with the mount of its PVC.
+func (s *Stack) remount(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (*corev1.Pod, string, error) {
+	cur, err := recreatePod(ctx, cs, pod)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := s.pvcMount(ctx, cs, cur)
+	if err != nil {
+		return nil, "", err
+	}
+	return cur, dir, nil
 }
 
 func (s *Stack) pvcMount(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (string, error) {

@@ -83,11 +83,7 @@ func (s *Stack) demoGroupSnapshot(ctx context.Context, cs kubernetes.Interface, 
 		}
 	}
 	for _, p := range d.writers {
-		w, err := recreatePod(ctx, cs, p)
-		if err != nil {
-			return err
-		}
-		dir, err := s.pvcMount(ctx, cs, w)
+		w, dir, err := s.remount(ctx, cs, p)
 		if err != nil {
 			return err
 		}

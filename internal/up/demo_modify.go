@@ -14,11 +14,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/examples"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // Demo classes of examples/modify.
@@ -76,29 +75,18 @@ func (s *Stack) demoModify(ctx context.Context, cs kubernetes.Interface, pod *co
 }
 
 // setClaimClass patches the claim's class and waits until its status says the volume has
-// it.
+// it, with nothing of the modification left.
 func setClaimClass(ctx context.Context, cs kubernetes.Interface, ns, name, class string) error {
-	claims := cs.CoreV1().PersistentVolumeClaims(ns)
-	data := []byte(`{"spec":{"volumeAttributesClassName":"` + class + `"}}`)
-	if _, err := claims.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+	if err := kubecheck.PatchClaimClass(ctx, cs, ns, name, class); err != nil {
 		return err
 	}
-	var last *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, demoTimeout, true, func(ctx context.Context) (bool, error) {
-		pvc, err := claims.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pvc
-		cur := pvc.Status.CurrentVolumeAttributesClassName
-		return cur != nil && *cur == class && pvc.Status.ModifyVolumeStatus == nil, nil
-	})
+	last, err := kubecheck.WaitForClaim(ctx, cs, ns, name, demoTimeout, kubecheck.ModifiedTo(class))
 	if err != nil {
-		var st any
+		st := "never read"
 		if last != nil {
-			st = last.Status.ModifyVolumeStatus
+			st = kubecheck.Modification(last)
 		}
-		return fmt.Errorf("demo: claim %s/%s did not reach class %s: %w (modifyVolumeStatus %+v)", ns, name, class, err, st)
+		return fmt.Errorf("demo: claim %s/%s did not reach class %s: %w (%s)", ns, name, class, err, st)
 	}
 	return nil
 }

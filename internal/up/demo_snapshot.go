@@ -85,11 +85,7 @@ func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap 
 // showRestored (re)creates pod, which mounts a restored claim, and shows the file the
 // demo wrote before the snapshot, read through the pod's mount.
 func (s *Stack) showRestored(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, what string, out io.Writer) error {
-	restored, err := recreatePod(ctx, cs, pod)
-	if err != nil {
-		return err
-	}
-	dir, err := s.pvcMount(ctx, cs, restored)
+	_, dir, err := s.remount(ctx, cs, pod)
 	if err != nil {
 		return err
 	}

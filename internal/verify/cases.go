@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 type phase int
@@ -91,7 +93,7 @@ func (k *caseEnv) useClaim(claim, class, size, pod string) (*inUse, error) {
 	if _, err := k.claim(claim, class, size, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil); err != nil {
 		return nil, err
 	}
-	u := &inUse{vols: []corev1.Volume{claimVolume("data", claim)}}
+	u := &inUse{vols: []corev1.Volume{kubecheck.ClaimVolume("data", claim)}}
 	var err error
 	if u.pod, err = k.runPod(pod, u.vols, nil, nil); err != nil {
 		return nil, err

@@ -8,6 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // readWriteOncePod: a second pod of a ReadWriteOncePod claim is not scheduled while the
@@ -16,7 +19,7 @@ func readWriteOncePod(k *caseEnv) error {
 	if _, err := k.claim("data", classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOncePod, nil); err != nil {
 		return err
 	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
+	vols := []corev1.Volume{kubecheck.ClaimVolume("data", "data")}
 	if _, err := k.runPod("first", vols, nil, nil); err != nil {
 		return err
 	}
@@ -24,7 +27,7 @@ func readWriteOncePod(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, second.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -54,7 +57,7 @@ func readOnly(k *caseEnv) error {
 	if _, err := k.fsClaim("data", classWFFC); err != nil {
 		return err
 	}
-	v := claimVolume("data", "data")
+	v := kubecheck.ClaimVolume("data", "data")
 	v.PersistentVolumeClaim.ReadOnly = true
 	p, err := k.runPod("app", []corev1.Volume{v}, nil, nil)
 	if err != nil {
@@ -82,8 +85,8 @@ func fsGroup(k *caseEnv) error {
 		return err
 	}
 	const gid = 4321
-	p, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, func(p *corev1.Pod) {
-		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr(int64(gid))}
+	p, err := k.runPod("app", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, func(p *corev1.Pod) {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(gid))}
 	})
 	if err != nil {
 		return err

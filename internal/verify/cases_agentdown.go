@@ -9,6 +9,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // deletedWhileDown: pods deleted while the node agent is down, one gracefully and one by
@@ -28,7 +31,7 @@ func deletedWhileDown(k *caseEnv) error {
 		if err != nil {
 			return err
 		}
-		u.vols = []corev1.Volume{claimVolume("data", name)}
+		u.vols = []corev1.Volume{kubecheck.ClaimVolume("data", name)}
 		pv, err := k.boundPV(name)
 		if err != nil {
 			return err
@@ -51,13 +54,13 @@ func deletedWhileDown(k *caseEnv) error {
 	if err := pods.Delete(k.ctx, "graceful", metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	if err := pods.Delete(k.ctx, "forced", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+	if err := pods.Delete(k.ctx, "forced", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
 		return err
 	}
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill node agent %d: %w", old, err)
 	}
-	err = poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		pid, _ := nodeAgentPID(k.root)
 		return pid != 0 && pid != old, nil
 	})
@@ -92,7 +95,7 @@ func deletedWhileDown(k *caseEnv) error {
 
 // waitUnmounted waits for a pod's mount path to be unmounted and removed.
 func (k *caseEnv) waitUnmounted(dir string) error {
-	err := poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		_, err := os.Lstat(dir)
 		return !isMountPoint(dir) && os.IsNotExist(err), nil
 	})
@@ -104,7 +107,7 @@ func (k *caseEnv) waitUnmounted(dir string) error {
 
 // waitDetached waits for the VolumeAttachment of a PV on the node to go.
 func (k *caseEnv) waitDetached(pv string) error {
-	err := poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		va, err := k.attachment(pv)
 		return err == nil && va == nil, nil
 	})

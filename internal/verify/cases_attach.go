@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 func attachApplies(e *env) string {
@@ -26,7 +28,7 @@ func attachDetach(k *caseEnv) error {
 	if _, err := k.fsClaim("data", classWFFC); err != nil {
 		return err
 	}
-	if _, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, nil); err != nil {
+	if _, err := k.runPod("app", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, nil); err != nil {
 		return err
 	}
 	pv, err := k.boundPV("data")
@@ -44,7 +46,7 @@ func attachDetach(k *caseEnv) error {
 		return err
 	}
 	var last *storagev1.VolumeAttachment
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		last, err = k.attachment(pv.Name)
 		return err == nil && last == nil, nil
 	})

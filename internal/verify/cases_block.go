@@ -10,20 +10,22 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // blockPod runs a pod that maps a raw block claim. CSI has no capability for raw block: a
 // driver without it refuses the claim with InvalidArgument. The case is then not applicable
 // if a filesystem claim of the same class works, and fails otherwise (a bad parameter, say).
 func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
-	p, err := k.pod(name, nil, []corev1.Volume{claimVolume(claim, claim)}, nil)
+	p, err := k.pod(name, nil, []corev1.Volume{kubecheck.ClaimVolume(claim, claim)}, nil)
 	if err != nil {
 		return nil, err
 	}
 	var refused string
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		cur, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err == nil && volumesUp(cur) {
+		if err == nil && kubecheck.VolumesUp(cur) {
 			p = cur
 			return true, nil
 		}
@@ -42,7 +44,7 @@ func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
 	if _, err := k.fsClaim("probe", classBlock); err != nil {
 		return nil, err
 	}
-	if _, err := k.runPod("probe", []corev1.Volume{claimVolume("probe", "probe")}, nil, nil); err != nil {
+	if _, err := k.runPod("probe", []corev1.Volume{kubecheck.ClaimVolume("probe", "probe")}, nil, nil); err != nil {
 		return nil, fmt.Errorf("the raw block claim was refused: %s", refused)
 	}
 	return nil, skip("the driver refuses raw block (a filesystem claim of the same class works): %s", refused)
@@ -72,7 +74,7 @@ func rawBlock(k *caseEnv) error {
 	if err := k.deletePod("writer"); err != nil {
 		return err
 	}
-	p2, err := k.runPod("reader", nil, []corev1.Volume{claimVolume("dev", "dev")}, nil)
+	p2, err := k.runPod("reader", nil, []corev1.Volume{kubecheck.ClaimVolume("dev", "dev")}, nil)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 func capacityApplies(e *env) string {
@@ -42,7 +44,7 @@ func capacityObjects(k *caseEnv) error {
 		}
 	}()
 	var last []storagev1.CSIStorageCapacity
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		var err error
 		last, err = k.capacities(ctx, sc.Name)
 		return err == nil && checkCapacities(last, k.topology) == nil, nil
@@ -57,7 +59,7 @@ func capacityObjects(k *caseEnv) error {
 		return err
 	}
 	deleted = true
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		var err error
 		last, err = k.capacities(ctx, sc.Name)
 		return err == nil && len(last) == 0, nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // killNodeAgent: kill -9 of the node agent while a volume is mounted. kubevol up restarts
@@ -27,7 +29,7 @@ func killNodeAgent(k *caseEnv) error {
 		return fmt.Errorf("kill -9 node agent %d: %w", old, err)
 	}
 	var pid int
-	err = poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		pid, _ = nodeAgentPID(k.root)
 		return pid != 0 && pid != old, nil
 	})

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // inlineVolume is an inline CSI volume of the driver with the class's parameters as its
@@ -22,7 +23,7 @@ func (k *caseEnv) inlineVolume(name string, readOnly bool) corev1.Volume {
 			}
 		}
 	}
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: k.driver, VolumeAttributes: attrs, ReadOnly: ptr(readOnly)}}}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: k.driver, VolumeAttributes: attrs, ReadOnly: ptr.To(readOnly)}}}
 }
 
 // inlineSeparate: two pods with the same inline volume get a volume each (upstream's

@@ -7,6 +7,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // expandable is why the driver cannot expand at all, or "".
@@ -124,7 +126,7 @@ func checkGrowth(before, after int64) error {
 // waits for the node (offline node expansion).
 func (k *caseEnv) waitAllocated(claim, size string) error {
 	want := mustQuantity(size)
-	return poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	return kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, nil

@@ -7,6 +7,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // fsGroupPolicy: fsGroupChangePolicy as upstream's fsgroupchangepolicy cases. A file whose
@@ -30,8 +33,8 @@ func fsGroupPolicy(k *caseEnv) error {
 	}
 	for i, s := range steps {
 		name := fmt.Sprintf("pod-%d", i)
-		p, err := k.runPod(name, []corev1.Volume{claimVolume("data", "data")}, nil, func(p *corev1.Pod) {
-			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr(s.gid), FSGroupChangePolicy: ptr(s.policy)}
+		p, err := k.runPod(name, []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(s.gid), FSGroupChangePolicy: ptr.To(s.policy)}
 		})
 		if err != nil {
 			return err

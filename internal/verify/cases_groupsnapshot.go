@@ -16,11 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-)
+	"k8s.io/utils/ptr"
 
-var (
-	groupSnapshotGVR      = schema.GroupVersionResource{Group: "groupsnapshot.storage.k8s.io", Version: "v1", Resource: "volumegroupsnapshots"}
-	groupSnapshotClassGVR = schema.GroupVersionResource{Group: "groupsnapshot.storage.k8s.io", Version: "v1", Resource: "volumegroupsnapshotclasses"}
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // groupSnapshotCase is the case of group snapshots; allCases lists it.
@@ -34,7 +32,7 @@ func groupSnapshotApplies(e *env) string {
 	if r := snapshotApplies(e); r != "" {
 		return r
 	}
-	if !e.served(groupSnapshotGVR) {
+	if !e.served(kubecheck.GroupSnapshotGVR) {
 		return "the cluster does not serve groupsnapshot.storage.k8s.io/v1 VolumeGroupSnapshots"
 	}
 	if e.caps.known && e.conn != nil {
@@ -92,7 +90,7 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 	if err != nil {
 		return err
 	}
-	res := k.dyn.Resource(groupSnapshotGVR).Namespace(k.ns)
+	res := k.dyn.Resource(kubecheck.GroupSnapshotGVR).Namespace(k.ns)
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "groupsnapshot.storage.k8s.io/v1",
 		"kind":       "VolumeGroupSnapshot",
@@ -119,27 +117,15 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 			}
 		}
 		err = errors.Join(err, k.deleteGroup(res, "group", members))
-		if derr := k.dyn.Resource(groupSnapshotClassGVR).Delete(context.Background(), class, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+		if derr := k.dyn.Resource(kubecheck.GroupSnapshotClassGVR).Delete(context.Background(), class, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 			err = errors.Join(err, derr)
 		}
 	}()
-	var last string
-	var uid types.UID
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		cur, err := res.Get(ctx, "group", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		uid = cur.GetUID()
-		if msg, ok, _ := unstructured.NestedString(cur.Object, "status", "error", "message"); ok {
-			last = msg
-		}
-		ready, _, _ := unstructured.NestedBool(cur.Object, "status", "readyToUse")
-		return ready, nil
-	})
+	cur, err := kubecheck.WaitReadyToUse(k.ctx, res, "group", waitTimeout)
 	if err != nil {
-		return fmt.Errorf("VolumeGroupSnapshot not ready to use: %w (last error: %q)", err, last)
+		return fmt.Errorf("VolumeGroupSnapshot %w", err)
 	}
+	uid := cur.GetUID()
 	members, err = k.groupMembers(uid)
 	if err != nil {
 		return err
@@ -155,13 +141,13 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 		if err := k.waitSnapshotReady(member); err != nil {
 			return err
 		}
-		src := &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
+		src := &corev1.TypedLocalObjectReference{APIGroup: ptr.To(kubecheck.SnapshotGVR.Group), Kind: "VolumeSnapshot", Name: member}
 		restored := "restored-" + name
 		restoring = append(restoring, name)
 		if _, err := k.claim(restored, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
 			return err
 		}
-		if err := k.reuse(&inUse{vols: []corev1.Volume{claimVolume("data", restored)}, want: want[name]}, restored, "reader-"+name); err != nil {
+		if err := k.reuse(&inUse{vols: []corev1.Volume{kubecheck.ClaimVolume("data", restored)}, want: want[name]}, restored, "reader-"+name); err != nil {
 			return fmt.Errorf("claim restored from the member of %s: %w", name, err)
 		}
 	}
@@ -171,8 +157,8 @@ func groupSnapshotRestore(k *caseEnv) (err error) {
 // groupMembers maps claim name to the member VolumeSnapshot the group with uid owns.
 func (k *caseEnv) groupMembers(uid types.UID) (map[string]string, error) {
 	out := map[string]string{}
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		list, err := k.dyn.Resource(snapshotGVR).Namespace(k.ns).List(ctx, metav1.ListOptions{})
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		list, err := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -193,16 +179,8 @@ func (k *caseEnv) groupMembers(uid types.UID) (map[string]string, error) {
 }
 
 func (k *caseEnv) waitSnapshotReady(name string) error {
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		cur, err := k.dyn.Resource(snapshotGVR).Namespace(k.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		ready, _, _ := unstructured.NestedBool(cur.Object, "status", "readyToUse")
-		return ready, nil
-	})
-	if err != nil {
-		return fmt.Errorf("member VolumeSnapshot %s not ready to use: %w", name, err)
+	if _, err := kubecheck.WaitReadyToUse(k.ctx, k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns), name, waitTimeout); err != nil {
+		return fmt.Errorf("member VolumeSnapshot %w", err)
 	}
 	return nil
 }
@@ -218,17 +196,17 @@ func (k *caseEnv) deleteGroup(res interface {
 	if err := res.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete VolumeGroupSnapshot: %w", err)
 	}
-	err := poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		_, err := res.Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
 		return fmt.Errorf("VolumeGroupSnapshot %s not deleted: %w", name, err)
 	}
-	snaps := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
+	snaps := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns)
 	for _, claim := range slices.Sorted(maps.Keys(members)) {
 		member := members[claim]
-		err := poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		err := kubecheck.Poll(ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 			_, err := snaps.Get(ctx, member, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
@@ -249,7 +227,7 @@ func (k *caseEnv) ensureGroupClass(ctx context.Context) (string, error) {
 		"driver":         k.driver,
 		"deletionPolicy": "Delete",
 	}}
-	if _, err := k.dyn.Resource(groupSnapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := k.dyn.Resource(kubecheck.GroupSnapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create VolumeGroupSnapshotClass: %w", err)
 	}
 	return name, nil

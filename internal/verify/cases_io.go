@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // largeFileSizes are the sizes of upstream's volumeIO cases that fit a small volume.
@@ -105,8 +107,8 @@ func multiVolume(k *caseEnv) error {
 	if err := k.deletePod("probe"); err != nil {
 		return err
 	}
-	mounts := []corev1.Volume{claimVolume("one", "one"), claimVolume("two", "two")}
-	devices := []corev1.Volume{claimVolume("dev", "dev")}
+	mounts := []corev1.Volume{kubecheck.ClaimVolume("one", "one"), kubecheck.ClaimVolume("two", "two")}
+	devices := []corev1.Volume{kubecheck.ClaimVolume("dev", "dev")}
 	p, err := k.runPod("first", mounts, devices, nil)
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // restoreLarger: a snapshot restored into a claim larger than its source.
@@ -44,7 +46,7 @@ func (k *caseEnv) copyLarger(source func() (*corev1.TypedLocalObjectReference, e
 	if _, err := k.claim("bigger", classFS, fsSizeAfter, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
 		return err
 	}
-	p, err := k.runPod("both", []corev1.Volume{claimVolume("source", "source"), claimVolume("bigger", "bigger")}, nil, nil)
+	p, err := k.runPod("both", []corev1.Volume{kubecheck.ClaimVolume("source", "source"), kubecheck.ClaimVolume("bigger", "bigger")}, nil, nil)
 	if err != nil {
 		return fmt.Errorf("the source and its copy in one pod: %w", err)
 	}

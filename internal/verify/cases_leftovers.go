@@ -11,6 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // leftovers: after every case, nothing of the run is left: no namespace, no PV, no
@@ -19,7 +21,7 @@ import (
 func leftovers(k *caseEnv) error {
 	sel := metav1.ListOptions{LabelSelector: runLabel + "=" + k.runID}
 	var left []string
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		left = nil
 		nss, err := k.cs.CoreV1().Namespaces().List(ctx, sel)
 		if err != nil {

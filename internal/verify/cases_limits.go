@@ -11,6 +11,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // maxLimitVolumes bounds the volumes the limits case makes to fill the node.
@@ -55,7 +57,7 @@ func volumeLimits(k *caseEnv) error {
 		if _, err := k.fsClaim(name, classWFFC); err != nil {
 			return err
 		}
-		vols = append(vols, claimVolume(name, name))
+		vols = append(vols, kubecheck.ClaimVolume(name, name))
 	}
 	if _, err := k.runPod("full", vols, nil, nil); err != nil {
 		return fmt.Errorf("a pod with the node's limit of %d volumes: %w", limit, err)
@@ -63,7 +65,7 @@ func volumeLimits(k *caseEnv) error {
 	if _, err := k.fsClaim("extra", classWFFC); err != nil {
 		return err
 	}
-	extra, err := k.pod("extra", []corev1.Volume{claimVolume("extra", "extra")}, nil, nil)
+	extra, err := k.pod("extra", []corev1.Volume{kubecheck.ClaimVolume("extra", "extra")}, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func checkLimit(count *int32, maxVolumes int64) error {
 // containing text; a pod scheduled instead fails at once.
 func (k *caseEnv) waitUnschedulable(pod, text string) error {
 	var last string
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -202,7 +204,7 @@ func (k *caseEnv) setMaxVolumes(n int64) error {
 func (k *caseEnv) waitAllocatable(want, period int64, how string) error {
 	var got int64
 	timeout := 2*time.Duration(period)*time.Second + 10*time.Second
-	err := poll(k.ctx, timeout, func(context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, timeout, func(context.Context) (bool, error) {
 		var err error
 		got, err = k.allocatable()
 		return err == nil && got == want, nil

@@ -15,8 +15,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // DefaultModifyParameters are the parameters of the modification cases' class for
@@ -75,15 +77,13 @@ func (k *caseEnv) attributesClass(suffix string, params map[string]string) (stri
 
 // setClass edits the claim's class as `kubectl patch pvc` does.
 func (k *caseEnv) setClass(claim, class string) error {
-	data := []byte(`{"spec":{"volumeAttributesClassName":"` + class + `"}}`)
-	_, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Patch(k.ctx, claim, types.MergePatchType, data, metav1.PatchOptions{})
-	return err
+	return kubecheck.PatchClaimClass(k.ctx, k.cs, k.ns, claim, class)
 }
 
 // waitModify waits until cond holds for the claim; the error shows its modification status.
 func (k *caseEnv) waitModify(claim, what string, cond func(*corev1.PersistentVolumeClaim) bool) (*corev1.PersistentVolumeClaim, error) {
 	var last *corev1.PersistentVolumeClaim
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, err
@@ -97,35 +97,12 @@ func (k *caseEnv) waitModify(claim, what string, cond func(*corev1.PersistentVol
 	if err != nil {
 		st := "never read"
 		if last != nil {
-			st = fmt.Sprintf("current class %q, %s, conditions %v", deref(last.Status.CurrentVolumeAttributesClassName),
-				modification(last), conditionTypes(last))
+			st = fmt.Sprintf("current class %q, %s, conditions %v", ptr.Deref(last.Status.CurrentVolumeAttributesClassName, ""),
+				kubecheck.Modification(last), kubecheck.ConditionTypes(last))
 		}
 		return last, fmt.Errorf("claim %s never %s: %v (%s)", claim, what, err, st)
 	}
 	return last, nil
-}
-
-// modification describes a claim's modifyVolumeStatus and its ModifyVolumeError: the
-// driver's refusal shows as `modification to "X" Infeasible (ModifyVolumeError: ...)`.
-func modification(pvc *corev1.PersistentVolumeClaim) string {
-	s := pvc.Status.ModifyVolumeStatus
-	if s == nil {
-		return "no modification pending"
-	}
-	out := fmt.Sprintf("modification to %q %s", s.TargetVolumeAttributesClassName, s.Status)
-	for _, c := range pvc.Status.Conditions {
-		if c.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError {
-			out += fmt.Sprintf(" (%s: %s)", c.Type, c.Message)
-		}
-	}
-	return out
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // checkPVClass checks that the claim's PV names class.
@@ -134,20 +111,10 @@ func (k *caseEnv) checkPVClass(claim, class string) error {
 	if err != nil {
 		return err
 	}
-	if got := deref(pv.Spec.VolumeAttributesClassName); got != class {
+	if got := ptr.Deref(pv.Spec.VolumeAttributesClassName, ""); got != class {
 		return fmt.Errorf("PV %s names class %q, want %q", pv.Name, got, class)
 	}
 	return nil
-}
-
-// modified reports whether the claim reached class and nothing of a modification is left.
-func modified(class string) func(*corev1.PersistentVolumeClaim) bool {
-	return func(c *corev1.PersistentVolumeClaim) bool {
-		return deref(c.Status.CurrentVolumeAttributesClassName) == class && c.Status.ModifyVolumeStatus == nil &&
-			!slices.ContainsFunc(c.Status.Conditions, func(cond corev1.PersistentVolumeClaimCondition) bool {
-				return cond.Type == corev1.PersistentVolumeClaimVolumeModifyingVolume || cond.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError
-			})
-	}
 }
 
 // modifyClass: a claim in use gets a VolumeAttributesClass by a claim edit; the claim's
@@ -166,7 +133,7 @@ func modifyClass(k *caseEnv) error {
 	if err := k.setClass("data", class); err != nil {
 		return err
 	}
-	if _, err := k.waitModify("data", "modified to "+class, modified(class)); err != nil {
+	if _, err := k.waitModify("data", "modified to "+class, kubecheck.ModifiedTo(class)); err != nil {
 		return err
 	}
 	if err := k.checkPVClass("data", class); err != nil {
@@ -179,7 +146,7 @@ func modifyClass(k *caseEnv) error {
 	// read-only a moment later (kubevol's split node plugin follows the controller's record
 	// every second).
 	var last error
-	if err := poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	if err := kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		last = readOnlyMount(u.dir)
 		return last == nil, nil
 	}); err != nil {
@@ -237,7 +204,7 @@ func modifyInfeasible(k *caseEnv) error {
 	if err := k.setClass("data", good); err != nil {
 		return err
 	}
-	if _, err := k.waitModify("data", "modified to "+good, modified(good)); err != nil {
+	if _, err := k.waitModify("data", "modified to "+good, kubecheck.ModifiedTo(good)); err != nil {
 		return err
 	}
 	if err := k.setClass("data", bad); err != nil {
@@ -250,13 +217,13 @@ func modifyInfeasible(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	if got := deref(pvc.Status.CurrentVolumeAttributesClassName); got != good {
+	if got := ptr.Deref(pvc.Status.CurrentVolumeAttributesClassName, ""); got != good {
 		return fmt.Errorf("current class %q after an infeasible one, want %q", got, good)
 	}
 	if !slices.ContainsFunc(pvc.Status.Conditions, func(c corev1.PersistentVolumeClaimCondition) bool {
 		return c.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError && strings.Contains(c.Message, "InvalidArgument")
 	}) {
-		return fmt.Errorf("conditions %v: want ModifyVolumeError with the driver's InvalidArgument", conditionTypes(pvc))
+		return fmt.Errorf("conditions %v: want ModifyVolumeError with the driver's InvalidArgument", kubecheck.ConditionTypes(pvc))
 	}
 	if err := k.checkPVClass("data", good); err != nil {
 		return fmt.Errorf("after an infeasible class: %w", err)
@@ -264,7 +231,7 @@ func modifyInfeasible(k *caseEnv) error {
 	if err := k.setClass("data", good); err != nil {
 		return err
 	}
-	if _, err := k.waitModify("data", "rolled back to "+good, modified(good)); err != nil {
+	if _, err := k.waitModify("data", "rolled back to "+good, kubecheck.ModifiedTo(good)); err != nil {
 		return err
 	}
 	return k.deleteClaim("data")

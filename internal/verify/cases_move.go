@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // rwoMove: a ReadWriteOnce volume moves from a pod on node A to a pod on node B (upstream's
@@ -36,7 +38,7 @@ func rwoMove(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
+	vols := []corev1.Volume{kubecheck.ClaimVolume("data", "data")}
 	if !k.attachRequired() {
 		if err := k.deletePod("on-a"); err != nil {
 			return err
@@ -144,7 +146,7 @@ func detachedFirst(events []attachEvent, a, b string) error {
 
 // waitPodGone waits for a pod to be deleted, by the node agent or by anyone else.
 func (k *caseEnv) waitPodGone(name string, timeout time.Duration) error {
-	return poll(k.ctx, timeout, func(ctx context.Context) (bool, error) {
+	return kubecheck.Poll(k.ctx, timeout, func(ctx context.Context) (bool, error) {
 		_, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})

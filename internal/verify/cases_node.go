@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // rwopMessage is the kubelet's refusal of a second pod on a ReadWriteOncePod volume.
@@ -19,7 +21,7 @@ func readWriteOncePodOnNode(k *caseEnv) error {
 	if _, err := k.claim("data", classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOncePod, nil); err != nil {
 		return err
 	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
+	vols := []corev1.Volume{kubecheck.ClaimVolume("data", "data")}
 	first, err := k.runPod("first", vols, nil, nil)
 	if err != nil {
 		return err
@@ -31,7 +33,7 @@ func readWriteOncePodOnNode(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + second.Name + ",reason=FailedMount"})
 		if err != nil {
 			return false, nil

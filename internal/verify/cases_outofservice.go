@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // outOfServiceTaint is the taint an operator puts on a node that is lost for good (the
@@ -81,7 +83,7 @@ func lostNode(k *caseEnv) error {
 		return fmt.Errorf("the pod of the out-of-service node %s was not force-deleted: %w", lost, err)
 	}
 	if k.attachRequired() {
-		err := poll(k.ctx, time.Minute, func(context.Context) (bool, error) {
+		err := kubecheck.Poll(k.ctx, time.Minute, func(context.Context) (bool, error) {
 			va, err := k.attachmentOn(pv.Name, lost)
 			return err == nil && va == nil, nil
 		})
@@ -89,7 +91,7 @@ func lostNode(k *caseEnv) error {
 			return fmt.Errorf("the volume was not force-detached from the out-of-service node %s: %w", lost, err)
 		}
 	}
-	p, err := k.runPod("rescued", []corev1.Volume{claimVolume("data", "data")}, nil, onNode(rescue))
+	p, err := k.runPod("rescued", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, onNode(rescue))
 	if err != nil {
 		return fmt.Errorf("the pod rescheduled to %s: %w", rescue, err)
 	}

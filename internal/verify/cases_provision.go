@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // provisionImmediate: Immediate binding, restricted to the node's topology segment; the PV
@@ -35,7 +37,7 @@ func provisionWFFC(k *caseEnv) error {
 	if pvc.Status.Phase != corev1.ClaimPending {
 		return fmt.Errorf("WaitForFirstConsumer claim is %s before any pod uses it", pvc.Status.Phase)
 	}
-	if _, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, nil); err != nil {
+	if _, err := k.runPod("app", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, nil); err != nil {
 		return err
 	}
 	pvc, err = k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(k.ctx, "data", metav1.GetOptions{})

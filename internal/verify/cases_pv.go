@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // pvFields: the provisioned PV carries what the claim and class asked for (capacity at
@@ -19,7 +21,7 @@ func pvFields(k *caseEnv) error {
 	if _, err := k.claim("data", classOptions, size, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, nil); err != nil {
 		return err
 	}
-	p, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, nil)
+	p, err := k.runPod("app", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // reclaimDelete: deleting the claim of a Delete class deletes the PV and, through the
@@ -39,7 +41,7 @@ func reclaimRetain(k *caseEnv) error {
 	if err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Delete(k.ctx, "data", metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	err = poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		cur, err := k.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("the PV of a Retain claim was deleted with the claim")

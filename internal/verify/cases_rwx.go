@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // rwxNodes: a ReadWriteMany volume mounted at once by pods on two nodes (upstream's
@@ -26,7 +28,7 @@ func rwxNodes(k *caseEnv) error {
 	if _, err := k.claim("data", classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteMany, nil); err != nil {
 		return err
 	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
+	vols := []corev1.Volume{kubecheck.ClaimVolume("data", "data")}
 	pa, err := k.pod("on-a", vols, nil, onNode(a))
 	if err != nil {
 		return err
@@ -76,7 +78,7 @@ func rwxNodes(k *caseEnv) error {
 // case not applicable.
 func (k *caseEnv) provisionedOrRefused(claim string) error {
 	var refused string
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
 		if err == nil && pvc.Status.Phase == corev1.ClaimBound {
 			return true, nil

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/mount-utils"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // SELinux context mounts (KEP-1710): for a driver whose CSIDriver says seLinuxMount: true,
@@ -46,7 +48,7 @@ func seLinuxMount(k *caseEnv) error {
 	if _, err := k.claim("data", classBlock, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOncePod, nil); err != nil {
 		return err
 	}
-	pod, err := k.runPod("app", []corev1.Volume{claimVolume("data", "data")}, nil, func(p *corev1.Pod) {
+	pod, err := k.runPod("app", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, func(p *corev1.Pod) {
 		p.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: seLinuxLevel}}
 	})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // sharedClaim: two pods of one node share a ReadWriteOnce claim (RWO is per node, as
@@ -20,7 +22,7 @@ func sharedClaim(k *caseEnv) error {
 	if _, err := k.fsClaim("data", classWFFC); err != nil {
 		return err
 	}
-	vols := []corev1.Volume{claimVolume("data", "data")}
+	vols := []corev1.Volume{kubecheck.ClaimVolume("data", "data")}
 	a, err := k.runPod("a", vols, nil, nil)
 	if err != nil {
 		return err
@@ -83,7 +85,7 @@ func (k *caseEnv) stagingPath(pv *corev1.PersistentVolume) string {
 // waitGone waits for a host path to disappear; the node removes mount directories after
 // their unmount.
 func (k *caseEnv) waitGone(path string) error {
-	return poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	return kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		_, err := os.Lstat(path)
 		return errors.Is(err, os.ErrNotExist), nil
 	})

@@ -3,6 +3,9 @@ package verify
 import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 func snapshotApplies(e *env) string {
@@ -25,7 +28,7 @@ func snapshotRestore(k *caseEnv) error {
 	if err := k.snapshot("snap", "source"); err != nil {
 		return err
 	}
-	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
+	return k.checkCopy("restored", &corev1.TypedLocalObjectReference{APIGroup: ptr.To(kubecheck.SnapshotGVR.Group), Kind: "VolumeSnapshot", Name: "snap"}, want)
 }
 
 func cloneApplies(e *env) string { return e.lacks(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) }
@@ -54,5 +57,5 @@ func (k *caseEnv) checkCopy(claim string, src *corev1.TypedLocalObjectReference,
 	if _, err := k.claim(claim, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, corev1.ReadWriteOnce, src); err != nil {
 		return err
 	}
-	return k.reuse(&inUse{vols: []corev1.Volume{claimVolume("data", claim)}, want: want}, claim, "reader")
+	return k.reuse(&inUse{vols: []corev1.Volume{kubecheck.ClaimVolume("data", claim)}, want: want}, claim, "reader")
 }

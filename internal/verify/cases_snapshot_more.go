@@ -11,14 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
-var snapshotContentGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
-
 func snapshotRef(name string) *corev1.TypedLocalObjectReference {
-	return &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: name}
+	return &corev1.TypedLocalObjectReference{APIGroup: ptr.To(kubecheck.SnapshotGVR.Group), Kind: "VolumeSnapshot", Name: name}
 }
 
 // snapshotOverwrite: a snapshot is a point in time (upstream's snapshottable "should check
@@ -37,7 +37,7 @@ func snapshotOverwrite(k *caseEnv) error {
 	if err != nil {
 		return err
 	}
-	p, err := k.runPod("overwriter", []corev1.Volume{claimVolume("data", "source")}, nil, nil)
+	p, err := k.runPod("overwriter", []corev1.Volume{kubecheck.ClaimVolume("data", "source")}, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func snapshotRetainImport(k *caseEnv) error {
 	if err := k.deleteSnapshots(); err != nil {
 		return err
 	}
-	contents := k.dyn.Resource(snapshotContentGVR)
+	contents := k.dyn.Resource(kubecheck.SnapshotContentGVR)
 	if _, err := contents.Get(k.ctx, content, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("VolumeSnapshotContent %s of a Retain class, after its snapshot was deleted: %w", content, err)
 	}
@@ -137,7 +137,7 @@ func snapshotRetainImport(k *caseEnv) error {
 
 // snapshotContent is the bound content of a ready VolumeSnapshot and its snapshot handle.
 func (k *caseEnv) snapshotContent(snapshot string) (name, handle string, err error) {
-	vs, err := k.dyn.Resource(snapshotGVR).Namespace(k.ns).Get(k.ctx, snapshot, metav1.GetOptions{})
+	vs, err := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns).Get(k.ctx, snapshot, metav1.GetOptions{})
 	if err != nil {
 		return "", "", err
 	}
@@ -145,7 +145,7 @@ func (k *caseEnv) snapshotContent(snapshot string) (name, handle string, err err
 	if name == "" {
 		return "", "", fmt.Errorf("VolumeSnapshot %s is ready without a bound content", snapshot)
 	}
-	c, err := k.dyn.Resource(snapshotContentGVR).Get(k.ctx, name, metav1.GetOptions{})
+	c, err := k.dyn.Resource(kubecheck.SnapshotContentGVR).Get(k.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", "", err
 	}
@@ -157,8 +157,8 @@ func (k *caseEnv) snapshotContent(snapshot string) (name, handle string, err err
 }
 
 func (k *caseEnv) waitContentGone(name string) error {
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		_, err := k.dyn.Resource(snapshotContentGVR).Get(ctx, name, metav1.GetOptions{})
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		_, err := k.dyn.Resource(kubecheck.SnapshotContentGVR).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
@@ -172,7 +172,7 @@ func (k *caseEnv) waitContentGone(name string) error {
 func (k *caseEnv) removeContent(name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), waitTimeout)
 	defer cancel()
-	res := k.dyn.Resource(snapshotContentGVR)
+	res := k.dyn.Resource(kubecheck.SnapshotContentGVR)
 	if _, err := res.Get(ctx, name, metav1.GetOptions{}); err != nil {
 		return
 	}

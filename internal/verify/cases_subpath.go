@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -105,7 +104,7 @@ func withMounts(m []corev1.VolumeMount) func(*corev1.Pod) {
 // waitMounted waits for host paths to be mount points.
 func (k *caseEnv) waitMounted(paths ...string) error {
 	var missing string
-	err := poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
+	err := kubecheck.Poll(k.ctx, waitTimeout, func(context.Context) (bool, error) {
 		for _, p := range paths {
 			if !isMountPoint(p) {
 				missing = p
@@ -123,16 +122,6 @@ func (k *caseEnv) waitMounted(paths ...string) error {
 // waitEvent waits for an event of reason on an object of the case's namespace whose message
 // contains text.
 func (k *caseEnv) waitEvent(object, reason, text string) error {
-	return poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + object + ",reason=" + reason})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range evs.Items {
-			if strings.Contains(ev.Message, text) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	_, err := kubecheck.WaitForEvent(k.ctx, k.cs, k.ns, object, waitTimeout, kubecheck.EventWith(reason, text))
+	return err
 }

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // affinityConflict is the scheduler's reason for a node outside a bound PV's node affinity
@@ -29,7 +31,7 @@ func pinnedAway(k *caseEnv) error {
 	if _, err := k.fsClaim("data", classWFFC); err != nil {
 		return err
 	}
-	if _, err := k.runPod("here", []corev1.Volume{claimVolume("data", "data")}, nil, nil); err != nil {
+	if _, err := k.runPod("here", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, nil); err != nil {
 		return err
 	}
 	if err := k.boundInSegment("data"); err != nil {
@@ -44,12 +46,12 @@ func pinnedAway(k *caseEnv) error {
 	}
 	if pv.Spec.NodeAffinity == nil {
 		// A volume without node affinity claims every segment: the pod must mount it there.
-		if _, err := k.runPod("away", []corev1.Volume{claimVolume("data", "data")}, nil, onNode(other)); err != nil {
+		if _, err := k.runPod("away", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, onNode(other)); err != nil {
 			return fmt.Errorf("PV %s has no node affinity, but a pod on node %s of another segment: %w", pv.Name, other, err)
 		}
 		return nil
 	}
-	away, err := k.pod("away", []corev1.Volume{claimVolume("data", "data")}, nil, func(p *corev1.Pod) {
+	away, err := k.pod("away", []corev1.Volume{kubecheck.ClaimVolume("data", "data")}, nil, func(p *corev1.Pod) {
 		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: other}
 	})
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // createClasses makes verify's StorageClasses: the base class's parameters with the binding
@@ -58,7 +61,7 @@ func (e *env) createClasses(ctx context.Context) error {
 			MountOptions:         mountOptions,
 			ReclaimPolicy:        &v.reclaim,
 			VolumeBindingMode:    &v.binding,
-			AllowVolumeExpansion: ptr(true),
+			AllowVolumeExpansion: ptr.To(true),
 			AllowedTopologies:    v.allowed,
 		}
 		if v.name == classOptions {
@@ -84,7 +87,7 @@ func (e *env) removeClasses() error {
 	}
 	e.classes = map[string]string{}
 	for _, name := range e.snapshotClasses {
-		if err := e.dyn.Resource(snapshotClassGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.dyn.Resource(kubecheck.SnapshotClassGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}

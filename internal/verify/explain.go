@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // explain gathers what Kubernetes said about a failure: the last Warning events of the case's
@@ -49,12 +51,12 @@ func (k *caseEnv) stuck(ctx context.Context) []string {
 	var waiting []corev1.Pod
 	if pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{}); err == nil {
 		for _, p := range pods.Items {
-			if volumesUp(&p) {
+			if kubecheck.VolumesUp(&p) {
 				continue
 			}
 			line := fmt.Sprintf("pod %s not ready: node %q, phase %s", p.Name, p.Spec.NodeName, p.Status.Phase)
 			for _, c := range p.Status.Conditions {
-				if (c.Type == volumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue {
+				if (c.Type == kubecheck.VolumesReady || c.Type == corev1.PodScheduled) && c.Status != corev1.ConditionTrue {
 					line += fmt.Sprintf("; %s: %s %s", c.Type, c.Reason, c.Message)
 				}
 			}

@@ -2,7 +2,6 @@ package verify
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,32 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/resizer"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
-// volumesReady is the pod condition the node agent sets once every volume is set up (the
-// kubelet has no such condition: it starts the containers instead).
-const volumesReady = "kubevol.io/VolumesReady"
-
-// volumesUp says that the node has set up every volume of the pod: the node agent's
-// condition, or, on a real kubelet, PodReadyToStartContainers. The kubelet's syncPod waits
-// for the pod's volumes to be attached and mounted (WaitForAttachAndMount) before it asks the
-// runtime for the sandbox, and the condition is True once the sandbox is up, so it is never
-// True before the volumes are.
-func volumesUp(p *corev1.Pod) bool {
-	return podCondition(p, volumesReady) == corev1.ConditionTrue ||
-		podCondition(p, corev1.PodReadyToStartContainers) == corev1.ConditionTrue
-}
-
 // waitTimeout bounds one wait of a case; the case's own timeout bounds the whole.
 const waitTimeout = 2 * time.Minute
-
-func poll(ctx context.Context, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
-}
 
 // caseEnv is one case's namespace and what it created there.
 type caseEnv struct {
@@ -70,7 +51,7 @@ func (k *caseEnv) claim(name, class, size string, mode corev1.PersistentVolumeMo
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{access},
-			StorageClassName: ptr(k.classes[class]),
+			StorageClassName: ptr.To(k.classes[class]),
 			VolumeMode:       &mode,
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
 			DataSource:       source,
@@ -90,47 +71,23 @@ func (k *caseEnv) fsClaim(name, class string) (*corev1.PersistentVolumeClaim, er
 
 const defaultSize = "16Mi"
 
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
 // pod creates a pod on the driver's node that mounts mounts and maps devices; mutate, if
 // set, adjusts it first. The node agent sets up its volumes; nothing runs in it.
 func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(*corev1.Pod)) (*corev1.Pod, error) {
 	// Nothing runs in the pod. On a real kubelet the image is never pulled (no image of that
 	// name exists, and the node must not reach out for one): the container waits in
 	// ErrImageNeverPull, after the kubelet has set up the volumes.
-	c := corev1.Container{Name: "app", Image: "verify.kubevol.io/none", ImagePullPolicy: corev1.PullNever}
-	for _, v := range mounts {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
-	}
-	for _, v := range devices {
-		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: k.node},
-			Containers:   []corev1.Container{c},
-			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
-			// A grace period of 0 would let the API server delete the pod at once; with the
-			// default one the node agent finishes the deletion once the volumes are down.
-			AutomountServiceAccountToken: ptr(false),
-		},
-	}
+	pod := kubecheck.VolumePod(k.ns, name, k.node, "verify.kubevol.io/none", mounts, devices)
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	// A grace period of 0 would let the API server delete the pod at once; with the
+	// default one the node agent finishes the deletion once the volumes are down.
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
 	if mutate != nil {
 		mutate(pod)
 	}
-	var created *corev1.Pod
-	var lastErr error
-	// The ServiceAccount admission plugin refuses pods until the namespace's default
-	// ServiceAccount exists.
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		created, lastErr = k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
-		return lastErr == nil, nil
-	})
+	created, err := kubecheck.CreatePod(k.ctx, k.cs, k.ns, pod, waitTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("create pod %s: %v", name, lastErr)
+		return nil, err
 	}
 	k.mu.Lock()
 	k.uids = append(k.uids, created.UID)
@@ -140,18 +97,7 @@ func (k *caseEnv) pod(name string, mounts, devices []corev1.Volume, mutate func(
 
 // ready waits for the node agent to report the pod's volumes set up.
 func (k *caseEnv) ready(pod *corev1.Pod) (*corev1.Pod, error) {
-	var cur *corev1.Pod
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		var err error
-		if cur, err = k.cs.CoreV1().Pods(k.ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
-			return false, nil
-		}
-		return volumesUp(cur), nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("volumes of pod %s not ready: %w", pod.Name, err)
-	}
-	return cur, nil
+	return kubecheck.WaitVolumesUp(k.ctx, k.cs, k.ns, pod.Name, waitTimeout)
 }
 
 // runPod creates a pod and waits for its volumes.
@@ -163,58 +109,20 @@ func (k *caseEnv) runPod(name string, mounts, devices []corev1.Volume, mutate fu
 	return k.ready(p)
 }
 
-func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
-	for _, c := range p.Status.Conditions {
-		if c.Type == t {
-			return c.Status
-		}
-	}
-	return corev1.ConditionUnknown
-}
-
 // deletePod deletes a pod and waits until the node agent, having torn its volumes down,
 // finished the deletion.
 func (k *caseEnv) deletePod(name string) error {
-	if err := k.cs.CoreV1().Pods(k.ns).Delete(k.ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		_, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("pod %s not deleted (its volumes were not torn down): %w", name, err)
-	}
-	return nil
+	return kubecheck.DeletePod(k.ctx, k.cs, k.ns, name, waitTimeout)
 }
 
 // boundPV waits for the claim to be bound and returns its PV.
 func (k *caseEnv) boundPV(claim string) (*corev1.PersistentVolume, error) {
-	var pvName string
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil || pvc.Status.Phase != corev1.ClaimBound {
-			return false, nil
-		}
-		pvName = pvc.Spec.VolumeName
-		return true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim %s not bound: %w", claim, err)
-	}
-	return k.cs.CoreV1().PersistentVolumes().Get(k.ctx, pvName, metav1.GetOptions{})
+	return kubecheck.WaitBound(k.ctx, k.cs, k.ns, claim, waitTimeout)
 }
 
 // waitPVGone waits for a PV to be deleted (and so its volume, by the provisioner).
 func (k *caseEnv) waitPVGone(name string) error {
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		_, err := k.cs.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("PV %s not deleted: %w", name, err)
-	}
-	return nil
+	return kubecheck.WaitPVGone(k.ctx, k.cs, name, waitTimeout)
 }
 
 // deleteClaim deletes a claim and, for reclaim policy Delete, waits for its PV to go.
@@ -234,39 +142,19 @@ func (k *caseEnv) deleteClaim(name string) error {
 
 // expand asks for a bigger claim.
 func (k *caseEnv) expand(claim, size string) error {
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
-	_, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Patch(k.ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	return kubecheck.RequestSize(k.ctx, k.cs, k.ns, claim, size)
 }
 
 // waitCapacity waits for the claim's status.capacity to reach size with no resize left.
 func (k *caseEnv) waitCapacity(claim, size string) error {
-	want := resource.MustParse(size)
-	var last string
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		pvc, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		got := pvc.Status.Capacity[corev1.ResourceStorage]
-		last = fmt.Sprintf("capacity %s, conditions %v, resize status %v", got.String(), conditionTypes(pvc), pvc.Status.AllocatedResourceStatuses)
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0 && !resizer.Resizing(pvc), nil
-	})
+	last, err := kubecheck.WaitForClaim(k.ctx, k.cs, k.ns, claim, waitTimeout, kubecheck.Expanded(size))
 	if err != nil {
-		return fmt.Errorf("claim %s not expanded to %s: %w (last: %s)", claim, size, err, last)
+		return fmt.Errorf("claim %s not expanded to %s: %w (last: %s)", claim, size, err, kubecheck.DescribeResize(last))
 	}
 	return nil
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
-
-func conditionTypes(pvc *corev1.PersistentVolumeClaim) []string {
-	var out []string
-	for _, c := range pvc.Status.Conditions {
-		out = append(out, string(c.Type))
-	}
-	return out
-}
 
 // mountPath is where the node agent mounted a claim's PV for the pod, in the kubelet's layout.
 func (k *caseEnv) mountPath(pod *corev1.Pod, pv string) string {

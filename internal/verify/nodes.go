@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 
@@ -122,7 +123,7 @@ func (k *caseEnv) claimOn(claim string, access corev1.PersistentVolumeAccessMode
 	if _, err := k.claim(claim, classWFFC, defaultSize, corev1.PersistentVolumeFilesystem, access, nil); err != nil {
 		return nil, nil, err
 	}
-	p, err := k.runPod(pod, []corev1.Volume{claimVolume("data", claim)}, nil, onNode(node))
+	p, err := k.runPod(pod, []corev1.Volume{kubecheck.ClaimVolume("data", claim)}, nil, onNode(node))
 	if err != nil {
 		return nil, nil, err
 	}

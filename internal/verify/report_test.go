@@ -11,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/utils/ptr"
 )
 
 func sampleReport() *Report {
@@ -71,7 +72,7 @@ func TestJUnit(t *testing.T) {
 // Cases the capabilities rule out are not applicable with the reason; unknown
 // capabilities (no socket) let every case run.
 func TestApplicability(t *testing.T) {
-	yes, no := ptr(true), ptr(false)
+	yes, no := ptr.To(true), ptr.To(false)
 	none := storagev1.NoneFSGroupPolicy
 	known := func(ctrl []csi.ControllerServiceCapability_RPC_Type, node []csi.NodeServiceCapability_RPC_Type, online, offline bool) capabilities {
 		c := capabilities{known: true, controller: map[csi.ControllerServiceCapability_RPC_Type]bool{},

@@ -10,23 +10,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-)
 
-var (
-	snapshotGVR      = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
-	snapshotClassGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // snapshotsServed reports whether the cluster serves VolumeSnapshots: without the CRD no
 // snapshotter can run.
 func (e *env) snapshotsServed() bool {
-	list, err := e.cs.Discovery().ServerResourcesForGroupVersion(snapshotGVR.GroupVersion().String())
+	list, err := e.cs.Discovery().ServerResourcesForGroupVersion(kubecheck.SnapshotGVR.GroupVersion().String())
 	if err != nil {
 		return false
 	}
 	for _, r := range list.APIResources {
-		if r.Name == snapshotGVR.Resource {
+		if r.Name == kubecheck.SnapshotGVR.Resource {
 			return true
 		}
 	}
@@ -62,7 +58,7 @@ func (e *env) snapshotClassFor(ctx context.Context, policy string) (string, erro
 		"driver":         e.driver,
 		"deletionPolicy": policy,
 	}}
-	if _, err := e.dyn.Resource(snapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := e.dyn.Resource(kubecheck.SnapshotClassGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("create VolumeSnapshotClass: %w", err)
 	}
 	e.snapshotClasses[policy] = name
@@ -92,25 +88,13 @@ func (k *caseEnv) snapshotFrom(name, class string, source map[string]any) (*unst
 		"metadata":   map[string]any{"name": name, "namespace": k.ns},
 		"spec":       spec,
 	}}
-	res := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
+	res := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns)
 	if _, err := res.Create(k.ctx, obj, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create VolumeSnapshot: %w", err)
 	}
-	var last string
-	var cur *unstructured.Unstructured
-	err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		var err error
-		if cur, err = res.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return false, nil
-		}
-		if msg, ok, _ := unstructured.NestedString(cur.Object, "status", "error", "message"); ok {
-			last = msg
-		}
-		ready, _, _ := unstructured.NestedBool(cur.Object, "status", "readyToUse")
-		return ready, nil
-	})
+	cur, err := kubecheck.WaitReadyToUse(k.ctx, res, name, waitTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("VolumeSnapshot %s not ready to use: %w (last error: %q)", name, err, last)
+		return nil, fmt.Errorf("VolumeSnapshot %w", err)
 	}
 	return cur, nil
 }
@@ -121,7 +105,7 @@ func (k *caseEnv) deleteSnapshots() error {
 	if !k.snapshotsServed() {
 		return nil
 	}
-	res := k.dyn.Resource(snapshotGVR).Namespace(k.ns)
+	res := k.dyn.Resource(kubecheck.SnapshotGVR).Namespace(k.ns)
 	list, err := res.List(k.ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil
@@ -132,7 +116,7 @@ func (k *caseEnv) deleteSnapshots() error {
 			errs = append(errs, err)
 			continue
 		}
-		err := poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
+		err := kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
 			_, err := res.Get(ctx, s.GetName(), metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})

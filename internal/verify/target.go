@@ -26,6 +26,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // DefaultBlockParameters are the extra StorageClass parameters of the raw block and
@@ -260,7 +261,7 @@ func (e *env) baseName() string {
 // findNode picks the node where the driver is registered, and its topology segment.
 func (e *env) findNode(ctx context.Context) error {
 	var keys []string
-	err := poll(ctx, e.o.Wait, func(ctx context.Context) (bool, error) {
+	err := kubecheck.Poll(ctx, e.o.Wait, func(ctx context.Context) (bool, error) {
 		list, err := e.cs.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
@@ -451,5 +452,3 @@ func (e *env) listVolumes(ctx context.Context) (map[string]bool, error) {
 }
 
 const runLabel = "kubevol.io/verify-run"
-
-func ptr[T any](v T) *T { return &v }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/kubeletnode"
@@ -238,7 +239,7 @@ func (b *bench) pod(name string, kinds []string, watch bool) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{"bench": "kubelet"}},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{c}, Volumes: vols,
-			TerminationGracePeriodSeconds: ptr(int64(0)), AutomountServiceAccountToken: ptr(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(0)), AutomountServiceAccountToken: ptr.To(false),
 		},
 	}
 }
@@ -368,5 +369,3 @@ func (b *bench) deleteAll(ctx context.Context) error {
 	b.mu.Unlock()
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }

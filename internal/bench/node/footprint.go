@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/internal/proc"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
@@ -111,7 +112,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 		return fp, err
 	}
 	defer func() {
-		if len(MountsUnder(root)) == 0 {
+		if len(kubecheck.MountsUnder(root)) == 0 {
 			_ = os.RemoveAll(root)
 		}
 	}()
@@ -201,7 +202,7 @@ func (b *bench) footprint(ctx context.Context, label string, unrelated int) (foo
 	if err != nil {
 		return fp, fmt.Errorf("footprint pods not torn down: %w", err)
 	}
-	if leaked := MountsUnder(root); len(leaked) > 0 {
+	if leaked := kubecheck.MountsUnder(root); len(leaked) > 0 {
 		return fp, fmt.Errorf("%d mounts left under %s", len(leaked), root)
 	}
 	return fp, nil

@@ -23,9 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	agentpkg "github.com/kubevol/kubevol/internal/node"
 )
 
@@ -209,7 +211,7 @@ func (b *bench) podSpec(i int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%05d", i), Labels: map[string]string{"bench": b.id}},
 		Spec: corev1.PodSpec{
 			SchedulerName:                schedulerName,
-			AutomountServiceAccountToken: ptr(false),
+			AutomountServiceAccountToken: ptr.To(false),
 			Containers:                   []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
@@ -369,7 +371,7 @@ func (b *bench) cleanup() error {
 			errs = append(errs, err)
 		}
 	}
-	if leaked := MountsUnder(b.root); len(leaked) > 0 {
+	if leaked := kubecheck.MountsUnder(b.root); len(leaked) > 0 {
 		errs = append(errs, fmt.Errorf("%d mounts left under %s", len(leaked), b.root))
 	} else {
 		_ = os.RemoveAll(b.root)
@@ -409,5 +411,3 @@ func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	wg.Wait()
 	return firstErr
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -142,20 +141,4 @@ func VolumesReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// MountsUnder lists the mount points below dir, in the order of /proc/self/mountinfo (a
-// mount before the ones stacked on or below it).
-func MountsUnder(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/mount-utils"
 
-	benchnode "github.com/kubevol/kubevol/internal/bench/node"
 	"github.com/kubevol/kubevol/internal/bench/report"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // cleanup deletes everything the run created, whether it completed, failed or was
@@ -57,7 +57,7 @@ func (r *run) cleanup() error {
 	if r.stopWatch != nil {
 		r.stopWatch()
 	}
-	if left := benchnode.MountsUnder(r.dir); len(left) > 0 {
+	if left := kubecheck.MountsUnder(r.dir); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("%d mounts were left under %s, unmounted by the benchmark", len(left), r.dir))
 		m := mount.New("")
 		for _, p := range slices.Backward(left) {
@@ -66,7 +66,7 @@ func (r *run) cleanup() error {
 			}
 		}
 	}
-	if len(benchnode.MountsUnder(r.dir)) == 0 {
+	if len(kubecheck.MountsUnder(r.dir)) == 0 {
 		_ = os.RemoveAll(r.dir)
 	}
 	errs = append(errs, r.deleteClusterObjects(ctx))

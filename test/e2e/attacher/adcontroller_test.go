@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -31,7 +32,7 @@ func TestWithAttachDetachController(t *testing.T) {
 	t.Cleanup(func() { _ = e.cs.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 	csiDriver := &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: e.name},
-		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr(true)},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(true)},
 	}
 	e.create(func() error {
 		_, err := e.cs.StorageV1().CSIDrivers().Create(e.ctx, csiDriver, metav1.CreateOptions{})
@@ -92,7 +93,7 @@ func TestWithAttachDetachController(t *testing.T) {
 		t.Errorf("node.status.volumesAttached never listed the volume: %v", err)
 	}
 
-	if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+	if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitVA(vaName, "detached and deleted after the pod went", func(v *storagev1.VolumeAttachment) bool { return v == nil })
@@ -101,5 +102,3 @@ func TestWithAttachDetachController(t *testing.T) {
 		t.Errorf("driver calls = %v, want %v", calls, want)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -173,17 +173,9 @@ func (e *env) waitPV(name, what string, cond func(*corev1.PersistentVolume) bool
 // calls returns the driver's RPCs on volumeID, in order.
 func (e *env) calls(volumeID string) []string {
 	e.t.Helper()
-	recs, err := driver.ReadCallLog(e.callLog)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []string
-	for _, r := range recs {
-		if r.VolumeID == volumeID && strings.HasPrefix(r.Method, "Controller") {
-			out = append(out, r.Method+":"+r.Code)
-		}
-	}
-	return out
+	return framework.DriverCalls(e.t, e.callLog, func(r driver.CallRecord) bool {
+		return r.VolumeID == volumeID && strings.HasPrefix(r.Method, "Controller")
+	})
 }
 
 // count returns how often the driver was called with method, on any volume.

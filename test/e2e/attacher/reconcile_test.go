@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // The --reconcile-sync pass: a volume the driver unpublishes behind the attacher's back is
@@ -106,24 +108,10 @@ func (e *env) waitListVolumes(n int) {
 // waitEvent waits for a Warning event with reason on the VolumeAttachment name.
 func (e *env) waitEvent(name, reason string) {
 	e.t.Helper()
-	var seen []string
-	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := e.cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
-		})
-		if err != nil {
-			return false, err
-		}
-		seen = seen[:0]
-		for _, ev := range evs.Items {
-			seen = append(seen, ev.Type+"/"+ev.Reason)
-			if ev.Reason == reason && ev.Type == corev1.EventTypeWarning {
-				return true, nil
-			}
-		}
-		return false, nil
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, metav1.NamespaceDefault, name, time.Minute, func(ev corev1.Event) bool {
+		return ev.Reason == reason && ev.Type == corev1.EventTypeWarning
 	})
 	if err != nil {
-		e.t.Errorf("no %s warning event on VolumeAttachment %s; events: %v", reason, name, seen)
+		e.t.Errorf("no %s warning event on VolumeAttachment %s: %v", reason, name, err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -75,7 +76,7 @@ func TestDeployManifestsDryRun(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		opts := metav1.PatchOptions{FieldManager: "kubevol-e2e", Force: ptr(true)}
+		opts := metav1.PatchOptions{FieldManager: "kubevol-e2e", Force: ptr.To(true)}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
@@ -149,8 +150,6 @@ func loadManifests(t *testing.T, dir string) []manifest {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // The node agent gets no RBAC of ours: its rights come from the Node authorizer, and its
 // service account is bound only to upstream's roles (file CSRs; a node renews its own

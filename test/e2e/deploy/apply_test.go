@@ -14,12 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // applier creates rendered objects through the apiserver, as `kubectl apply` would.
 type applier struct {
-	*framework.Applier
+	*kubecheck.Applier
 	t   *testing.T
 	ctx context.Context
 	cs  kubernetes.Interface
@@ -27,7 +28,7 @@ type applier struct {
 
 func newApplier(t *testing.T) *applier {
 	t.Helper()
-	a, err := framework.NewApplier(framework.RESTConfig())
+	a, err := kubecheck.NewApplier(framework.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/resizer"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -185,7 +186,7 @@ func (e *env) resizeLoop(claim string) func(int) error {
 		if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(e.ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return err
 		}
-		modified := framework.ClaimModifiedTo(class)
+		modified := kubecheck.ModifiedTo(class)
 		err = e.poll("claim "+claim+" modified to "+class, step, func(ctx context.Context) (bool, error) {
 			c, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, claim, metav1.GetOptions{})
 			if err == nil {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // AttributesClass creates the VolumeAttributesClass name of driverName; the test's cleanup
@@ -28,29 +27,22 @@ func AttributesClass(ctx context.Context, t testing.TB, cs kubernetes.Interface,
 	return name
 }
 
-// PatchClaimClass sets the claim's class the way `kubectl patch pvc` does: a merge patch of
-// the spec, by the admin, through the apiserver's validation.
+// PatchClaimClass sets the claim's class the way `kubectl patch pvc` does (see
+// kubecheck.PatchClaimClass), failing the test if the apiserver refuses it.
 func PatchClaimClass(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, claim, class string) {
 	t.Helper()
-	data := []byte(`{"spec":{"volumeAttributesClassName":"` + class + `"}}`)
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
+	if err := kubecheck.PatchClaimClass(ctx, cs, ns, claim, class); err != nil {
 		t.Fatalf("kubectl patch pvc %s: %v", claim, err)
 	}
 }
 
-// ClaimModifiedTo holds for a claim whose current class is class with nothing of a
-// modification left: no modifyVolumeStatus, no ModifyingVolume or ModifyVolumeError
-// condition.
-func ClaimModifiedTo(class string) func(*corev1.PersistentVolumeClaim) bool {
-	return func(c *corev1.PersistentVolumeClaim) bool {
-		if ptr.Deref(c.Status.CurrentVolumeAttributesClassName, "") != class || c.Status.ModifyVolumeStatus != nil {
-			return false
-		}
-		for _, cond := range c.Status.Conditions {
-			if cond.Type == corev1.PersistentVolumeClaimVolumeModifyingVolume || cond.Type == corev1.PersistentVolumeClaimVolumeModifyVolumeError {
-				return false
-			}
-		}
-		return true
+// Get returns the page at url (a component's metrics or health endpoint), failing the test
+// on an error or a status other than 200 OK.
+func Get(t testing.TB, url string) string {
+	t.Helper()
+	body, err := kubecheck.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return body
 }

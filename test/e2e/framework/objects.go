@@ -11,14 +11,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/resizer"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // CreateNode creates the Node and CSINode that the kubelet and node-driver-registrar would
@@ -72,38 +69,15 @@ func ClaimSpec(name, class, size string) *corev1.PersistentVolumeClaim {
 	}
 }
 
-// WaitForClaim polls the claim every 250ms until cond holds or timeout passes, and returns
-// the last version it read (nil if none), for the caller's failure message.
-func WaitForClaim(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration, cond func(*corev1.PersistentVolumeClaim) bool) (*corev1.PersistentVolumeClaim, error) {
-	var last *corev1.PersistentVolumeClaim
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = pvc
-		return cond(pvc), nil
-	})
-	return last, err
-}
-
 // ExpandClaim asks for size on the claim and waits (up to two minutes) until the expansion
 // is over: status.capacity at least size, no resize condition and no resize status. It
 // returns the claim as it last read it, and fails the test with that claim otherwise.
 func ExpandClaim(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, claim, size string) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{"storage": size}}}})
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := kubecheck.RequestSize(ctx, cs, ns, claim, size); err != nil {
 		t.Fatal(err)
 	}
-	want := resource.MustParse(size)
-	last, err := WaitForClaim(ctx, cs, ns, claim, 2*time.Minute, func(pvc *corev1.PersistentVolumeClaim) bool {
-		if resizer.Resizing(pvc) {
-			return false
-		}
-		got := pvc.Status.Capacity[corev1.ResourceStorage]
-		return got.Cmp(want) >= 0 && len(pvc.Status.AllocatedResourceStatuses) == 0
-	})
+	last, err := kubecheck.WaitForClaim(ctx, cs, ns, claim, 2*time.Minute, kubecheck.Expanded(size))
 	if err != nil {
 		raw, _ := json.Marshal(last)
 		t.Fatalf("waiting for claim %s to be expanded to %s: %v; last claim: %s", claim, size, err, raw)
@@ -111,37 +85,13 @@ func ExpandClaim(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns,
 	return last
 }
 
-// EventLines returns the events of the object named name in ns, each formatted by line.
-// A failed list comes back as its only line: callers print or search the lines, and a
-// failure message should say why there are none. It lists with its own context so that it
-// still works for the failure message of a test whose context has ended.
-func EventLines(cs kubernetes.Interface, ns, name string, line func(corev1.Event) string) []string {
-	list, err := cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+// WaitForEvent waits up to timeout for an event of the object named name in ns that match
+// accepts, and fails the test, naming what it waited for and the events it saw, otherwise.
+func WaitForEvent(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, name, what string, timeout time.Duration, match func(corev1.Event) bool) corev1.Event {
+	t.Helper()
+	ev, err := kubecheck.WaitForEvent(ctx, cs, ns, name, timeout, match)
 	if err != nil {
-		return []string{err.Error()}
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
-	out := make([]string, 0, len(list.Items))
-	for _, ev := range list.Items {
-		out = append(out, line(ev))
-	}
-	return out
-}
-
-// WaitForEvent waits up to a minute for an event of the object named name in ns that
-// match accepts.
-func WaitForEvent(ctx context.Context, cs kubernetes.Interface, ns, name string, match func(corev1.Event) bool) error {
-	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
-		if err != nil {
-			return false, nil
-		}
-		for _, ev := range list.Items {
-			if match(ev) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	return ev
 }

@@ -12,6 +12,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // With CSIDriver.spec.nodeAllocatableUpdatePeriodSeconds the agent asks the driver for
@@ -40,7 +43,7 @@ func TestAttachResourceExhaustedRejectsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	pvc := e.pvc("data")
-	pod := e.pod("app", claimVolume("data", pvc.Name))
+	pod := e.pod("app", kubecheck.ClaimVolume("data", pvc.Name))
 
 	e.poll("the VolumeAttachment's attachError with code ResourceExhausted", func(ctx context.Context) (bool, error) {
 		vas, err := e.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
@@ -91,7 +94,7 @@ func countEnv(t *testing.T, o envOptions, period int64) (*env, string) {
 	if err := os.WriteFile(countFile, []byte("5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o.csiDriver = func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr(period) }
+	o.csiDriver = func(s *storagev1.CSIDriverSpec) { s.NodeAllocatableUpdatePeriodSeconds = ptr.To(period) }
 	o.driverArgs = append(o.driverArgs, "--max-volumes-per-node-file", countFile)
 	e := newEnv(t, o)
 	e.waitRegistered()

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // A raw block PVC (volumeMode: Block) used through volumeDevices, with attach: the pod's
@@ -27,7 +27,7 @@ func TestBlockVolume(t *testing.T) {
 	e := newEnv(t, envOptions{attachRequired: true, scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("raw", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
@@ -38,13 +38,8 @@ func TestBlockVolume(t *testing.T) {
 	// block volume metrics.
 	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="raw"} 1.6777216e+07`, e.ns)
 	e.poll("block volume capacity on /metrics", func(context.Context) (bool, error) {
-		rsp, err := http.Get(e.metrics)
-		if err != nil {
-			return false, nil
-		}
-		defer rsp.Body.Close()
-		body, _ := io.ReadAll(rsp.Body)
-		return strings.Contains(string(body), series), nil
+		body, err := kubecheck.Get(e.metrics)
+		return err == nil && strings.Contains(body, series), nil
 	})
 
 	pattern := make([]byte, 4096)
@@ -54,7 +49,7 @@ func TestBlockVolume(t *testing.T) {
 	}
 
 	// The same claim mounted as a filesystem is refused with upstream's volumeMode check.
-	wrong := e.pod("wrong", claimVolume("raw", pvc.Name))
+	wrong := e.pod("wrong", kubecheck.ClaimVolume("raw", pvc.Name))
 	e.poll("pod wrong refused", func(ctx context.Context) (bool, error) {
 		cur, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, wrong.Name, metav1.GetOptions{})
 		if err != nil {
@@ -76,7 +71,7 @@ func TestBlockVolume(t *testing.T) {
 		}
 	}
 
-	again := e.waitVolumesReady(e.podWith("again", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	again := e.waitVolumesReady(e.podWith("again", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 	got, err := readDevice(e.checkMapped(again, pv.Name), len(pattern))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +104,7 @@ func TestBlockVolume(t *testing.T) {
 			}
 		}
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

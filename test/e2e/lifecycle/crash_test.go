@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // kill -9 of the node agent between NodeStage and NodePublish (the driver delays
@@ -21,7 +23,7 @@ func TestNodeAgentCrashBetweenStageAndPublish(t *testing.T) {
 	e := newEnv(t, envOptions{faults: []string{"NodePublishVolume:delay=5s"}})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.pod("app", claimVolume("data", pvc.Name))
+	pod := e.pod("app", kubecheck.ClaimVolume("data", pvc.Name))
 
 	var handle string
 	e.poll("NodeStageVolume done", func(context.Context) (bool, error) {
@@ -63,7 +65,7 @@ func TestNodeAgentCrashBetweenStageAndPublish(t *testing.T) {
 	if err := inOrder(e.succeeded(handle), []string{"NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("teardown: %v; calls: %v", err, e.succeeded(handle))
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }
@@ -76,7 +78,7 @@ func TestNodeAgentRestartWithBlockVolume(t *testing.T) {
 	e := newEnv(t, envOptions{scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("raw", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("raw", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("raw", pvc.Name)}))
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	link := e.checkMapped(pod, pv.Name)
@@ -99,7 +101,7 @@ func TestNodeAgentRestartWithBlockVolume(t *testing.T) {
 	if _, err := os.Lstat(link); !os.IsNotExist(err) {
 		t.Errorf("pod link %s left: %v", link, err)
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

@@ -8,22 +8,22 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -111,8 +111,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	spec := storagev1.CSIDriverSpec{
 		AttachRequired:       &o.attachRequired,
-		PodInfoOnMount:       ptr(true),
-		FSGroupPolicy:        ptr(storagev1.FileFSGroupPolicy),
+		PodInfoOnMount:       ptr.To(true),
+		FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral},
 		RequiresRepublish:    &o.republish,
 	}
@@ -127,7 +127,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		params = map[string]string{"type": "dir"}
 	}
 	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.sc}, Provisioner: e.name,
-		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr(true)})
+		Parameters: params, VolumeBindingMode: &bind, ReclaimPolicy: &del, AllowVolumeExpansion: ptr.To(true)})
 
 	sock := "unix://" + filepath.Join(e.dir, "csi.sock")
 	args := []string{"driver", "--endpoint", sock, "--node-id", e.node, "--state-dir", filepath.Join(e.dir, "state"),
@@ -301,57 +301,25 @@ func (e *env) podWith(name string, mounts, devices []corev1.Volume) *corev1.Pod 
 // create creates the pod.
 func (e *env) create(pod *corev1.Pod) *corev1.Pod {
 	e.t.Helper()
-	var created *corev1.Pod
-	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.
-	e.poll("pod "+pod.Name+" created", func(ctx context.Context) (bool, error) {
-		var err error
-		created, err = e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
-	})
+	created, err := kubecheck.CreatePod(e.ctx, e.cs, e.ns, pod, 3*time.Minute)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return created
 }
 
 // podObject is a pod on the env's node whose one container mounts mounts and maps devices.
 func (e *env) podObject(name string, mounts, devices []corev1.Volume) *corev1.Pod {
-	c := corev1.Container{Name: "app", Image: "busybox"}
-	for _, v := range mounts {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: "/" + v.Name})
-	}
-	for _, v := range devices {
-		c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: "/dev/" + v.Name})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{corev1.LabelHostname: e.node},
-			Containers:   []corev1.Container{c},
-			Volumes:      append(append([]corev1.Volume{}, mounts...), devices...),
-		},
-	}
-	return pod
-}
-
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+	return kubecheck.VolumePod(e.ns, name, e.node, "busybox", mounts, devices)
 }
 
 // waitVolumesReady waits for the agent's kubevol.io/VolumesReady condition.
 func (e *env) waitVolumesReady(pod *corev1.Pod) *corev1.Pod {
 	e.t.Helper()
-	var cur *corev1.Pod
-	e.poll("volumes of pod "+pod.Name+" ready", func(ctx context.Context) (bool, error) {
-		var err error
-		cur, err = e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range cur.Status.Conditions {
-			if c.Type == "kubevol.io/VolumesReady" && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	cur, err := kubecheck.WaitPod(e.ctx, e.cs, e.ns, pod.Name, 3*time.Minute, kubecheck.VolumesReadyTrue)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	return cur
 }
 
@@ -359,13 +327,9 @@ func (e *env) waitVolumesReady(pod *corev1.Pod) *corev1.Pod {
 // only once the volumes are torn down.
 func (e *env) deletePod(pod *corev1.Pod) {
 	e.t.Helper()
-	if err := e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+	if err := kubecheck.DeletePod(e.ctx, e.cs, e.ns, pod.Name, 3*time.Minute); err != nil {
 		e.t.Fatal(err)
 	}
-	e.poll("pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
-		_, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
 }
 
 // deleteClaim deletes the PVC and waits for its PV to be deleted (reclaim policy Delete).
@@ -374,10 +338,9 @@ func (e *env) deleteClaim(name, pv string) {
 	if err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.poll("PV "+pv+" deleted", func(ctx context.Context) (bool, error) {
-		_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
+	if err := kubecheck.WaitPVGone(e.ctx, e.cs, pv, 3*time.Minute); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 type call struct {
@@ -421,18 +384,6 @@ func (e *env) succeeded(volumeID string) []string {
 	return out
 }
 
-// mountsUnder lists the mount points below dir.
-func mountsUnder(dir string) []string {
-	mps, _ := mount.New("").List()
-	var out []string
-	for _, mp := range mps {
-		if strings.HasPrefix(mp.Path, dir+"/") {
-			out = append(out, mp.Path)
-		}
-	}
-	return out
-}
-
 // unmountLeftovers fails the test for any mount or loop device still held below the test's
 // directory and releases it, so nothing leaks even when the test fails early.
 func (e *env) unmountLeftovers() {
@@ -454,8 +405,6 @@ func isMountPoint(path string) bool {
 	notMnt, err := mount.New("").IsLikelyNotMountPoint(path)
 	return err == nil && !notMnt
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // runAs returns the kubeconfig of component's own ServiceAccount, bound to deploy/'s RBAC
 // (plus `get` on secrets when secrets is true).

@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // An inline ephemeral CSI volume (published straight to the pod, no stage) and a generic
@@ -70,7 +72,7 @@ func TestEphemeralVolumes(t *testing.T) {
 	if err := inOrder(e.succeeded(pv.Spec.CSI.VolumeHandle), []string{"NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("generic ephemeral volume: %v", err)
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

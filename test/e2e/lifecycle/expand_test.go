@@ -1,17 +1,17 @@
 package lifecycle
 
 import (
-	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -25,7 +25,7 @@ func TestOnlineExpansionFilesystem(t *testing.T) {
 	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block", "csi.storage.k8s.io/fstype": "xfs"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("grow", "300Mi", corev1.PersistentVolumeFilesystem)
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("grow", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("grow", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	target := filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount")
 	before := fsSize(t, target)
@@ -56,7 +56,7 @@ func TestOnlineExpansionBlock(t *testing.T) {
 	e := newEnv(t, envOptions{resizer: true, scParams: map[string]string{"type": "block"}})
 	e.waitRegistered()
 	pvc := e.pvcOf("grow", "16Mi", corev1.PersistentVolumeBlock)
-	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{claimVolume("grow", pvc.Name)}))
+	pod := e.waitVolumesReady(e.podWith("app", nil, []corev1.Volume{kubecheck.ClaimVolume("grow", pvc.Name)}))
 	pv := e.boundPV(pvc.Name)
 	link := e.checkMapped(pod, pv.Name)
 	if got := deviceSize(t, link); got != 16<<20 {
@@ -100,10 +100,7 @@ func (e *env) checkExpansionCalls(handle string) {
 // checkEvent waits for an event of the given reason on the named object.
 func (e *env) checkEvent(ns, name, reason string) {
 	e.t.Helper()
-	e.poll("event "+reason+" on "+name, func(ctx context.Context) (bool, error) {
-		evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
-		return err == nil && len(evs.Items) > 0, nil
-	})
+	framework.WaitForEvent(e.ctx, e.t, e.cs, ns, name, "event "+reason+" on "+name, 3*time.Minute, kubecheck.EventWith(reason, ""))
 }
 
 func fsSize(t *testing.T, path string) int64 {

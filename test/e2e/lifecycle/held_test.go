@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -37,7 +38,7 @@ type runningPod struct {
 func (e *env) runningPod(name string) runningPod {
 	e.t.Helper()
 	pvc := e.pvc(name + "-data")
-	pod := e.waitVolumesReady(e.pod(name, claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod(name, kubecheck.ClaimVolume("data", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	r := runningPod{pod: pod, claim: pvc.Name, pv: pv.Name, handle: pv.Spec.CSI.VolumeHandle,
 		target: filepath.Join(e.root, "pods", string(pod.UID), "volumes", "kubernetes.io~csi", pv.Name, "mount")}
@@ -105,7 +106,7 @@ func TestClaimDeletedUnderRunningPod(t *testing.T) {
 	if err := inOrder(e.succeeded(r.handle), []string{"NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("teardown: %v; calls: %v", err, e.succeeded(r.handle))
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }
@@ -193,7 +194,7 @@ func TestAgentRestartedWhileControlPlaneDown(t *testing.T) {
 	e.checkHeld(keep, "claims readable again")
 	e.deleteClaim(gone.claim, gone.pv)
 	e.teardown(keep)
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

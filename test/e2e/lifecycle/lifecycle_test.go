@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 func TestLifecycleWithoutAttach(t *testing.T) {
@@ -38,7 +38,7 @@ func testLifecycle(t *testing.T, attach bool) {
 	e := newEnv(t, envOptions{attachRequired: attach})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("data", pvc.Name)))
 
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
@@ -68,14 +68,9 @@ func testLifecycle(t *testing.T, attach bool) {
 		t.Fatalf("write through the mount: %v", err)
 	}
 	// NodeGetVolumeStats reaches the kubelet's metrics.
-	rsp, err := http.Get(e.metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(rsp.Body)
-	rsp.Body.Close()
+	body := framework.Get(t, e.metrics)
 	series := fmt.Sprintf(`kubelet_volume_stats_capacity_bytes{namespace=%q,persistentvolumeclaim="data"}`, e.ns)
-	if !strings.Contains(string(body), series) {
+	if !strings.Contains(body, series) {
 		t.Errorf("/metrics lacks %s", series)
 	}
 	unique := corev1.UniqueVolumeName("kubernetes.io/csi/" + e.name + "^" + handle)
@@ -119,7 +114,7 @@ func testLifecycle(t *testing.T, attach bool) {
 			t.Errorf("%s succeeded %d times, want 1", m, n)
 		}
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), e.dir) {

@@ -3,8 +3,6 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
 	"github.com/kubevol/kubevol/pkg/volume"
@@ -132,7 +132,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, framework.ClaimSpec("refused", bad, "16Mi"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := framework.WaitForEvent(e.ctx, e.cs, e.ns, "refused", func(ev corev1.Event) bool {
+	if _, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, "refused", time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "ProvisioningFailed" && strings.Contains(ev.Message, `type="gp2"`)
 	}); err != nil {
 		t.Fatalf("no ProvisioningFailed event naming type=gp2 on the claim of class %s: %v", bad, err)
@@ -145,12 +145,12 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	class := "intree-" + strings.ToLower(rand.String(5))
 	e.apply(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: tg.inTree,
-		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr(true)})
+		Parameters: map[string]string{"type": "dir"}, VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)})
 	claim := framework.ClaimSpec("dynamic", class, "16Mi")
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	writer := e.waitVolumesReady(e.pod("writer", claimVolume("data", "dynamic")))
+	writer := e.waitVolumesReady(e.pod("writer", kubecheck.ClaimVolume("data", "dynamic")))
 	pv := e.boundPV("dynamic")
 	id := tg.volumeID(pv)
 	switch {
@@ -193,7 +193,7 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(e.ctx, static, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	reader := e.waitVolumesReady(e.pod("reader", claimVolume("data", "static")))
+	reader := e.waitVolumesReady(e.pod("reader", kubecheck.ClaimVolume("data", "static")))
 	e.checkAttached(csiplugin.AttachmentName(staticID, tg.driver, e.node), nil)
 	e.migratedMount(reader.UID, staticPV, staticID, tg)
 
@@ -209,13 +209,8 @@ func testMigration(t *testing.T, tg migrationTarget) {
 	e.migratedMount(inline.UID, tg.driver+"-"+inlineID, inlineID, tg)
 
 	// The mounts count as migrated in the kubelet's operation metric.
-	page, err := http.Get(e.metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(page.Body)
-	page.Body.Close()
-	if !slices.ContainsFunc(strings.Split(string(body), "\n"), func(l string) bool {
+	body := framework.Get(t, e.metrics)
+	if !slices.ContainsFunc(strings.Split(body, "\n"), func(l string) bool {
 		return strings.HasPrefix(l, "storage_operation_duration_seconds_count{") && strings.Contains(l, `migrated="true"`) &&
 			strings.Contains(l, `operation_name="volume_mount"`) && strings.Contains(l, `volume_plugin="kubernetes.io/csi"`)
 	}) {
@@ -324,7 +319,7 @@ func (e *env) migratedMount(uid types.UID, specName, handle string, tg migration
 	dir := volume.Paths{Root: e.root}.PodVolumeDir(uid, csiplugin.PluginName, specName)
 	target := filepath.Join(dir, "mount")
 	if !isMountPoint(target) {
-		e.t.Fatalf("%s is not a mount point; mounts: %v", target, mountsUnder(e.root))
+		e.t.Fatalf("%s is not a mount point; mounts: %v", target, kubecheck.MountsUnder(e.root))
 	}
 	var data map[string]string
 	raw, err := os.ReadFile(filepath.Join(dir, "vol_data.json"))

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -64,7 +65,7 @@ func TestRefusalCostsSeconds(t *testing.T) {
 		t.Errorf("volumes ready %s after the refusal ended, want within %s: a refusal must not back the mount off for long", late, recoveredWithin)
 	}
 	e.deletePod(pod)
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

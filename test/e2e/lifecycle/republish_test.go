@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"testing"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // CSIDriver.requiresRepublish: the agent calls NodePublishVolume again every
@@ -13,7 +15,7 @@ func TestRequiresRepublish(t *testing.T) {
 	e := newEnv(t, envOptions{republish: true})
 	e.waitRegistered()
 	pvc := e.pvc("data")
-	pod := e.waitVolumesReady(e.pod("app", claimVolume("data", pvc.Name)))
+	pod := e.waitVolumesReady(e.pod("app", kubecheck.ClaimVolume("data", pvc.Name)))
 	pv := e.boundPV(pvc.Name)
 	handle := pv.Spec.CSI.VolumeHandle
 	e.poll("NodePublishVolume repeated", func(context.Context) (bool, error) {
@@ -27,7 +29,7 @@ func TestRequiresRepublish(t *testing.T) {
 	if err := inOrder(e.succeeded(handle), []string{"NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume", "DeleteVolume"}); err != nil {
 		t.Errorf("teardown: %v; calls: %v", err, e.succeeded(handle))
 	}
-	if m := mountsUnder(e.dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(e.dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 }

@@ -13,7 +13,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/redact"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -48,7 +50,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 		agentArgs: []string{"--node-status-interval", "1s"},
 		csiDriver: func(s *storagev1.CSIDriverSpec) {
 			withTokens(s)
-			s.ServiceAccountTokenInSecrets = ptr(true)
+			s.ServiceAccountTokenInSecrets = ptr.To(true)
 		}})
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: e.ns}, StringData: creds}
 	if _, err := e.cs.CoreV1().Secrets(e.ns).Create(e.ctx, secret, metav1.CreateOptions{}); err != nil {
@@ -70,7 +72,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	// (b) A claim that takes a secret at every call.
 	pvc := e.pvcOf("data", "16Mi", corev1.PersistentVolumeBlock)
-	claimPod := e.waitVolumesReady(e.podWith("claim", nil, []corev1.Volume{claimVolume("data", pvc.Name)}))
+	claimPod := e.waitVolumesReady(e.podWith("claim", nil, []corev1.Volume{kubecheck.ClaimVolume("data", pvc.Name)}))
 	e.expandClaim(pvc.Name, "32Mi")
 	pv := e.boundPV(pvc.Name)
 	e.checkExpansionCalls(pv.Spec.CSI.VolumeHandle)
@@ -200,8 +202,8 @@ func (e *env) startDriver(spec func(*storagev1.CSIDriverSpec), verbosity string)
 	}
 	d := &extraDriver{name: "e2e-" + rand.String(6) + ".kubevol.io", callLog: filepath.Join(dir, "calls.jsonl")}
 	s := storagev1.CSIDriverSpec{
-		AttachRequired:       ptr(false),
-		PodInfoOnMount:       ptr(true),
+		AttachRequired:       ptr.To(false),
+		PodInfoOnMount:       ptr.To(true),
 		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral},
 	}
 	spec(&s)

@@ -3,18 +3,20 @@ package lifecycle
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/test/e2e/framework"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // seLinuxPod is a pod of the env whose containers run at the SELinux level, with the pod's
 // seLinuxChangePolicy (nil: MountOption, the default).
 func (e *env) seLinuxPod(name, claim, level string, policy *corev1.PodSELinuxChangePolicy) *corev1.Pod {
 	e.t.Helper()
-	pod := e.podObject(name, []corev1.Volume{claimVolume("data", claim)}, nil)
+	pod := e.podObject(name, []corev1.Volume{kubecheck.ClaimVolume("data", claim)}, nil)
 	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Level: level}, SELinuxChangePolicy: policy}
 	return e.create(pod)
 }
@@ -48,11 +50,11 @@ func (e *env) contexts(volumeID string) (stage, publish []string) {
 func TestSELinuxContextMount(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{agentArgs: []string{"--selinux-enabled=true"},
-		csiDriver: func(s *storagev1.CSIDriverSpec) { s.SELinuxMount = ptr(true) }})
+		csiDriver: func(s *storagev1.CSIDriverSpec) { s.SELinuxMount = ptr.To(true) }})
 	e.pvc("labelled")
 	e.pvc("recursive")
 	a := e.waitVolumesReady(e.seLinuxPod("a", "labelled", "s0:c1,c2", nil))
-	b := e.waitVolumesReady(e.seLinuxPod("b", "recursive", "s0:c3,c4", ptr(corev1.SELinuxChangePolicyRecursive)))
+	b := e.waitVolumesReady(e.seLinuxPod("b", "recursive", "s0:c3,c4", ptr.To(corev1.SELinuxChangePolicyRecursive)))
 
 	want := `"system_u:object_r:container_file_t:s0:c1,c2"`
 	stage, publish := e.contexts(e.boundPV("labelled").Spec.CSI.VolumeHandle)
@@ -65,7 +67,7 @@ func TestSELinuxContextMount(t *testing.T) {
 	}
 
 	c := e.seLinuxPod("c", "labelled", "s0:c7,c8", nil)
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, c.Name, func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, c.Name, time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "FailedMount" && strings.Contains(ev.Message, "conflicting SELinux labels of volume")
 	})
 	if err != nil {

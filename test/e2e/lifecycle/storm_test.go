@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -106,7 +107,7 @@ func TestStorm(t *testing.T) {
 	e.waitWaveGone(ctx, pods)
 	t.Logf("teardown: %d pods and %d claims gone in %s", len(pods), 2*len(pods), time.Since(start).Round(time.Second))
 	e.checkNoDuplicates(ctx, ctrl, 0)
-	m := mountsUnder(e.dir)
+	m := kubecheck.MountsUnder(e.dir)
 	if len(m) > 0 {
 		t.Errorf("%d mounts left: %v", len(m), m)
 	}
@@ -180,7 +181,7 @@ func (e *env) createPodWithClaims(ctx context.Context, name string) error {
 		if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		vols = append(vols, claimVolume(c, pvc.Name))
+		vols = append(vols, kubecheck.ClaimVolume(c, pvc.Name))
 	}
 	pod := e.podObject(name, vols, nil)
 	// The ServiceAccount admission plugin rejects pods until the default ServiceAccount exists.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -41,7 +42,7 @@ func TestNodeCredentialReadsOnlyReferencedObjects(t *testing.T) {
 		LocalObjectReference: corev1.LocalObjectReference{Name: "late"}}}}
 	// No service-account token volume: its kube-root-ca.crt ConfigMap would be one more
 	// referenced object (TestEveryPluginMountsUpdatesAndTearsDown covers tokens).
-	noToken := func(p *corev1.Pod) *corev1.Pod { p.Spec.AutomountServiceAccountToken = ptr(false); return p }
+	noToken := func(p *corev1.Pod) *corev1.Pod { p.Spec.AutomountServiceAccountToken = ptr.To(false); return p }
 	p1 := a.create(noToken(a.pod("p1", secretVolume("s", "used"), late)))
 	p2 := a.create(noToken(a.pod("p2", secretVolume("s", "used"))))
 	a.waitPod(p2.Name, time.Minute, "volumes ready", volumesReady)

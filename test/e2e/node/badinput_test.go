@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Bad input gets a FailedMount event and the condition False, and nothing is written
@@ -37,7 +38,7 @@ func TestBadInputs(t *testing.T) {
 	t.Run("hostPath type mismatch", func(t *testing.T) {
 		file := filepath.Join(a.root, "a-file")
 		mustf(t, os.WriteFile(file, nil, 0o644), "write")
-		p := a.create(a.pod("hp", corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: file, Type: ptr(corev1.HostPathDirectory)}}}))
+		p := a.create(a.pod("hp", corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: file, Type: ptr.To(corev1.HostPathDirectory)}}}))
 		a.waitEvent(p.Name, "FailedMount", "is not a directory", time.Minute)
 	})
 

@@ -15,6 +15,7 @@ import (
 
 	benchnodes "github.com/kubevol/kubevol/internal/bench/nodes"
 	"github.com/kubevol/kubevol/internal/bench/report"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -97,7 +98,7 @@ func TestBenchNodes(t *testing.T) {
 	if got, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && got.DeletionTimestamp == nil {
 		t.Errorf("namespace %s left", ns)
 	}
-	if m := mountsUnder(dir); len(m) > 0 {
+	if m := kubecheck.MountsUnder(dir); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // kill -9 the agent at least 10 times while 100 pods are created and deleted. After it
@@ -31,8 +33,8 @@ func TestCrashStorm(t *testing.T) {
 	mustf(t, err, "secret")
 
 	var mu sync.Mutex
-	live := map[string]types.UID{}    // created and not deleted
-	written := map[types.UID]string{} // pod → mount ID of its memory emptyDir when data was written
+	live := map[string]types.UID{} // created and not deleted
+	written := map[types.UID]int{} // pod → mount ID of its memory emptyDir when data was written
 	deleted := map[string]bool{}
 
 	stormDone := make(chan struct{})
@@ -85,7 +87,7 @@ func TestCrashStorm(t *testing.T) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			ids := mountIDs(a.root)
+			ids := kubecheck.MountIDs(a.root)
 			mu.Lock()
 			for _, uid := range live {
 				if _, ok := written[uid]; ok {
@@ -144,7 +146,7 @@ func TestCrashStorm(t *testing.T) {
 	close(stopWriter)
 	<-writerDone
 
-	ids := mountIDs(a.root)
+	ids := kubecheck.MountIDs(a.root)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(written) < 10 {
@@ -159,7 +161,7 @@ func TestCrashStorm(t *testing.T) {
 		checked++
 		dir := filepath.Join(a.root, "pods", string(uid), "volumes", "kubernetes.io~empty-dir", "mem")
 		if got := ids[dir]; got != id {
-			t.Errorf("pod %s: memory emptyDir was remounted (mount ID %s, was %s): a wanted volume was unmounted", name, got, id)
+			t.Errorf("pod %s: memory emptyDir was remounted (mount ID %d, was %d): a wanted volume was unmounted", name, got, id)
 		}
 		if data, err := os.ReadFile(filepath.Join(dir, "data")); err != nil || string(data) != string(uid) {
 			t.Errorf("pod %s: data lost: %q %v", name, data, err)
@@ -170,7 +172,7 @@ func TestCrashStorm(t *testing.T) {
 	for _, uid := range live {
 		liveUIDs[string(uid)] = true
 	}
-	for _, mp := range mountsUnder(a.root) {
+	for _, mp := range kubecheck.MountsUnder(a.root) {
 		rel, _ := filepath.Rel(filepath.Join(a.root, "pods"), mp)
 		if uid := firstElem(rel); !liveUIDs[uid] {
 			t.Errorf("mount %s belongs to no live pod", mp)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/csrapprover"
 	"github.com/kubevol/kubevol/internal/nodecert"
@@ -190,17 +191,17 @@ func TestNodeAgentCannotObtainOtherNodesCertificate(t *testing.T) {
 	// The agent's pod, bound to node A; nothing runs it, its token is all that matters.
 	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "kubevol-node-a"},
-		Spec: corev1.PodSpec{NodeName: nodeA, ServiceAccountName: sa, AutomountServiceAccountToken: ptr(false),
+		Spec: corev1.PodSpec{NodeName: nodeA, ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "node", Image: "kubevol:latest"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		_ = cs.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	})
 	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		ExpirationSeconds: ptr(int64(600)),
+		ExpirationSeconds: ptr.To(int64(600)),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
 	}}, metav1.CreateOptions{})
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // A Block-mode local PV whose path is a loop device: the pod's volumeDevices link leads to
@@ -59,7 +61,7 @@ func TestLocalBlockVolume(t *testing.T) {
 	} {
 		bad := a.create(a.onNode(a.blockPod(name, a.localClaimOf(t, c.path, node, corev1.ReadWriteOnce, corev1.PersistentVolumeBlock))))
 		a.waitEvent(bad.Name, "FailedMapVolume", c.msg, time.Minute)
-		if m := mountsUnder(filepath.Join(a.root, "pods", string(bad.UID))); len(m) != 0 {
+		if m := kubecheck.MountsUnder(filepath.Join(a.root, "pods", string(bad.UID))); len(m) != 0 {
 			t.Errorf("pod %s: mounted despite the bad path: %v", name, m)
 		}
 		if _, err := os.Lstat(filepath.Join(a.root, "pods", string(bad.UID), "volumeDevices")); err == nil {
@@ -69,7 +71,7 @@ func TestLocalBlockVolume(t *testing.T) {
 	ctx := a.ctx(time.Minute)
 	mustf(t, a.client.CoreV1().Pods(a.ns).Delete(ctx, p.Name, metav1.DeleteOptions{}), "delete pod")
 	a.waitGone(p.Name, time.Minute)
-	if m := mountsUnder(filepath.Join(a.root, "plugins")); len(m) != 0 {
+	if m := kubecheck.MountsUnder(filepath.Join(a.root, "plugins")); len(m) != 0 {
 		t.Errorf("the device is still bind-mounted after its pod: %v", m)
 	}
 }
@@ -77,7 +79,7 @@ func TestLocalBlockVolume(t *testing.T) {
 // blockPod is a pod whose container maps the claim as a raw block device.
 func (a *agent) blockPod(name, claim string) *corev1.Pod {
 	p := a.pod(name)
-	p.Spec.Volumes = []corev1.Volume{claimVolume("raw", claim)}
+	p.Spec.Volumes = []corev1.Volume{kubecheck.ClaimVolume("raw", claim)}
 	p.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "raw", DevicePath: "/dev/raw"}}
 	return p
 }

@@ -4,24 +4,22 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -51,7 +49,7 @@ func startAgent(t *testing.T, extraArgs ...string) *agent {
 	a.root = root
 	a.metricsAddr = freeAddr(t)
 	t.Cleanup(func() {
-		if leaked := mountsUnder(root); len(leaked) > 0 {
+		if leaked := kubecheck.MountsUnder(root); len(leaked) > 0 {
 			t.Errorf("mounts leaked under %s: %v", root, leaked)
 			for i := len(leaked) - 1; i >= 0; i-- {
 				_ = mount.New("").Unmount(leaked[i])
@@ -176,79 +174,19 @@ func condition(p *corev1.Pod) corev1.ConditionStatus {
 
 func (a *agent) waitGone(name string, timeout time.Duration) {
 	a.t.Helper()
-	err := wait.PollUntilContextTimeout(a.ctx(timeout+time.Second), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := a.client.CoreV1().Pods(a.ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		a.t.Fatalf("pod %s not deleted: %v", name, err)
+	if err := kubecheck.WaitPodGone(a.ctx(timeout+time.Second), a.client, a.ns, name, timeout); err != nil {
+		a.t.Fatal(err)
 	}
 }
 
 // waitEvent waits for an event on the pod whose reason and message match.
 func (a *agent) waitEvent(podName, reason, substr string, timeout time.Duration) corev1.Event {
 	a.t.Helper()
-	var found corev1.Event
-	var seen []string
-	err := wait.PollUntilContextTimeout(a.ctx(timeout+time.Second), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		l, err := a.client.CoreV1().Events(a.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + podName})
-		if err != nil {
-			return false, nil
-		}
-		seen = seen[:0]
-		for _, e := range l.Items {
-			seen = append(seen, e.Reason+": "+e.Message)
-			if e.Reason == reason && strings.Contains(e.Message, substr) {
-				found = e
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		a.t.Fatalf("no %s event containing %q on %s; events: %v", reason, substr, podName, seen)
-	}
-	return found
+	return framework.WaitForEvent(a.ctx(timeout+time.Second), a.t, a.client, a.ns, podName, fmt.Sprintf("%s event containing %q on %s", reason, substr, podName), timeout, kubecheck.EventWith(reason, substr))
 }
 
 func (a *agent) volumeDir(p *corev1.Pod, plugin, vol string) string {
 	return filepath.Join(a.root, "pods", string(p.UID), "volumes", plugin, vol)
-}
-
-// mountsUnder lists mount points below dir from /proc/self/mountinfo, deepest last.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-}
-
-// mountIDs maps mount points below dir to their mount IDs: a remount gets a new ID.
-func mountIDs(dir string) map[string]string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			out[fields[4]] = fields[0]
-		}
-	}
-	return out
 }
 
 func readFile(t *testing.T, p string) string {
@@ -259,8 +197,6 @@ func readFile(t *testing.T, p string) string {
 	}
 	return string(data)
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func mustf(t *testing.T, err error, format string, args ...any) {
 	t.Helper()

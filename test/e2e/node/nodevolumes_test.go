@@ -13,6 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // localClaim creates a local PV at path, pinned by node affinity to host and with the access
@@ -44,7 +47,7 @@ func (a *agent) localClaimOf(t *testing.T, path string, affinity *corev1.VolumeN
 	_, err = a.client.CoreV1().PersistentVolumeClaims(a.ns).Create(ctx, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr(""), VolumeMode: &volumeMode,
+			AccessModes: []corev1.PersistentVolumeAccessMode{mode}, VolumeName: name, StorageClassName: ptr.To(""), VolumeMode: &volumeMode,
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		}}, metav1.CreateOptions{})
 	mustf(t, err, "create PVC")
@@ -57,16 +60,12 @@ func labelAffinity(key, value string) *corev1.VolumeNodeAffinity {
 	}}}}
 }
 
-func claimVolume(name, claim string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
-}
-
 // onNode binds the pod to the agent's node directly, as upstream's e2e tests do to get past
 // the scheduler's own checks (RWOP, node affinity, huge pages the Node does not offer).
 func (a *agent) onNode(p *corev1.Pod) *corev1.Pod {
 	p.Spec.NodeSelector = nil
 	p.Spec.NodeName = a.name
-	p.Spec.AutomountServiceAccountToken = ptr(false)
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
 	return p
 }
 
@@ -83,12 +82,12 @@ func TestLocalVolumeRWOPAndNodeAffinity(t *testing.T) {
 	mustf(t, os.WriteFile(filepath.Join(dir, "data"), []byte("local data"), 0o644), "write")
 	claim := a.localClaim(t, dir, labelAffinity(corev1.LabelHostname, a.name), corev1.ReadWriteOncePod)
 
-	p1 := a.create(a.onNode(a.pod("rwop-1", claimVolume("v", claim))))
+	p1 := a.create(a.onNode(a.pod("rwop-1", kubecheck.ClaimVolume("v", claim))))
 	p1 = a.waitPod(p1.Name, time.Minute, "local volume ready", volumesReady)
 	if got := readFile(t, filepath.Join(a.volumeDir(p1, "kubernetes.io~local-volume", claim), "data")); got != "local data" {
 		t.Fatalf("pod sees %q in the local volume", got)
 	}
-	p2 := a.create(a.onNode(a.pod("rwop-2", claimVolume("v", claim))))
+	p2 := a.create(a.onNode(a.pod("rwop-2", kubecheck.ClaimVolume("v", claim))))
 	a.waitEvent(p2.Name, "FailedMount", "volume uses the ReadWriteOncePod access mode and is already in use by another pod", time.Minute)
 	if condition(a.waitPod(p2.Name, 5*time.Second, "volumes not ready", func(p *corev1.Pod) bool { return condition(p) != "" })) == corev1.ConditionTrue {
 		t.Fatal("second pod of a ReadWriteOncePod volume has its volumes ready")
@@ -104,10 +103,10 @@ func TestLocalVolumeRWOPAndNodeAffinity(t *testing.T) {
 	dir2 := filepath.Join(a.root, "disks", "d2")
 	mustf(t, os.MkdirAll(dir2, 0o755), "mkdir")
 	other := a.localClaim(t, dir2, labelAffinity("kubevol.io/test-disk", "fast"), corev1.ReadWriteOnce)
-	p3 := a.create(a.onNode(a.pod("affinity", claimVolume("v", other))))
+	p3 := a.create(a.onNode(a.pod("affinity", kubecheck.ClaimVolume("v", other))))
 	a.waitEvent(p3.Name, "FailedMount", "MountVolume.NodeAffinity check failed", time.Minute)
 	a.waitEvent(p3.Name, "FailedMount", "no matching NodeSelectorTerms", time.Second)
-	if m := mountsUnder(filepath.Join(a.root, "pods", string(p3.UID))); len(m) != 0 {
+	if m := kubecheck.MountsUnder(filepath.Join(a.root, "pods", string(p3.UID))); len(m) != 0 {
 		t.Fatalf("mounted despite the node affinity: %v", m)
 	}
 	_, err := a.client.CoreV1().Nodes().Patch(ctx, a.name, types.MergePatchType, []byte(`{"metadata":{"labels":{"kubevol.io/test-disk":"fast"}}}`), metav1.PatchOptions{})

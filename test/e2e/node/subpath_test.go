@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 
 // A subPath is bind-mounted where the kubelet puts it; one that is a symlink out of its
@@ -24,7 +26,7 @@ func TestSubpaths(t *testing.T) {
 	good = a.create(good)
 	good = a.waitPod(good.Name, time.Minute, "volumes ready", volumesReady)
 	target := filepath.Join(a.root, "pods", string(good.UID), "volume-subpaths", "data", "c", "0")
-	if _, ok := mountIDs(a.root)[target]; !ok {
+	if _, ok := kubecheck.MountIDs(a.root)[target]; !ok {
 		t.Errorf("subPath not bind-mounted at %s", target)
 	}
 	mustf(t, os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644), "write through the subPath mount")
@@ -37,7 +39,7 @@ func TestSubpaths(t *testing.T) {
 	bad = a.create(bad)
 	a.waitEvent(bad.Name, "FailedMount", "subPath escapes the volume", time.Minute)
 	a.waitPod(bad.Name, 10*time.Second, "condition False", func(p *corev1.Pod) bool { return condition(p) == corev1.ConditionFalse })
-	for mp := range mountIDs(a.root) {
+	for mp := range kubecheck.MountIDs(a.root) {
 		if filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(mp)))) == filepath.Join(a.root, "pods", string(bad.UID)) {
 			t.Errorf("refused subPath mounted at %s", mp)
 		}

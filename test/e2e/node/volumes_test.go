@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubevol/kubevol/internal/kubecheck"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 const tmpfsMagic = 0x01021994
@@ -40,9 +42,9 @@ func TestEveryPluginMountsUpdatesAndTearsDown(t *testing.T) {
 	p := a.pod("all",
 		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"},
-			Items:                []corev1.KeyToPath{{Key: "a", Path: "dir/a", Mode: ptr(int32(0o600))}, {Key: "bin", Path: "bin"}},
+			Items:                []corev1.KeyToPath{{Key: "a", Path: "dir/a", Mode: ptr.To(int32(0o600))}, {Key: "bin", Path: "bin"}},
 		}}},
-		corev1.Volume{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec", DefaultMode: ptr(int32(0o400))}}},
+		corev1.Volume{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec", DefaultMode: ptr.To(int32(0o400))}}},
 		corev1.Volume{Name: "down", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
 			{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
 			{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
@@ -51,15 +53,15 @@ func TestEveryPluginMountsUpdatesAndTearsDown(t *testing.T) {
 		corev1.Volume{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Items: []corev1.KeyToPath{{Key: "b", Path: "b"}}}},
 			{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}}},
-			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr(int64(3600))}},
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3600))}},
 		}}}},
-		corev1.Volume{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("16Mi"))}}},
+		corev1.Volume{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("16Mi"))}}},
 		corev1.Volume{Name: "disk", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptr(corev1.HostPathDirectoryOrCreate)}}},
+		corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}},
 	)
-	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr(int64(2000)), RunAsUser: ptr(int64(1000))}
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(2000)), RunAsUser: ptr.To(int64(1000))}
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
-	p.Spec.AutomountServiceAccountToken = ptr(false)
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
 	// The default service account appears shortly after the namespace.
 	waitServiceAccount(t, a)
 	p = a.create(p)
@@ -160,7 +162,7 @@ func TestEveryPluginMountsUpdatesAndTearsDown(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(a.root, "pods", string(p.UID))); !os.IsNotExist(err) {
 		t.Errorf("pod directory left: %v", err)
 	}
-	if m := mountsUnder(a.root); len(m) > 0 {
+	if m := kubecheck.MountsUnder(a.root); len(m) > 0 {
 		t.Errorf("mounts left after deletion: %v", m)
 	}
 	if _, err := os.Stat(hostDir); err != nil {
@@ -189,14 +191,7 @@ func waitFile(t *testing.T, path, want string) {
 
 func scrape(t *testing.T, addr, path string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	mustf(t, err, "GET %s", path)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %s", path, resp.Status, body)
-	}
-	return string(body)
+	return framework.Get(t, "http://"+addr+path)
 }
 
 // The Node carries what kube-scheduler and the attach/detach controller need.
@@ -230,14 +225,8 @@ func TestNodeRegistration(t *testing.T) {
 	// says ok only after it: wait for it.
 	var body string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + a.metricsAddr + "/healthz")
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		body = string(raw)
-		return resp.StatusCode == http.StatusOK, nil
+		body, err = kubecheck.Get("http://" + a.metricsAddr + "/healthz")
+		return err == nil, nil
 	})
 	if err != nil || !strings.Contains(body, "ok") {
 		t.Errorf("/healthz: %q, %v", body, err)
@@ -264,7 +253,7 @@ func TestTerminalPodTornDown(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if m := mountsUnder(a.root); len(m) > 0 {
+	if m := kubecheck.MountsUnder(a.root); len(m) > 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 	if _, err := a.client.CoreV1().Pods(a.ns).Get(a.ctx(time.Minute), p.Name, metav1.GetOptions{}); err != nil {
@@ -277,7 +266,7 @@ func TestTerminalPodTornDown(t *testing.T) {
 func TestEmptyDirSizeLimitReported(t *testing.T) {
 	t.Parallel()
 	a := startAgent(t, "--emptydir-size-interval", "1s")
-	p := a.create(a.pod("big", corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))}}}))
+	p := a.create(a.pod("big", corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("1Mi"))}}}))
 	p = a.waitPod(p.Name, time.Minute, "volumes ready", volumesReady)
 	mustf(t, os.WriteFile(filepath.Join(a.volumeDir(p, "kubernetes.io~empty-dir", "scratch"), "blob"), make([]byte, 2<<20), 0o644), "fill the emptyDir")
 	a.waitEvent(p.Name, "EmptyDirSizeLimitExceeded", `Usage of EmptyDir volume "scratch" exceeds the limit "1Mi"`, 30*time.Second)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +23,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -105,11 +106,8 @@ func TestDeployManifestsAndRBAC(t *testing.T) {
 	fatalIf(t, err, "no CSIStorageCapacity for class %s on node %s", sc.Name, e.node)
 	_, err = cs.CoordinationV1().Leases(deployNamespace).Get(ctx, "local-kubevol-io", metav1.GetOptions{})
 	fatalIf(t, err, "leader election Lease")
-	rsp, err := http.Get("http://" + e.http + "/healthz/leader-election")
-	fatalIf(t, err, "leader election health")
-	rsp.Body.Close()
-	if rsp.StatusCode != http.StatusOK {
-		t.Errorf("/healthz/leader-election: %s", rsp.Status)
+	if _, err := kubecheck.Get("http://" + e.http + "/healthz/leader-election"); err != nil {
+		t.Errorf("/healthz/leader-election: %v", err)
 	}
 
 	e.deleteClaim(pvc.Name)
@@ -176,7 +174,7 @@ func applier(t *testing.T) func(context.Context, *unstructured.Unstructured, boo
 		if err != nil {
 			return err
 		}
-		opts := metav1.PatchOptions{FieldManager: "kubevol-provisioner-e2e", Force: ptr(true)}
+		opts := metav1.PatchOptions{FieldManager: "kubevol-provisioner-e2e", Force: ptr.To(true)}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}

@@ -3,8 +3,6 @@ package provisioner_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +20,7 @@ import (
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -129,7 +128,7 @@ func (e *env) createClaim(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentV
 
 func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	e.t.Helper()
-	pvc, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, timeout, func(c *corev1.PersistentVolumeClaim) bool {
+	pvc, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, timeout, func(c *corev1.PersistentVolumeClaim) bool {
 		return c.Status.Phase == corev1.ClaimBound
 	})
 	if err != nil {
@@ -144,7 +143,7 @@ func (e *env) waitBound(name string, timeout time.Duration) (*corev1.PersistentV
 
 // events returns "reason: message" lines of the claim's events.
 func (e *env) events(name string) string {
-	return strings.Join(framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+	return strings.Join(kubecheck.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
 		return ev.Reason + ": " + ev.Message
 	}), "\n")
 }
@@ -152,12 +151,7 @@ func (e *env) events(name string) string {
 // waitEvent waits for an event of the object with the reason and a message containing want.
 func (e *env) waitEvent(name, reason, want string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
-		return ev.Reason == reason && strings.Contains(ev.Message, want)
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event containing %q for %s; events:\n%s", reason, want, name, e.events(name))
-	}
+	framework.WaitForEvent(e.ctx, e.t, e.cs, e.ns, name, reason+" event for "+name, time.Minute, kubecheck.EventWith(reason, want))
 }
 
 // volumes lists the driver's volumes by ID.
@@ -215,13 +209,7 @@ func (e *env) deleteClaim(name string) {
 
 func (e *env) metrics() string {
 	e.t.Helper()
-	rsp, err := http.Get("http://" + e.http + "/metrics")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	b, _ := io.ReadAll(rsp.Body)
-	return string(b)
+	return framework.Get(e.t, "http://"+e.http+"/metrics")
 }
 
 func (e *env) pvGetter(name string) func(ctx context.Context) error {

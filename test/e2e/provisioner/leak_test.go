@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/provisioner/intent"
 )
@@ -166,7 +167,7 @@ func (e *env) denyPVs() func() {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr(admissionv1.Fail),
+			FailurePolicy: ptr.To(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionv1.RuleWithOperations{
 					Operations: []admissionv1.OperationType{admissionv1.Create},
@@ -246,8 +247,6 @@ func (e *env) waitJournalEmpty() {
 	})
 	fatalIf(e.t, err, "a provisioning record is left")
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func resourceQuantity(s string) *resource.Quantity {
 	q := resource.MustParse(s)

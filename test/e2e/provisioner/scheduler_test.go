@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 )
 
 // The real scheduler picks the node of a pod that uses a WaitForFirstConsumer claim and sets
@@ -26,7 +27,7 @@ func TestScheduledPodDrivesWaitForFirstConsumer(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.PodSpec{
 			NodeSelector:                 map[string]string{topologyKey: e.node},
-			AutomountServiceAccountToken: ptr(false),
+			AutomountServiceAccountToken: ptr.To(false),
 			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers:                   []corev1.Container{{Name: "c", Image: "none", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -48,7 +49,7 @@ func TestScheduledPodDrivesWaitForFirstConsumer(t *testing.T) {
 		return err == nil && p.Spec.NodeName == e.node, nil
 	})
 	fatalIf(t, err, "pod was not scheduled to %s", e.node)
-	fatalIf(t, e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}), "delete pod")
+	fatalIf(t, e.cs.CoreV1().Pods(e.ns).Delete(e.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}), "delete pod")
 	e.deleteClaim(pvc.Name)
 	e.waitGone(e.pvGetter(pv.Name), "PV", 2*time.Minute)
 	e.waitVolumes(0, 30*time.Second)

@@ -10,16 +10,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
-)
-
-var (
-	vsGVR  = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
-	vscGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 )
 
 // With the snapshot.storage.k8s.io CRDs installed, a claim restores a ready snapshot; a
@@ -48,7 +44,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 		"spec":     map[string]any{"source": map[string]any{"volumeSnapshotContentName": contentName}},
 		"status":   map[string]any{"boundVolumeSnapshotContentName": contentName, "readyToUse": true},
 	}}
-	vs, err = dyn.Resource(vsGVR).Namespace(e.ns).Create(e.ctx, vs, metav1.CreateOptions{})
+	vs, err = dyn.Resource(kubecheck.SnapshotGVR).Namespace(e.ns).Create(e.ctx, vs, metav1.CreateOptions{})
 	fatalIf(t, err, "create VolumeSnapshot")
 	vsc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
@@ -60,9 +56,11 @@ func TestRestoreFromSnapshot(t *testing.T) {
 		},
 		"status": map[string]any{"readyToUse": true, "snapshotHandle": snap.GetSnapshot().GetSnapshotId(), "restoreSize": snap.GetSnapshot().GetSizeBytes()},
 	}}
-	_, err = dyn.Resource(vscGVR).Create(e.ctx, vsc, metav1.CreateOptions{})
+	_, err = dyn.Resource(kubecheck.SnapshotContentGVR).Create(e.ctx, vsc, metav1.CreateOptions{})
 	fatalIf(t, err, "create VolumeSnapshotContent")
-	t.Cleanup(func() { _ = dyn.Resource(vscGVR).Delete(context.Background(), contentName, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = dyn.Resource(kubecheck.SnapshotContentGVR).Delete(context.Background(), contentName, metav1.DeleteOptions{})
+	})
 
 	group := "snapshot.storage.k8s.io"
 	source := &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "snap"}
@@ -105,7 +103,7 @@ func installSnapshotCRDs(t *testing.T, ctx context.Context) {
 				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: c.plural, Kind: c.kind},
 				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
 					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type: "object", XPreserveUnknownFields: ptr(true)}}}},
+						Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
 			},
 		}
 		_, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -134,7 +135,7 @@ func (e *env) resize(name, size string) {
 
 func (e *env) waitClaim(name, what string, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	last, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, cond)
+	last, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, cond)
 	if err != nil {
 		var st any
 		if last != nil {
@@ -156,7 +157,7 @@ func (e *env) pv(name string) *corev1.PersistentVolume {
 
 // events returns "source: reason: message" lines of the claim's events.
 func (e *env) events(name string) []string {
-	return framework.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
+	return kubecheck.EventLines(e.cs, e.ns, name, func(ev corev1.Event) string {
 		return ev.Source.Component + ": " + ev.Reason + ": " + ev.Message
 	})
 }
@@ -165,28 +166,17 @@ func (e *env) events(name string) []string {
 // the reason.
 func (e *env) waitEvent(name, source, reason string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, name, func(ev corev1.Event) bool {
+	framework.WaitForEvent(e.ctx, e.t, e.cs, e.ns, name, reason+" event from "+source+" for claim "+name, time.Minute, func(ev corev1.Event) bool {
 		return strings.Contains(ev.Source.Component, source) && ev.Reason == reason
 	})
-	if err != nil {
-		e.t.Fatalf("no %s event from %s for claim %s; events:\n%s", reason, source, name, strings.Join(e.events(name), "\n"))
-	}
 }
 
 // calls returns the driver's calls of method on volumeID, as "method:code".
 func (e *env) calls(method, volumeID string) []string {
 	e.t.Helper()
-	recs, err := driver.ReadCallLog(e.callLog)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []string
-	for _, r := range recs {
-		if r.Method == method && r.VolumeID == volumeID {
-			out = append(out, r.Method+":"+r.Code)
-		}
-	}
-	return out
+	return framework.DriverCalls(e.t, e.callLog, func(r driver.CallRecord) bool {
+		return r.Method == method && r.VolumeID == volumeID
+	})
 }
 
 func storage(l corev1.ResourceList) resource.Quantity { return l[corev1.ResourceStorage] }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -29,7 +30,7 @@ func (e *env) patchClass(name, class string) {
 	framework.PatchClaimClass(e.ctx, e.t, e.cs, e.ns, name, class)
 }
 
-var modifiedTo = framework.ClaimModifiedTo
+var modifiedTo = kubecheck.ModifiedTo
 
 // publish stages and publishes the volume on the driver's node service as the kubelet
 // would, and returns the target; the cleanup undoes both before the claim goes.

@@ -2,8 +2,6 @@ package resizer
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
@@ -101,16 +100,7 @@ func TestExpandBlockVolumeNeedsNode(t *testing.T) {
 
 func (e *env) get(path string) string {
 	e.t.Helper()
-	rsp, err := http.Get("http://" + e.http + path)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	b, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return string(b)
+	return framework.Get(e.t, "http://"+e.http+path)
 }
 
 // A driver that refuses to expand a volume in use answers FAILED_PRECONDITION; as upstream's
@@ -136,7 +126,7 @@ func TestExpandRefusedWhileInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.resize("busy", "128Mi")
-	err := framework.WaitForEvent(e.ctx, e.cs, e.ns, "busy", func(ev corev1.Event) bool {
+	_, err := kubecheck.WaitForEvent(e.ctx, e.cs, e.ns, "busy", time.Minute, func(ev corev1.Event) bool {
 		return ev.Reason == "VolumeResizeFailed" && strings.Contains(ev.Message, "in use by pod "+e.ns+"/user")
 	})
 	if err != nil {

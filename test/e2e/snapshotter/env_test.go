@@ -2,8 +2,6 @@ package snapshotter
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -188,16 +187,7 @@ func (e *env) startSnapshotter(args ...string) *framework.Process {
 // scrape returns the /metrics page served at addr.
 func scrape(t testing.TB, addr string) string {
 	t.Helper()
-	rsp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rsp.Body.Close()
-	body, err := io.ReadAll(rsp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	return framework.Get(t, "http://"+addr+"/metrics")
 }
 
 // snapshotClass creates a VolumeSnapshotClass (deleted at the end of the test).
@@ -234,7 +224,7 @@ func (e *env) claim(name, size string, source *snapv1.VolumeSnapshot) *corev1.Pe
 
 func (e *env) waitBound(name string) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	pvc, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, func(p *corev1.PersistentVolumeClaim) bool { return p.Status.Phase == corev1.ClaimBound })
+	pvc, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, name, 2*time.Minute, func(p *corev1.PersistentVolumeClaim) bool { return p.Status.Phase == corev1.ClaimBound })
 	if err != nil {
 		e.t.Fatalf("claim %s not bound: %v; events:\n%s", name, err, strings.Join(e.events(name), "\n"))
 	}
@@ -339,17 +329,12 @@ func (e *env) backendSnapshots() map[string]*csi.Snapshot {
 // (cluster-scoped objects' events are in "default").
 func (e *env) events(name string) []string {
 	line := func(ev corev1.Event) string { return ev.Source.Component + ": " + ev.Reason + ": " + ev.Message }
-	return append(framework.EventLines(e.cs, e.ns, name, line), framework.EventLines(e.cs, metav1.NamespaceDefault, name, line)...)
+	return append(kubecheck.EventLines(e.cs, e.ns, name, line), kubecheck.EventLines(e.cs, metav1.NamespaceDefault, name, line)...)
 }
 
 func (e *env) waitEvent(ns, name, reason, contains string) {
 	e.t.Helper()
-	err := framework.WaitForEvent(e.ctx, e.cs, ns, name, func(ev corev1.Event) bool {
-		return ev.Reason == reason && strings.Contains(ev.Message, contains)
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event %q for %s; events:\n%s", reason, contains, name, strings.Join(e.events(name), "\n"))
-	}
+	framework.WaitForEvent(e.ctx, e.t, e.cs, ns, name, reason+" event for "+name, time.Minute, kubecheck.EventWith(reason, contains))
 }
 
 // deleteAllSnapshots deletes the test's snapshots and waits until they are gone, with the

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/driver"
 	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -56,7 +57,7 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	ro := framework.AttributesClass(e.ctx, t, e.cs, strings.TrimSuffix(e.driver, ".kubevol.io")+"-ro", e.driver,
 		map[string]string{driver.MutableReadOnly: "true"})
 	framework.PatchClaimClass(e.ctx, t, e.cs, e.ns, "src", ro)
-	if _, err := framework.WaitForClaim(e.ctx, e.cs, e.ns, "src", 2*time.Minute, framework.ClaimModifiedTo(ro)); err != nil {
+	if _, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, "src", 2*time.Minute, kubecheck.ModifiedTo(ro)); err != nil {
 		t.Fatalf("claim src never modified to %s: %v; events:\n%s", ro, err, strings.Join(e.events("src"), "\n"))
 	}
 	if got := snapshotter.Str(e.pvOf(src).Spec.VolumeAttributesClassName); got != ro {

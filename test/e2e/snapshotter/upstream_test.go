@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
@@ -36,7 +37,7 @@ func TestUpstreamObjects(t *testing.T) {
 				Driver:                  e.driver,
 				VolumeSnapshotClassName: &e.class,
 				Source:                  snapv1.VolumeSnapshotContentSource{VolumeHandle: &handle},
-				SourceVolumeMode:        ptr(corev1.PersistentVolumeFilesystem),
+				SourceVolumeMode:        ptr.To(corev1.PersistentVolumeFilesystem),
 			},
 		}
 		content, err := e.snap.SnapshotV1().VolumeSnapshotContents().Create(e.ctx, content, metav1.CreateOptions{})
@@ -110,8 +111,6 @@ func TestUpstreamObjects(t *testing.T) {
 		e.waitSnapshotGone(vs.Name)
 	})
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func itoa(n int64) string { return resource.NewQuantity(n, resource.DecimalSI).String() }
 

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevol/kubevol/internal/images"
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 // The overlay's namespace and driver name: neither may be those of the host-process stack
@@ -88,11 +88,11 @@ func renderDeploy(t *testing.T, kubeletRoot, stateDir string) []*unstructured.Un
 
 // applier applies and deletes rendered objects, as `kubectl apply --server-side` and
 // `kubectl delete` do.
-type applier struct{ *framework.Applier }
+type applier struct{ *kubecheck.Applier }
 
 func newApplier(t *testing.T, cfg *rest.Config) *applier {
 	t.Helper()
-	a, err := framework.NewApplier(cfg)
+	a, err := kubecheck.NewApplier(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

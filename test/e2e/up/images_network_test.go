@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/localcluster"
 )
@@ -50,7 +51,7 @@ func onHostNetwork(t *testing.T, objs []*unstructured.Unstructured, apiserver, n
 			t.Fatal(err)
 		}
 		if d, ok := typed.(*appsv1.Deployment); ok {
-			d.Spec.Replicas = ptr[int32](1)
+			d.Spec.Replicas = ptr.To[int32](1)
 		}
 		tmpl.Spec.HostNetwork = true
 		for i := range tmpl.Spec.Containers {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -69,7 +70,7 @@ func TestUpRunsShippedImages(t *testing.T) {
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "default"},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: ptr("kubevol-dir"),
+			StorageClassName: ptr.To("kubevol-dir"),
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}},
 		},
@@ -299,5 +300,3 @@ func waitGone(t *testing.T, ctx context.Context, get func(context.Context) error
 		t.Fatal(err)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

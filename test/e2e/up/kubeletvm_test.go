@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -69,7 +71,7 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "volumes", Namespace: ns},
 		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(1)),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			Containers: []corev1.Container{{
 				Name: "c", Image: kubeletnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh", "-c", script},
@@ -116,7 +118,7 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 	// container keeps running with its mounts, and kubevol's takes over what the kubelet's
 	// held.
 	stock := r.switchToStockKubelet(t, root, filepath.Join(dir, "logs", "kubelet-stock.log"))
-	mounts := mountsUnder(filepath.Join(root, "pods", string(created.UID)))
+	mounts := kubecheck.MountsUnder(filepath.Join(root, "pods", string(created.UID)))
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		data, _ := os.ReadFile(stock)
 		return strings.Contains(string(data), "Starting Kubelet Volume Manager"), nil
@@ -126,7 +128,7 @@ while true; do v=$(cat /conf/k); if [ "$v" != "$last" ]; then echo "seen:$v"; la
 		t.Fatalf("the kubelet did not start with its own volume manager: %v\n%s", err, tail(string(data), 40))
 	}
 	time.Sleep(10 * time.Second) // the stock volume manager's reconstruction and first reconcile
-	if got := mountsUnder(filepath.Join(root, "pods", string(created.UID))); len(got) < len(mounts) {
+	if got := kubecheck.MountsUnder(filepath.Join(root, "pods", string(created.UID))); len(got) < len(mounts) {
 		t.Errorf("the kubelet's own volume manager unmounted the running pod's volumes: %v, were %v", got, mounts)
 	}
 	r.switchBack(t, root)
@@ -165,7 +167,7 @@ func checkFailedMount(t *testing.T, ctx context.Context, cs kubernetes.Interface
 		ObjectMeta: metav1.ObjectMeta{Name: "faulty", Namespace: ns},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
-			TerminationGracePeriodSeconds: ptr(int64(0)),
+			TerminationGracePeriodSeconds: ptr.To(int64(0)),
 			Containers: []corev1.Container{{Name: "c", Image: kubeletnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command:      []string{"true"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "gone", MountPath: "/gone"}, {Name: "nfs", MountPath: "/nfs"}}}},
@@ -259,25 +261,13 @@ func waitLog(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod
 		if p != nil {
 			status = p.Status
 		}
-		t.Fatalf("pod %s never logged %q: %v\nlog:\n%s\nstatus: %+v\nevents: %s", pod, want, err, podLog(ctx, cs, ns, pod), status, events(ctx, cs, ns))
+		t.Fatalf("pod %s never logged %q: %v\nlog:\n%s\nstatus: %+v\nevents: %s", pod, want, err, podLog(ctx, cs, ns, pod), status, kubecheck.NamespaceEvents(ctx, cs, ns))
 	}
 }
 
 func podLog(ctx context.Context, cs kubernetes.Interface, ns, pod string) string {
 	data, _ := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
 	return string(data)
-}
-
-func events(ctx context.Context, cs kubernetes.Interface, ns string) string {
-	list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err.Error()
-	}
-	var b strings.Builder
-	for _, e := range list.Items {
-		fmt.Fprintf(&b, "\n  %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
-	}
-	return b.String()
 }
 
 func containerRestarts(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, pod string) int32 {
@@ -353,18 +343,6 @@ func (r *runtimeUp) switchBack(t *testing.T, root string) {
 	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// mountsUnder lists the mount points under dir.
-func mountsUnder(dir string) []string {
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
 }
 
 // waitKubeletBack waits until the kubelet's log says, for the nth time, that it runs

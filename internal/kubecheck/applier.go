@@ -1,4 +1,4 @@
-package framework
+package kubecheck
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
