@@ -113,6 +113,7 @@ func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Ob
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.c = c
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; conn.Close() })
@@ -161,9 +162,14 @@ func TestModifyVolume(t *testing.T) {
 	pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "modify", Namespace: "secrets"}, Data: map[string][]byte{"key": []byte("m0dify")}}
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true, ExtraMetadata: true}, time.Second, pvc, pv, secret, class("gold", map[string]string{"iops": "3000"}))
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true, ExtraMetadata: true}}, pvc, pv, secret, class("gold", map[string]string{"iops": "3000"}))
 
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.claim("data"); !modifiedTo("gold")(got) {
+		t.Fatalf("claim not modified to gold by its sync: %+v", got.Status)
+	}
 	if got := e.pvClass("pv-data"); got != "gold" {
 		t.Errorf("PV class = %q, want gold", got)
 	}
@@ -172,10 +178,15 @@ func TestModifyVolume(t *testing.T) {
 	if req.GetVolumeId() != "vol-data" || !maps.Equal(req.GetMutableParameters(), want) || req.GetSecrets()["key"] != "m0dify" {
 		t.Errorf("request = %v, want parameters %v and the modify secret", req, want)
 	}
-	e.waitEvent("data", reasonModify, "with vac gold")
-	e.waitEvent("data", reasonModified, "with vac gold successfully")
-	// Done means done: no further call.
-	time.Sleep(100 * time.Millisecond)
+	e.sawEvent(reasonModify, "with vac gold")
+	e.sawEvent(reasonModified, "with vac gold successfully")
+	// Done means done: no further call, from either queue.
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.expand("data"); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(drv.calls("iops")); n != 1 {
 		t.Errorf("%d ControllerModifyVolume calls, want 1", n)
 	}
@@ -222,11 +233,15 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 		}
 		return nil
 	})
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv, class("gold", map[string]string{"tier": "gold"}), class("bad", map[string]string{"tier": "nope"}))
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv, class("gold", map[string]string{"tier": "gold"}), class("bad", map[string]string{"tier": "nope"}))
 
-	got := e.waitClaim("data", "Infeasible", func(c *corev1.PersistentVolumeClaim) bool {
-		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible
-	})
+	if err := e.modify("data"); err == nil {
+		t.Fatal("the sync of a refused modification succeeded")
+	}
+	got := e.claim("data")
+	if got.Status.ModifyVolumeStatus == nil || got.Status.ModifyVolumeStatus.Status != corev1.PersistentVolumeClaimModifyVolumeInfeasible {
+		t.Fatalf("status %+v, want Infeasible", got.Status)
+	}
 	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "bad" || ptr.Deref(got.Status.CurrentVolumeAttributesClassName, "") != "gold" {
 		t.Errorf("status = %+v, want target bad and current gold", got.Status)
 	}
@@ -237,10 +252,13 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 	if condition(got, corev1.PersistentVolumeClaimVolumeModifyingVolume) != nil {
 		t.Error("ModifyingVolume stayed next to the error condition")
 	}
-	e.waitEvent("data", reasonModifyFailed, "tier nope unknown")
-	// No hot loop: a resync or an unrelated change does not ask the driver again.
+	e.sawEvent(reasonModifyFailed, "tier nope unknown")
+	// No hot loop: a resync or an unrelated change does not ask the driver again before
+	// --retry-interval-max (an hour, the default's order).
 	e.setRequest("data", "1Gi")
-	time.Sleep(300 * time.Millisecond)
+	for range 3 {
+		_ = e.modify("data")
+	}
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope"}) {
 		t.Fatalf("calls = %v, want the one refused", got)
 	}
@@ -249,7 +267,12 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 	}
 
 	e.setClass("data", "gold")
-	e.waitClaim("data", "rolled back to gold", modifiedTo("gold"))
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.claim("data"); !modifiedTo("gold")(got) {
+		t.Fatalf("claim not rolled back to gold: %+v", got.Status)
+	}
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope", "gold"}) {
 		t.Errorf("calls = %v, want the refused one and the rollback", got)
 	}
@@ -302,7 +325,8 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 	e.waitClaim("data", "modified to silver", modifiedTo("silver"))
 }
 
-// Expansion and modification of one claim never call the driver at the same time.
+// Expansion and modification of one claim never call the driver at the same time. An
+// informer-level test on purpose: it is about two queues' workers meeting on one claim.
 func TestModifyAndExpandSerialised(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
 	drv := newModifyDriver()
@@ -317,7 +341,12 @@ func TestModifyAndExpandSerialised(t *testing.T) {
 	e.setClass("data", "gold")
 	<-entered
 	e.setRequest("data", "2Gi")
-	time.Sleep(200 * time.Millisecond)
+	// The expansion's worker waits on the claim's lock, which the modification holds.
+	e.waitFor("the expansion waiting for the claim", func() bool {
+		e.c.locks.mu.Lock()
+		defer e.c.locks.mu.Unlock()
+		return e.c.locks.locks[ns+"/data"] != nil && e.c.locks.locks[ns+"/data"].users == 2
+	})
 	if n := len(drv.requests()); n != 0 {
 		t.Fatalf("%d expansions while the modification ran", n)
 	}

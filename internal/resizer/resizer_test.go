@@ -75,6 +75,16 @@ type env struct {
 	ctx context.Context
 	cs  *fake.Clientset
 	drv *fakeDriver
+	// c is the running controller, nil in a syncEnv's env.
+	c *Controller
+}
+
+// waitFor polls cond until it holds.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		e.t.Fatalf("%s never happened", what)
+	}
 }
 
 func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
