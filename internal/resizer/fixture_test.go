@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kubevol/kubevol/internal/controller/controllertest"
@@ -67,4 +68,18 @@ func (e *syncEnv) sawEvent(reason, want string) {
 		}
 	}
 	e.t.Fatalf("no %s event with %q; events: %q", reason, want, e.seen)
+}
+
+// syncUntil runs syncs of the expansion queue for the claim, as its worker would take the
+// key again, until cond holds of the stored claim; it fails the test after max syncs.
+func (e *syncEnv) syncUntil(name, what string, max int, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	for range max {
+		_ = e.expand(name)
+		if got := e.claim(name); cond(got) {
+			return got
+		}
+	}
+	e.t.Fatalf("claim %s not %s after %d syncs; status: %+v", name, what, max, e.claim(name).Status)
+	return nil
 }

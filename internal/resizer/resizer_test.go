@@ -232,9 +232,9 @@ func TestExpandFinishedByController(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "expand", Namespace: "secrets"}, Data: map[string][]byte{"token": []byte("t0ken")}}
 	// A condition the resizer does not own must survive its writes.
 	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue}}
-	e := start(t, newFakeDriver(), pvc, pv, secret)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, secret)
 
-	got := e.waitClaim("data", "reached 2Gi", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	got := e.syncUntil("data", "reached 2Gi", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	if s := resizeStatus(got); s != "" {
 		t.Errorf("allocatedResourceStatuses[storage] = %q after a finished expansion, want none", s)
 	}
@@ -258,8 +258,8 @@ func TestExpandFinishedByController(t *testing.T) {
 		r.GetVolumeCapability().GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
 		t.Errorf("request = %v", r)
 	}
-	e.waitEvent("data", reasonResizing, "pv-data")
-	e.waitEvent("data", reasonSucceeded, "2Gi")
+	e.sawEvent(reasonResizing, "pv-data")
+	e.sawEvent(reasonSucceeded, "2Gi")
 }
 
 func TestExpandNeedsNode(t *testing.T) {
@@ -270,9 +270,9 @@ func TestExpandNeedsNode(t *testing.T) {
 	drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 		return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 	})
-	e := start(t, drv, pvc, pv)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
 
-	got := e.waitClaim("raw", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.syncUntil("raw", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	cond := condition(got, corev1.PersistentVolumeClaimFileSystemResizePending)
@@ -294,14 +294,14 @@ func TestExpandNeedsNode(t *testing.T) {
 	if reqs := e.drv.requests(); len(reqs) != 1 || reqs[0].GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("want one ControllerExpandVolume with a block capability, got %v", reqs)
 	}
-	e.waitEvent("raw", reasonFSResizeNeeded, "node")
+	e.sawEvent(reasonFSResizeNeeded, "node")
 }
 
 func TestTrivialResizer(t *testing.T) {
 	pvc, pv := volume("nodeonly", driverName, "1Gi", "2Gi", nil)
-	e := start(t, newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), pvc, pv)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)}, Config{HandleVolumeInUseError: true}, pvc, pv)
 
-	got := e.waitClaim("nodeonly", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.syncUntil("nodeonly", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	if condition(got, corev1.PersistentVolumeClaimFileSystemResizePending) == nil {
@@ -483,11 +483,14 @@ func TestOtherClaimsIgnored(t *testing.T) {
 	strangerPV.Spec.ClaimRef.UID = "uid-of-a-deleted-claim"
 	pending, pendingPV := volume("pending", driverName, "1Gi", "2Gi", nil)
 	pending.Status.Phase = corev1.ClaimPending
-	e := start(t, newFakeDriver(), mine, myPV, theirs, theirPV, annotated, annotatedPV, stranger, strangerPV, pending, pendingPV)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, mine, myPV, theirs, theirPV, annotated, annotatedPV, stranger, strangerPV, pending, pendingPV)
 
-	// The controller ran: its own claim got expanded.
-	e.waitClaim("mine", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	// The controller works: its own claim gets expanded.
+	e.syncUntil("mine", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	for _, name := range []string{"theirs", "annotated", "stranger", "pending"} {
+		if err := e.expand(name); err != nil {
+			t.Errorf("sync of claim %s: %v", name, err)
+		}
 		c := e.claim(name)
 		if c.Status.AllocatedResources != nil || c.Status.AllocatedResourceStatuses != nil || len(c.Status.Conditions) > 0 {
 			t.Errorf("claim %s was touched: %+v", name, c.Status)
