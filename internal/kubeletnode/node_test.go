@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubevol/kubevol/internal/image"
@@ -120,13 +121,11 @@ func TestContainerdPodAndCleanup(t *testing.T) {
 		t.Fatalf("StartContainer: %v", err)
 	}
 	var out string
-	for range 100 {
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		data, _ := os.ReadFile(filepath.Join(logDir, "c.log"))
-		if out = string(data); strings.Contains(out, "hello") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		out = string(data)
+		return strings.Contains(out, "hello"), nil
+	})
 	if !strings.Contains(out, "hello") {
 		t.Fatalf("container output %q, want hello", out)
 	}
