@@ -334,17 +334,21 @@ func TestFailureStatuses(t *testing.T) {
 			drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 				return nil, status.Error(tc.code, "backend says no")
 			})
-			e := start(t, drv, pvc, pv)
-			e.waitEvent("fail", reasonFailed, "backend says no")
-			// Retried with backoff, whatever the error.
-			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return len(drv.requests()) >= 3, nil
-			}); err != nil {
-				t.Fatalf("only %d ControllerExpandVolume calls: failures are not retried", len(drv.requests()))
+			e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+			// Retried with backoff, whatever the error: each sync fails, and each calls.
+			for try := 1; try <= 3; try++ {
+				if err := e.expand("fail"); err == nil {
+					t.Fatalf("sync %d of a failed expansion succeeded: it would not be retried", try)
+				}
+				if n := len(drv.requests()); n != try {
+					t.Fatalf("%d ControllerExpandVolume calls after %d syncs", n, try)
+				}
 			}
-			got := e.waitClaim("fail", "recorded the error", func(c *corev1.PersistentVolumeClaim) bool {
-				return resizeStatus(c) == tc.wantStatus && (condition(c, corev1.PersistentVolumeClaimControllerResizeError) != nil) == tc.wantCond
-			})
+			e.sawEvent(reasonFailed, "backend says no")
+			got := e.claim("fail")
+			if resizeStatus(got) != tc.wantStatus || (condition(got, corev1.PersistentVolumeClaimControllerResizeError) != nil) != tc.wantCond {
+				t.Fatalf("status %+v, want %q and ControllerResizeError %v", got.Status, tc.wantStatus, tc.wantCond)
+			}
 			if a := storageQ(got.Status.AllocatedResources); a != gi(2) {
 				t.Errorf("allocatedResources = %d, want %d", a, gi(2))
 			}
@@ -382,22 +386,28 @@ func TestRecoverFromFailure(t *testing.T) {
 				}
 				return &csi.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 			})
-			e := start(t, drv, pvc, pv)
-			e.waitEvent("big", reasonFailed, "no room")
+			e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+			if err := e.expand("big"); err == nil {
+				t.Fatal("the sync of a failed expansion succeeded")
+			}
+			e.sawEvent(reasonFailed, "no room")
 			e.setRequest("big", "3Gi")
 
 			if tc.wantSize == gi(10) {
 				// Calls keep asking for 10Gi, never for the lowered request, until the driver
 				// gives a final answer for them: here, success.
 				calls := len(drv.requests())
-				if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-					return len(drv.requests()) >= calls+3, nil
-				}); err != nil {
-					t.Fatal("the uncertain expansion is not retried")
+				for range 3 {
+					if err := e.expand("big"); err == nil {
+						t.Fatal("the uncertain expansion's retry succeeded while the driver says no")
+					}
+				}
+				if n := len(drv.requests()); n != calls+3 {
+					t.Fatalf("%d calls in 3 retries of the uncertain expansion", n-calls)
 				}
 				drv.setRespond(nil)
 			}
-			got := e.waitClaim("big", "finished", func(c *corev1.PersistentVolumeClaim) bool {
+			got := e.syncUntil("big", "finished", 1, func(c *corev1.PersistentVolumeClaim) bool {
 				return resizeStatus(c) == "" && storageQ(c.Status.Capacity) > gi(1)
 			})
 			if c := storageQ(got.Status.Capacity); c != tc.wantSize {
@@ -434,8 +444,8 @@ func TestInUseWaitsForPod(t *testing.T) {
 	// which is optional: many drivers advertise neither ONLINE nor OFFLINE and expand in use.
 	t.Run("driver without a VolumeExpansion capability", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
-		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodRunning))
-		e.waitClaim("used", "expanded while a pod uses it", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		e.syncUntil("used", "expanded while a pod uses it", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 	t.Run("driver refuses in use", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
@@ -443,8 +453,13 @@ func TestInUseWaitsForPod(t *testing.T) {
 		drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 			return nil, status.Error(codes.FailedPrecondition, "volume is published")
 		})
-		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
-		e.waitEvent("used", reasonFailed, "in use by pod default/app")
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		if err := e.expand("used"); err == nil {
+			t.Fatal("the sync of a refused expansion succeeded")
+		}
+		// Held back while the pod runs: the retry does not call the driver, and says why.
+		_ = e.expand("used")
+		e.sawEvent(reasonFailed, "in use by pod default/app")
 		if n := len(e.drv.requests()); n != 1 {
 			t.Fatalf("%d ControllerExpandVolume calls before the resizer held back, want the one that was refused", n)
 		}
@@ -455,22 +470,22 @@ func TestInUseWaitsForPod(t *testing.T) {
 		if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitClaim("used", "expanded once the pod was gone", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e.syncUntil("used", "expanded once the pod was gone", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 		if n := len(e.drv.requests()); n != 2 {
 			t.Errorf("%d ControllerExpandVolume calls, want 2: refused, then done once no pod used the volume", n)
 		}
 	})
 	t.Run("finished pod", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
-		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodSucceeded))
-		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodSucceeded))
+		e.syncUntil("used", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 	t.Run("online driver", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
 		drv := newFakeDriver()
 		drv.OnlineExpansion = true
-		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
-		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		e.syncUntil("used", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 }
 
@@ -584,11 +599,11 @@ func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
 				if !expands {
 					drv = newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
 				}
-				e := start(t, drv, pvc, pv)
-				e.waitEvent("huge", reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")
-				got := e.waitClaim("huge", "infeasible", func(c *corev1.PersistentVolumeClaim) bool {
+				e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+				got := e.syncUntil("huge", "infeasible", 1, func(c *corev1.PersistentVolumeClaim) bool {
 					return resizeStatus(c) == corev1.PersistentVolumeClaimControllerResizeInfeasible
 				})
+				e.sawEvent(reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")
 				if c := condition(got, corev1.PersistentVolumeClaimControllerResizeError); c == nil || !strings.Contains(c.Message, "largest size") {
 					t.Errorf("ControllerResizeError condition = %+v", c)
 				}
@@ -599,7 +614,7 @@ func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
 					t.Errorf("PV capacity changed to %d", s)
 				}
 				e.setRequest("huge", "2Gi")
-				e.waitClaim("huge", "expanded after the request was lowered", func(c *corev1.PersistentVolumeClaim) bool {
+				e.syncUntil("huge", "expanded after the request was lowered", 1, func(c *corev1.PersistentVolumeClaim) bool {
 					return e.pvSize("pv-huge") == gi(2) && resizeStatus(c) != corev1.PersistentVolumeClaimControllerResizeInfeasible
 				})
 			})
