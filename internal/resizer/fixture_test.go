@@ -83,3 +83,16 @@ func (e *syncEnv) syncUntil(name, what string, max int, cond func(*corev1.Persis
 	e.t.Fatalf("claim %s not %s after %d syncs; status: %+v", name, what, max, e.claim(name).Status)
 	return nil
 }
+
+// modifyUntil is syncUntil for the modification queue.
+func (e *syncEnv) modifyUntil(name, what string, max int, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
+	for range max {
+		_ = e.modify(name)
+		if got := e.claim(name); cond(got) {
+			return got
+		}
+	}
+	e.t.Fatalf("claim %s not %s after %d syncs; status: %+v", name, what, max, e.claim(name).Status)
+	return nil
+}

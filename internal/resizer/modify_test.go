@@ -193,27 +193,32 @@ func TestModifyVolume(t *testing.T) {
 }
 
 // A class that does not exist yet leaves the claim Pending, without a call; its creation
-// starts the modification at once.
+// starts the modification at once: the class's add handler queues the claim.
 func TestModifyPendingClass(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
 	pvc.Spec.VolumeAttributesClassName = ptr.To("later")
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv)
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv)
 
-	got := e.waitClaim("data", "Pending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.modifyUntil("data", "Pending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumePending
 	})
 	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "later" {
 		t.Errorf("target = %q, want later", got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName)
 	}
-	e.waitEvent("data", reasonModifyFailed, `VAC "later" does not exist.`)
+	e.sawEvent(reasonModifyFailed, `VAC "later" does not exist.`)
 	if n := len(drv.calls("tier")); n != 0 {
 		t.Fatalf("%d calls before the class exists", n)
 	}
-	if _, err := e.cs.StorageV1().VolumeAttributesClasses().Create(e.ctx, class("later", map[string]string{"tier": "fast"}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	e.f.Add(class("later", map[string]string{"tier": "fast"}))
+	if n := e.c.mod.queue.Len(); n != 0 {
+		t.Fatalf("%d claims queued before the class's add handler ran", n)
 	}
-	e.waitClaim("data", "modified to later", modifiedTo("later"))
+	e.c.enqueueClaimsOfClass("later")
+	if n := e.c.mod.queue.Len(); n != 1 {
+		t.Fatalf("%d claims queued by the class's creation, want its claim", n)
+	}
+	e.modifyUntil("data", "modified to later", 1, modifiedTo("later"))
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"fast"}) {
 		t.Errorf("calls = %v", got)
 	}
@@ -286,12 +291,10 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 	pvc.Spec.VolumeAttributesClassName = ptr.To("silver")
 	drv := newModifyDriver()
 	var failures atomic.Int32
-	release := make(chan struct{})
 	drv.setAnswer(func(r *csi.ControllerModifyVolumeRequest) error {
 		switch r.GetMutableParameters()["tier"] {
 		case "silver":
 			if failures.Add(1) == 1 {
-				<-release
 				return status.Error(codes.DeadlineExceeded, "slow backend")
 			}
 		case "bronze":
@@ -299,30 +302,31 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 		}
 		return nil
 	})
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, 200*time.Millisecond, pvc, pv,
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv,
 		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}), class("bronze", map[string]string{"tier": "bronze"}))
 
-	e.waitClaim("data", "InProgress", func(c *corev1.PersistentVolumeClaim) bool {
-		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
-	})
+	if err := e.modify("data"); err == nil {
+		t.Fatal("the sync of a call that timed out succeeded")
+	}
+	if got := e.claim("data").Status.ModifyVolumeStatus; got == nil || got.Status != corev1.PersistentVolumeClaimModifyVolumeInProgress || got.TargetVolumeAttributesClassName != "silver" {
+		t.Fatalf("modifyVolumeStatus %+v, want InProgress to silver", got)
+	}
 	e.setClass("data", "gold")
-	close(release)
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
-	// silver again until it worked (a repeat from a cache that lags behind the write is
-	// the same idempotent call), and only then gold.
-	if got := drv.calls("tier"); len(got) < 3 || !slices.Equal(slices.Compact(slices.Clone(got)), []string{"silver", "gold"}) {
+	e.modifyUntil("data", "modified to gold", 3, modifiedTo("gold"))
+	// silver again until it worked, and only then gold.
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "silver", "gold"}) {
 		t.Errorf("calls = %v, want silver finished before gold", got)
 	}
-	e.waitEvent("data", reasonModifyFailed, "Still modifying to VAC silver")
+	e.sawEvent(reasonModifyFailed, "Still modifying to VAC silver")
 
 	// A final error: InProgress with the error, and the next class replaces the target.
 	e.setClass("data", "bronze")
-	e.waitClaim("data", "failing on bronze", func(c *corev1.PersistentVolumeClaim) bool {
+	e.modifyUntil("data", "failing on bronze", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return condition(c, corev1.PersistentVolumeClaimVolumeModifyVolumeError) != nil && c.Status.ModifyVolumeStatus != nil &&
 			c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
 	})
 	e.setClass("data", "silver")
-	e.waitClaim("data", "modified to silver", modifiedTo("silver"))
+	e.modifyUntil("data", "modified to silver", 1, modifiedTo("silver"))
 }
 
 // Expansion and modification of one claim never call the driver at the same time. An
@@ -372,9 +376,12 @@ func TestModifyOff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pvc, pv := volume("data", driverName, "1Gi", "2Gi", nil)
 			pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
-			e := startModify(t, tc.drv, ModifyConfig{Enabled: tc.gate}, time.Second, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
+			e := newSyncEnv(t, tc.drv, Config{Modify: ModifyConfig{Enabled: tc.gate}}, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
 			// The expansion still runs, and shows the claim was looked at.
-			got := e.waitClaim("data", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+			got := e.syncUntil("data", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+			if e.c.mod != nil {
+				t.Fatal("a modification queue without the gate and the capability")
+			}
 			if got.Status.ModifyVolumeStatus != nil || got.Status.CurrentVolumeAttributesClassName != nil {
 				t.Errorf("status = %+v, want no modification", got.Status)
 			}
@@ -393,9 +400,9 @@ func TestModifyAfterRestartFinishesTarget(t *testing.T) {
 	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: corev1.PersistentVolumeClaimModifyVolumeInProgress, TargetVolumeAttributesClassName: "silver"}
 	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue, Message: modifyingMessage}}
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Second, pvc, pv,
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv,
 		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}))
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	e.modifyUntil("data", "modified to gold", 2, modifiedTo("gold"))
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "gold"}) {
 		t.Errorf("calls = %v, want the interrupted silver finished, then gold", got)
 	}

@@ -15,14 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubevol/kubevol/internal/csitest"
-	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const (
@@ -85,12 +83,6 @@ func (e *env) waitFor(what string, cond func() bool) {
 	if err := wait.PollUntilContextTimeout(e.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		e.t.Fatalf("%s never happened", what)
 	}
-}
-
-func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
-	t.Helper()
-	return startConfig(t, &modifyDriver{fakeDriver: drv}, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: 100 * time.Millisecond},
-		HandleVolumeInUseError: true}, objs...)
 }
 
 // volume returns a bound claim of size capacity that requests request, and its PV.
@@ -175,21 +167,6 @@ func (e *env) events(name string) []string {
 		}
 	}
 	return out
-}
-
-func (e *env) waitEvent(name, reason, want string) {
-	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		for _, ev := range e.events(name) {
-			if strings.HasPrefix(ev, reason+": ") && strings.Contains(ev, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event with %q for %s; events: %v", reason, want, name, e.events(name))
-	}
 }
 
 func (e *env) setRequest(name, size string) {
