@@ -174,7 +174,9 @@ func TestProvisionsAndRecordsEvents(t *testing.T) {
 	f.ExpectEvents("Normal Provisioning", "Normal ProvisioningSucceeded")
 }
 
-// The claim disappears while CreateVolume runs: the volume is deleted, no PV is made.
+// The claim disappears while CreateVolume runs: the volume is deleted, no PV is made. An
+// informer-level test on purpose: the claim's delete reaches the cache while a worker is
+// inside the sync, which only running informers and workers do.
 func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 	f := newFixture(t)
 	release := make(chan struct{})
@@ -204,7 +206,9 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 
 // A record left on a claim by an earlier release, the claim deleted meanwhile, is moved
 // into the journal: the recorded CreateVolume is repeated to learn the volume ID, the
-// volume is deleted, and the old finalizer no longer holds the claim.
+// volume is deleted, and the old finalizer no longer holds the claim. An informer-level test
+// on purpose: the claim's add handler finds the record, and the syncs it leads to run until
+// the claim is gone.
 func TestMovesLegacyRecordFromClaim(t *testing.T) {
 	now := metav1.Now()
 	class := "sc"
@@ -252,14 +256,18 @@ func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
 // and Leases in its namespace: a provision and its record use nothing else, and the record
 // costs no claim write.
 func TestProvisionUsesUpstreamVerbs(t *testing.T) {
-	f := newFixture(t)
+	f := newSyncFixture(t)
 	pvc := f.claim("verbs")
-	f.waitFor("the PV", func() bool {
-		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
-		return err == nil
-	})
+	if err := f.sync(pvc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The record is written before CreateVolume returns to the sync; its removal may still
+	// be on its way, and is a Lease update too.
 	var leaseWrites int
-	for _, a := range f.cs.Actions() {
+	for _, a := range f.Client.Actions() {
 		verb, res := a.GetVerb(), a.GetResource().Resource
 		switch {
 		case verb == "get" || verb == "list" || verb == "watch":
