@@ -170,22 +170,23 @@ func (n *Node) mustLeftovers(t *testing.T) []string {
 
 // httpGet fetches url, retrying for a few seconds while the server starts.
 func httpGet(ctx context.Context, url string) (string, error) {
+	var resp *http.Response
 	var err error
-	for range 50 {
-		var req *http.Request
-		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err != nil {
-			return "", err
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if rerr != nil {
+			return false, rerr
 		}
-		var resp *http.Response
-		if resp, err = http.DefaultClient.Do(req); err == nil {
-			data, rerr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return string(data), fmt.Errorf("status %s", resp.Status)
-			}
-			return string(data), rerr
-		}
-		time.Sleep(100 * time.Millisecond)
+		resp, err = http.DefaultClient.Do(req)
+		return err == nil, nil
+	})
+	if err != nil || resp == nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
-	return "", err
+	data, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return string(data), fmt.Errorf("status %s", resp.Status)
+	}
+	return string(data), rerr
 }

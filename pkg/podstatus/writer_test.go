@@ -53,7 +53,12 @@ func TestPodStatusWriter(t *testing.T) {
 
 	// A terminal pod is left alone; a pod being deleted is deleted once torn down.
 	w.VolumesTornDown(pod)
-	time.Sleep(100 * time.Millisecond)
+	w.mu.Lock()
+	wish := w.wants[pod.UID]
+	w.mu.Unlock()
+	if wish.delete {
+		t.Fatal("the writer wants a pod without deletionTimestamp deleted")
+	}
 	if _, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); err != nil {
 		t.Fatalf("pod without deletionTimestamp deleted: %v", err)
 	}

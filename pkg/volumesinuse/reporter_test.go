@@ -25,14 +25,31 @@ type fakeSource struct {
 	inUse    []v1.UniqueVolumeName
 	reported []v1.UniqueVolumeName
 	marks    int
+	// waited is set once the reporter asked for Initialized, reads counts VolumesInUse.
+	waited bool
+	reads  int
 }
 
-func (s *fakeSource) Initialized() <-chan struct{} { return s.initialized }
+func (s *fakeSource) Initialized() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waited = true
+	return s.initialized
+}
 
 func (s *fakeSource) VolumesInUse() []v1.UniqueVolumeName {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads++
 	return slices.Clone(s.inUse)
+}
+
+// waiting reports whether the reporter waits for initialization without having read the
+// volumes in use.
+func (s *fakeSource) waiting() (waited bool, reads int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waited, s.reads
 }
 
 func (s *fakeSource) MarkVolumesReportedInUse(names []v1.UniqueVolumeName) {
@@ -92,8 +109,11 @@ func TestReporter(t *testing.T) {
 		}
 		return n.Status.VolumesInUse
 	}
+	eventually(t, "the reporter waiting for initialization", func() bool { w, _ := src.waiting(); return w })
 	r.Notify()
-	time.Sleep(100 * time.Millisecond)
+	if _, reads := src.waiting(); reads != 0 {
+		t.Fatalf("the source was read %d times before initialization", reads)
+	}
 	if got := nodeInUse(); !slices.Equal(got, []v1.UniqueVolumeName{a}) {
 		t.Fatalf("before initialization volumesInUse = %v, want it untouched", got)
 	}
