@@ -74,21 +74,19 @@ func (e *syncEnv) sawEvent(reason, want string) {
 // key again, until cond holds of the stored claim; it fails the test after max syncs.
 func (e *syncEnv) syncUntil(name, what string, max int, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
-	for range max {
-		_ = e.expand(name)
-		if got := e.claim(name); cond(got) {
-			return got
-		}
-	}
-	e.t.Fatalf("claim %s not %s after %d syncs; status: %+v", name, what, max, e.claim(name).Status)
-	return nil
+	return e.until(e.expand, name, what, max, cond)
 }
 
 // modifyUntil is syncUntil for the modification queue.
 func (e *syncEnv) modifyUntil(name, what string, max int, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	e.t.Helper()
+	return e.until(e.modify, name, what, max, cond)
+}
+
+func (e *syncEnv) until(sync func(string) error, name, what string, max int, cond func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	e.t.Helper()
 	for range max {
-		_ = e.modify(name)
+		_ = sync(name)
 		if got := e.claim(name); cond(got) {
 			return got
 		}
