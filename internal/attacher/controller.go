@@ -47,6 +47,10 @@ type Config struct {
 	// MaxEntries is max_entries of each ListVolumes page (upstream --max-entries); 0 lets
 	// the driver choose.
 	MaxEntries int32
+
+	// informers, set by this package's tests only, is the factory New reads from instead
+	// of one of its own, so that a test can fill its indexers and call a sync directly.
+	informers informers.SharedInformerFactory
 }
 
 // Controller attaches and detaches the driver's VolumeAttachments.
@@ -93,7 +97,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attacher: driver capabilities: %w", err)
 	}
-	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
+	factory := cfg.informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
+	}
 	vaInformer := factory.Storage().V1().VolumeAttachments()
 	pvInformer := factory.Core().V1().PersistentVolumes()
 	csiNodes := factory.Storage().V1().CSINodes()

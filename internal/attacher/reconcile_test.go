@@ -12,7 +12,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -238,19 +237,13 @@ type testEnv struct {
 	cs  *fake.Clientset
 	drv *publishDriver
 	c   *Controller
+	// stop stops the controller and returns once Run has.
+	stop func()
 }
 
 // startController runs a Controller against drv and a fake clientset holding the CSINode
 // of testNode, a PV per volume of drv and objs.
 func startController(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Object) *testEnv {
-	t.Helper()
-	return startControllerWith(t, drv, cfg, nil, objs...)
-}
-
-// startControllerWith is startController with prepare run on the fake clientset before the
-// controller starts: reactors are added there, since the fake's reactor chain is not safe to
-// change while the controller's workers call it.
-func startControllerWith(t *testing.T, drv *publishDriver, cfg Config, prepare func(*fake.Clientset), objs ...runtime.Object) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	timeout := 5 * time.Second
@@ -261,24 +254,8 @@ func startControllerWith(t *testing.T, drv *publishDriver, cfg Config, prepare f
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs = append(objs, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: testNode},
-		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: testDriver, NodeID: testNodeID}}},
-	})
-	for _, v := range drv.volumes {
-		objs = append(objs, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: "pv-" + v},
-			Spec: corev1.PersistentVolumeSpec{
-				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: v}},
-			},
-		})
-	}
-	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(objs...), drv: drv}
+	e := &testEnv{t: t, ctx: ctx, cs: fake.NewClientset(append(testObjects(drv), objs...)...), drv: drv}
 	kubefake.WithResourceVersions(e.cs)
-	if prepare != nil {
-		prepare(e.cs)
-	}
 	cfg.Client, cfg.CSI, cfg.DriverName, cfg.Workers = e.cs, conn, testDriver, 2
 	if cfg.RetryIntervalStart == 0 {
 		cfg.RetryIntervalStart, cfg.RetryIntervalMax = 10*time.Millisecond, 100*time.Millisecond
@@ -288,7 +265,8 @@ func startControllerWith(t *testing.T, drv *publishDriver, cfg Config, prepare f
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; conn.Close() })
+	e.stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(func() { e.stop(); conn.Close() })
 	return e
 }
 
@@ -362,7 +340,9 @@ var allCaps = []csi.ControllerServiceCapability_RPC_Type{capPublish, capList, ca
 
 // An attached VolumeAttachment whose volume the driver stops reporting on its node is
 // published again, without status.attached ever turning false; the attachments the
-// driver still reports are left alone, and every pass pages through all volumes.
+// driver still reports are left alone, and every pass pages through all volumes. An
+// informer-level test on purpose: it checks the periodic passes of the running controller
+// and the syncs they queue, across passes, as --reconcile-sync runs them.
 func TestReconcileRepublishesLostAttachment(t *testing.T) {
 	vols := []string{"vol-a", "vol-b", "vol-c"}
 	drv := newPublishDriver(allCaps, vols...)
@@ -413,6 +393,8 @@ func TestReconcileRepublishesLostAttachment(t *testing.T) {
 // The mirror case, as upstream: an unattached VolumeAttachment whose volume the driver
 // reports published is synced again at once rather than after its backoff. Here the
 // publish succeeded but its reply was lost, and the backoff is far longer than the test.
+// An informer-level test on purpose: what is checked is the queue, that the pass's requeue
+// overtakes the key's backoff.
 func TestReconcileRequeuesPublishedButUnattached(t *testing.T) {
 	drv := newPublishDriver(allCaps, "vol-a")
 	drv.lostReply["vol-a"] = true
@@ -428,37 +410,52 @@ func TestReconcileRequeuesPublishedButUnattached(t *testing.T) {
 }
 
 // A republish that fails is retried with backoff until it succeeds: upstream drops its
-// force flag with the first failure and waits for the next pass, an hour here.
+// force flag with the first failure and waits for the next pass. Each sync of the retry
+// publishes again, and status.attached stays true throughout.
 func TestReconcileRetriesFailedRepublish(t *testing.T) {
 	drv := newPublishDriver(allCaps, "vol-a")
-	e := startController(t, drv, Config{ReconcileSync: time.Hour}, attachment("vol-a"))
-	e.settled("vol-a")
+	e := newSyncEnv(t, drv, Config{}, attachment("vol-a"))
+	if err := e.attach("va-vol-a"); err != nil {
+		t.Fatal(err)
+	}
 	before := drv.publishCount("vol-a")
 
 	drv.unpublish("vol-a", testNodeID)
 	drv.failNextPublishes(2)
-	if err := e.c.reconcile(e.ctx); err != nil {
+	e.Feed()
+	if err := e.c.reconcile(e.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("vol-a published again", func() bool { return drv.isPublished("vol-a", testNodeID) })
+	for try := 1; try <= 2; try++ {
+		if err := e.attach("va-vol-a"); err == nil {
+			t.Fatalf("republish %d succeeded, want the driver's failure", try)
+		}
+		if !e.va("va-vol-a").Status.Attached {
+			t.Fatal("va-vol-a lost status.attached while being republished")
+		}
+	}
+	if err := e.attach("va-vol-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !drv.isPublished("vol-a", testNodeID) {
+		t.Fatal("vol-a not published again")
+	}
 	if got := drv.publishCount("vol-a"); got != before+3 {
 		t.Errorf("%d ControllerPublishVolume calls after the loss, want 3 (two failures, one success)", got-before)
 	}
-	va, err := e.cs.StorageV1().VolumeAttachments().Get(e.ctx, "va-vol-a", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	va := e.va("va-vol-a")
+	if va.Status.AttachError != nil || !va.Status.Attached {
+		t.Errorf("status after the republish: %+v, want attached without attachError", va.Status)
 	}
-	e.waitFor("attachError cleared", func() bool {
-		va, err = e.cs.StorageV1().VolumeAttachments().Get(e.ctx, "va-vol-a", metav1.GetOptions{})
-		return err == nil && va.Status.AttachError == nil
-	})
-	if !va.Status.Attached {
-		t.Error("va-vol-a lost status.attached while being republished")
+	// Republished: the next sync does not publish again.
+	if err := e.attach("va-vol-a"); err != nil || drv.publishCount("vol-a") != before+3 {
+		t.Errorf("a sync after the republish: %v, %d calls", err, drv.publishCount("vol-a")-before)
 	}
 }
 
 // Only a driver with ControllerPublish, LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES is
-// reconciled, as upstream; the others never get a ListVolumes call.
+// reconciled, as upstream; the others never get a ListVolumes call. An informer-level test
+// on purpose: what is checked is whether the running controller has a periodic pass.
 func TestReconcileNeedsCapabilities(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -481,8 +478,9 @@ func TestReconcileNeedsCapabilities(t *testing.T) {
 				e.waitFor("a ListVolumes call", func() bool { return e.listPasses() > 0 })
 				return
 			}
-			// Twenty reconcile periods in which a pass would have called ListVolumes.
-			time.Sleep(100 * time.Millisecond)
+			// A registered pass runs right away, before and while the attachment settles
+			// (the case above); stopping the controller ends every pass it could have had.
+			e.stop()
 			if n := len(drv.listRequests()); n != 0 {
 				t.Errorf("driver without the capabilities got %d ListVolumes calls", n)
 			}
@@ -494,8 +492,8 @@ func TestReconcileNeedsCapabilities(t *testing.T) {
 func TestPublishedNodesStopsOnRepeatedToken(t *testing.T) {
 	drv := newPublishDriver(allCaps, "vol-a", "vol-b")
 	drv.stuckToken = "again"
-	e := startController(t, drv, Config{MaxEntries: 1})
-	_, err := e.c.publishedNodes(e.ctx)
+	e := newSyncEnv(t, drv, Config{MaxEntries: 1})
+	_, err := e.c.publishedNodes(e.Ctx)
 	if err == nil || !strings.Contains(err.Error(), "next_token") {
 		t.Fatalf("publishedNodes = %v, want an error about the repeated next_token", err)
 	}

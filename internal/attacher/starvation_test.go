@@ -37,7 +37,8 @@ func attachedVA(volume string, deleting bool) *storagev1.VolumeAttachment {
 // the driver and none has returned, so it waited for no call of the burst at all (behind
 // external-attacher's single queue it would wait for about 200 / --worker-threads of them).
 // The burst's backlog is visible meanwhile: workqueue_depth of its queue counts the keys no
-// worker has taken, and workqueue_longest_waiting_item_seconds is above zero.
+// worker has taken, and workqueue_longest_waiting_item_seconds is above zero. An
+// informer-level test on purpose: it is about the queues and their workers.
 func TestNeitherOperationStarvesTheOther(t *testing.T) {
 	const burst = 200
 	for _, detaches := range []bool{true, false} {
@@ -120,7 +121,8 @@ func TestNeitherOperationStarvesTheOther(t *testing.T) {
 // A VolumeAttachment deleted while its ControllerPublishVolume is in flight is queued for
 // detach at once, yet ControllerUnpublishVolume starts only after the publish returned, as
 // behind external-attacher's single queue: the detach worker that takes it meanwhile puts it
-// down and is free for other work.
+// down and is free for other work. An informer-level test on purpose: it is about two
+// workers of two queues meeting on one key.
 func TestDeletedWhileAttachingWaitsForThePublish(t *testing.T) {
 	drv := newPublishDriver([]csi.ControllerServiceCapability_RPC_Type{capPublish}, "vol-a")
 	hold := make(chan struct{})

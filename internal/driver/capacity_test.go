@@ -80,7 +80,7 @@ func TestConcurrentCreate(t *testing.T) {
 				resp, err := in.Controller.CreateVolume(ctxT(t), &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20},
 					VolumeCapabilities: []*csi.VolumeCapability{mountCap("")}})
 				if status.Code(err) == codes.Aborted && attempt < 100 {
-					time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+					time.Sleep(time.Duration(attempt+1) * time.Millisecond) // a CO's retry backoff, not a wait for a result
 					continue
 				}
 				if err != nil {

@@ -36,6 +36,8 @@ func TestKillDuringOperations(t *testing.T) {
 				churn(ctx, c, dir, fmt.Sprintf("r%d-w%d", round, w), w%2 == 1)
 			}()
 		}
+		// How long the churn runs before the kill, varied by round so that the kill lands
+		// at different points of the operations: nothing is awaited.
 		time.Sleep(time.Duration(150+round*120) * time.Millisecond)
 		child.Kill()
 		cancel()

@@ -92,7 +92,7 @@ func retryAborted(t testing.TB, what string, f func() error) {
 			}
 			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a CO's retry interval: the call is made again, nothing is awaited
 	}
 }
 
@@ -118,7 +118,7 @@ func (c clients) delete(t testing.TB, id string) {
 		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
 			t.Fatalf("DeleteVolume %s: %v", id, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a CO's retry interval: the call is made again, nothing is awaited
 	}
 }
 

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/util/wait"
 	mount "k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/internal/driver"
@@ -140,12 +142,10 @@ func TestModifyVolumeReadOnlySplit(t *testing.T) {
 			MutableParameters: map[string]string{"readOnly": strconv.FormatBool(ro)}}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for slices.Contains(mountOptions(t, target), "ro") != ro {
-			if time.Now().After(deadline) {
-				t.Fatalf("the node's publish did not follow readOnly=%v: options %v", ro, mountOptions(t, target))
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := wait.PollUntilContextTimeout(ctxT(t), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			return slices.Contains(mountOptions(t, target), "ro") == ro, nil
+		}); err != nil {
+			t.Fatalf("the node's publish did not follow readOnly=%v: options %v", ro, mountOptions(t, target))
 		}
 		checkWritable(t, target, !ro)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/kubevol/kubevol/internal/image"
@@ -120,13 +121,11 @@ func TestContainerdPodAndCleanup(t *testing.T) {
 		t.Fatalf("StartContainer: %v", err)
 	}
 	var out string
-	for range 100 {
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		data, _ := os.ReadFile(filepath.Join(logDir, "c.log"))
-		if out = string(data); strings.Contains(out, "hello") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		out = string(data)
+		return strings.Contains(out, "hello"), nil
+	})
 	if !strings.Contains(out, "hello") {
 		t.Fatalf("container output %q, want hello", out)
 	}
@@ -171,22 +170,23 @@ func (n *Node) mustLeftovers(t *testing.T) []string {
 
 // httpGet fetches url, retrying for a few seconds while the server starts.
 func httpGet(ctx context.Context, url string) (string, error) {
+	var resp *http.Response
 	var err error
-	for range 50 {
-		var req *http.Request
-		if req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err != nil {
-			return "", err
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if rerr != nil {
+			return false, rerr
 		}
-		var resp *http.Response
-		if resp, err = http.DefaultClient.Do(req); err == nil {
-			data, rerr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return string(data), fmt.Errorf("status %s", resp.Status)
-			}
-			return string(data), rerr
-		}
-		time.Sleep(100 * time.Millisecond)
+		resp, err = http.DefaultClient.Do(req)
+		return err == nil, nil
+	})
+	if err != nil || resp == nil {
+		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
-	return "", err
+	data, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return string(data), fmt.Errorf("status %s", resp.Status)
+	}
+	return string(data), rerr
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -405,8 +406,8 @@ func TestRunRenewsAtDeadline(t *testing.T) {
 	c, cancel := context.WithCancel(ctx(t))
 	done := make(chan struct{})
 	go func() { f.m.Run(c); close(done) }()
-	for f.s.count() < 2 {
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(c, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return f.s.count() >= 2, nil }); err != nil {
+		t.Fatal("no renewal")
 	}
 	mu.Lock()
 	offset = 0 // the renewed certificate is fresh: Run sleeps until its deadline

@@ -1,17 +1,12 @@
 package resizer
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 // An expansion the controller finished alone marks the claim node-expansion-not-required;
@@ -19,15 +14,15 @@ import (
 func TestNodeExpansionNotRequired(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "2Gi", nil)
 	drv := newModifyDriver()
-	e := startConfig(t, drv, Config{}, pvc, pv)
-	e.waitClaim("data", "expanded and marked", func(c *corev1.PersistentVolumeClaim) bool {
+	e := newSyncEnv(t, drv, Config{}, pvc, pv)
+	e.syncUntil("data", "expanded and marked", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return storageQ(c.Status.Capacity) == gi(2) && c.Annotations[AnnNodeExpansionNotRequired] == "true"
 	})
 	drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 		return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 	})
 	e.setRequest("data", "3Gi")
-	got := e.waitClaim("data", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.syncUntil("data", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	if _, ok := got.Annotations[AnnNodeExpansionNotRequired]; ok {
@@ -44,8 +39,8 @@ func TestAnnotateFsResize(t *testing.T) {
 		drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 			return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 		})
-		e := startConfig(t, drv, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: time.Second}, AnnotateFsResize: gate}, pvc, pv)
-		e.waitClaim("data", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+		e := newSyncEnv(t, drv, Config{AnnotateFsResize: gate}, pvc, pv)
+		e.syncUntil("data", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 			return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 		})
 		pvNow := func() *corev1.PersistentVolume {
@@ -69,10 +64,10 @@ func TestAnnotateFsResize(t *testing.T) {
 		if _, err := e.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(e.ctx, c, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			return !metav1.HasAnnotation(pvNow().ObjectMeta, AnnPreResizeCapacity), nil
-		})
-		if err != nil {
+		if err := e.expand("data"); err != nil {
+			t.Fatal(err)
+		}
+		if metav1.HasAnnotation(pvNow().ObjectMeta, AnnPreResizeCapacity) {
 			t.Fatalf("%s stayed after the node finished: %v", AnnPreResizeCapacity, pvNow().Annotations)
 		}
 	}

@@ -37,6 +37,10 @@ type Config struct {
 	AnnotateFsResize bool
 	// Modify configures volume modification (VolumeAttributesClass); see modify.go.
 	Modify ModifyConfig
+
+	// informers, set by this package's tests only, is the factory New reads from instead
+	// of one of its own, so that a test can fill its indexers and call a sync directly.
+	informers informers.SharedInformerFactory
 }
 
 // Controller expands the driver's volumes when their claims ask for more storage.
@@ -91,7 +95,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resizer: driver capabilities: %w", err)
 	}
-	factory := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
+	factory := cfg.informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
+	}
 	claimInformer := factory.Core().V1().PersistentVolumeClaims()
 	pvInformer := factory.Core().V1().PersistentVolumes()
 

@@ -113,6 +113,7 @@ func startConfig(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Ob
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.c = c
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; conn.Close() })
@@ -161,9 +162,14 @@ func TestModifyVolume(t *testing.T) {
 	pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "modify", Namespace: "secrets"}, Data: map[string][]byte{"key": []byte("m0dify")}}
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true, ExtraMetadata: true}, time.Second, pvc, pv, secret, class("gold", map[string]string{"iops": "3000"}))
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true, ExtraMetadata: true}}, pvc, pv, secret, class("gold", map[string]string{"iops": "3000"}))
 
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.claim("data"); !modifiedTo("gold")(got) {
+		t.Fatalf("claim not modified to gold by its sync: %+v", got.Status)
+	}
 	if got := e.pvClass("pv-data"); got != "gold" {
 		t.Errorf("PV class = %q, want gold", got)
 	}
@@ -172,37 +178,47 @@ func TestModifyVolume(t *testing.T) {
 	if req.GetVolumeId() != "vol-data" || !maps.Equal(req.GetMutableParameters(), want) || req.GetSecrets()["key"] != "m0dify" {
 		t.Errorf("request = %v, want parameters %v and the modify secret", req, want)
 	}
-	e.waitEvent("data", reasonModify, "with vac gold")
-	e.waitEvent("data", reasonModified, "with vac gold successfully")
-	// Done means done: no further call.
-	time.Sleep(100 * time.Millisecond)
+	e.sawEvent(reasonModify, "with vac gold")
+	e.sawEvent(reasonModified, "with vac gold successfully")
+	// Done means done: no further call, from either queue.
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.expand("data"); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(drv.calls("iops")); n != 1 {
 		t.Errorf("%d ControllerModifyVolume calls, want 1", n)
 	}
 }
 
 // A class that does not exist yet leaves the claim Pending, without a call; its creation
-// starts the modification at once.
+// starts the modification at once: the class's add handler queues the claim.
 func TestModifyPendingClass(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
 	pvc.Spec.VolumeAttributesClassName = ptr.To("later")
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv)
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv)
 
-	got := e.waitClaim("data", "Pending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.modifyUntil("data", "Pending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumePending
 	})
 	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "later" {
 		t.Errorf("target = %q, want later", got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName)
 	}
-	e.waitEvent("data", reasonModifyFailed, `VAC "later" does not exist.`)
+	e.sawEvent(reasonModifyFailed, `VAC "later" does not exist.`)
 	if n := len(drv.calls("tier")); n != 0 {
 		t.Fatalf("%d calls before the class exists", n)
 	}
-	if _, err := e.cs.StorageV1().VolumeAttributesClasses().Create(e.ctx, class("later", map[string]string{"tier": "fast"}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	e.f.Add(class("later", map[string]string{"tier": "fast"}))
+	if n := e.c.mod.queue.Len(); n != 0 {
+		t.Fatalf("%d claims queued before the class's add handler ran", n)
 	}
-	e.waitClaim("data", "modified to later", modifiedTo("later"))
+	e.c.enqueueClaimsOfClass("later")
+	if n := e.c.mod.queue.Len(); n != 1 {
+		t.Fatalf("%d claims queued by the class's creation, want its claim", n)
+	}
+	e.modifyUntil("data", "modified to later", 1, modifiedTo("later"))
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"fast"}) {
 		t.Errorf("calls = %v", got)
 	}
@@ -222,11 +238,15 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 		}
 		return nil
 	})
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Hour, pvc, pv, class("gold", map[string]string{"tier": "gold"}), class("bad", map[string]string{"tier": "nope"}))
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv, class("gold", map[string]string{"tier": "gold"}), class("bad", map[string]string{"tier": "nope"}))
 
-	got := e.waitClaim("data", "Infeasible", func(c *corev1.PersistentVolumeClaim) bool {
-		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible
-	})
+	if err := e.modify("data"); err == nil {
+		t.Fatal("the sync of a refused modification succeeded")
+	}
+	got := e.claim("data")
+	if got.Status.ModifyVolumeStatus == nil || got.Status.ModifyVolumeStatus.Status != corev1.PersistentVolumeClaimModifyVolumeInfeasible {
+		t.Fatalf("status %+v, want Infeasible", got.Status)
+	}
 	if got.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != "bad" || ptr.Deref(got.Status.CurrentVolumeAttributesClassName, "") != "gold" {
 		t.Errorf("status = %+v, want target bad and current gold", got.Status)
 	}
@@ -237,10 +257,13 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 	if condition(got, corev1.PersistentVolumeClaimVolumeModifyingVolume) != nil {
 		t.Error("ModifyingVolume stayed next to the error condition")
 	}
-	e.waitEvent("data", reasonModifyFailed, "tier nope unknown")
-	// No hot loop: a resync or an unrelated change does not ask the driver again.
+	e.sawEvent(reasonModifyFailed, "tier nope unknown")
+	// No hot loop: a resync or an unrelated change does not ask the driver again before
+	// --retry-interval-max (an hour, the default's order).
 	e.setRequest("data", "1Gi")
-	time.Sleep(300 * time.Millisecond)
+	for range 3 {
+		_ = e.modify("data")
+	}
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope"}) {
 		t.Fatalf("calls = %v, want the one refused", got)
 	}
@@ -249,7 +272,12 @@ func TestModifyInfeasibleRollback(t *testing.T) {
 	}
 
 	e.setClass("data", "gold")
-	e.waitClaim("data", "rolled back to gold", modifiedTo("gold"))
+	if err := e.modify("data"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.claim("data"); !modifiedTo("gold")(got) {
+		t.Fatalf("claim not rolled back to gold: %+v", got.Status)
+	}
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"nope", "gold"}) {
 		t.Errorf("calls = %v, want the refused one and the rollback", got)
 	}
@@ -263,12 +291,10 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 	pvc.Spec.VolumeAttributesClassName = ptr.To("silver")
 	drv := newModifyDriver()
 	var failures atomic.Int32
-	release := make(chan struct{})
 	drv.setAnswer(func(r *csi.ControllerModifyVolumeRequest) error {
 		switch r.GetMutableParameters()["tier"] {
 		case "silver":
 			if failures.Add(1) == 1 {
-				<-release
 				return status.Error(codes.DeadlineExceeded, "slow backend")
 			}
 		case "bronze":
@@ -276,33 +302,35 @@ func TestModifyUncertainKeepsTarget(t *testing.T) {
 		}
 		return nil
 	})
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, 200*time.Millisecond, pvc, pv,
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv,
 		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}), class("bronze", map[string]string{"tier": "bronze"}))
 
-	e.waitClaim("data", "InProgress", func(c *corev1.PersistentVolumeClaim) bool {
-		return c.Status.ModifyVolumeStatus != nil && c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
-	})
+	if err := e.modify("data"); err == nil {
+		t.Fatal("the sync of a call that timed out succeeded")
+	}
+	if got := e.claim("data").Status.ModifyVolumeStatus; got == nil || got.Status != corev1.PersistentVolumeClaimModifyVolumeInProgress || got.TargetVolumeAttributesClassName != "silver" {
+		t.Fatalf("modifyVolumeStatus %+v, want InProgress to silver", got)
+	}
 	e.setClass("data", "gold")
-	close(release)
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
-	// silver again until it worked (a repeat from a cache that lags behind the write is
-	// the same idempotent call), and only then gold.
-	if got := drv.calls("tier"); len(got) < 3 || !slices.Equal(slices.Compact(slices.Clone(got)), []string{"silver", "gold"}) {
+	e.modifyUntil("data", "modified to gold", 3, modifiedTo("gold"))
+	// silver again until it worked, and only then gold.
+	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "silver", "gold"}) {
 		t.Errorf("calls = %v, want silver finished before gold", got)
 	}
-	e.waitEvent("data", reasonModifyFailed, "Still modifying to VAC silver")
+	e.sawEvent(reasonModifyFailed, "Still modifying to VAC silver")
 
 	// A final error: InProgress with the error, and the next class replaces the target.
 	e.setClass("data", "bronze")
-	e.waitClaim("data", "failing on bronze", func(c *corev1.PersistentVolumeClaim) bool {
+	e.modifyUntil("data", "failing on bronze", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return condition(c, corev1.PersistentVolumeClaimVolumeModifyVolumeError) != nil && c.Status.ModifyVolumeStatus != nil &&
 			c.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
 	})
 	e.setClass("data", "silver")
-	e.waitClaim("data", "modified to silver", modifiedTo("silver"))
+	e.modifyUntil("data", "modified to silver", 1, modifiedTo("silver"))
 }
 
-// Expansion and modification of one claim never call the driver at the same time.
+// Expansion and modification of one claim never call the driver at the same time. An
+// informer-level test on purpose: it is about two queues' workers meeting on one claim.
 func TestModifyAndExpandSerialised(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
 	drv := newModifyDriver()
@@ -317,7 +345,12 @@ func TestModifyAndExpandSerialised(t *testing.T) {
 	e.setClass("data", "gold")
 	<-entered
 	e.setRequest("data", "2Gi")
-	time.Sleep(200 * time.Millisecond)
+	// The expansion's worker waits on the claim's lock, which the modification holds.
+	e.waitFor("the expansion waiting for the claim", func() bool {
+		e.c.locks.mu.Lock()
+		defer e.c.locks.mu.Unlock()
+		return e.c.locks.locks[ns+"/data"] != nil && e.c.locks.locks[ns+"/data"].users == 2
+	})
 	if n := len(drv.requests()); n != 0 {
 		t.Fatalf("%d expansions while the modification ran", n)
 	}
@@ -343,9 +376,12 @@ func TestModifyOff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pvc, pv := volume("data", driverName, "1Gi", "2Gi", nil)
 			pvc.Spec.VolumeAttributesClassName = ptr.To("gold")
-			e := startModify(t, tc.drv, ModifyConfig{Enabled: tc.gate}, time.Second, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
+			e := newSyncEnv(t, tc.drv, Config{Modify: ModifyConfig{Enabled: tc.gate}}, pvc, pv, class("gold", map[string]string{"tier": "gold"}))
 			// The expansion still runs, and shows the claim was looked at.
-			got := e.waitClaim("data", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+			got := e.syncUntil("data", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+			if e.c.mod != nil {
+				t.Fatal("a modification queue without the gate and the capability")
+			}
 			if got.Status.ModifyVolumeStatus != nil || got.Status.CurrentVolumeAttributesClassName != nil {
 				t.Errorf("status = %+v, want no modification", got.Status)
 			}
@@ -364,9 +400,9 @@ func TestModifyAfterRestartFinishesTarget(t *testing.T) {
 	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: corev1.PersistentVolumeClaimModifyVolumeInProgress, TargetVolumeAttributesClassName: "silver"}
 	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue, Message: modifyingMessage}}
 	drv := newModifyDriver()
-	e := startModify(t, drv, ModifyConfig{Enabled: true}, time.Second, pvc, pv,
+	e := newSyncEnv(t, drv, Config{Modify: ModifyConfig{Enabled: true}}, pvc, pv,
 		class("silver", map[string]string{"tier": "silver"}), class("gold", map[string]string{"tier": "gold"}))
-	e.waitClaim("data", "modified to gold", modifiedTo("gold"))
+	e.modifyUntil("data", "modified to gold", 2, modifiedTo("gold"))
 	if got := drv.calls("tier"); !slices.Equal(got, []string{"silver", "gold"}) {
 		t.Errorf("calls = %v, want the interrupted silver finished, then gold", got)
 	}

@@ -17,7 +17,7 @@ import (
 // never a silent retry at level 2.
 func TestRefusedWriteWarns(t *testing.T) {
 	pvc, pv := volume("data", driverName, "1Gi", "1Gi", nil)
-	e := start(t, newFakeDriver(), pvc, pv)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv)
 	e.cs.PrependReactor("patch", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "status" {
 			return false, nil, nil
@@ -25,8 +25,14 @@ func TestRefusedWriteWarns(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumeclaims/status"}, "data", errors.New("RBAC: patch not allowed"))
 	})
 	e.setRequest("data", "2Gi")
-	e.waitEvent("data", controller.ReasonWriteFailed, "cannot patch persistentvolumeclaims/status")
-	e.waitEvent("data", controller.ReasonWriteFailed, "forbidden")
+	for try := 1; try <= 2; try++ {
+		if err := e.expand("data"); err == nil {
+			t.Fatalf("sync %d with the claim's status unwritable succeeded: it would not be retried", try)
+		}
+		e.sawEvent(controller.ReasonWriteFailed, "cannot patch persistentvolumeclaims/status")
+		e.sawEvent(controller.ReasonWriteFailed, "forbidden")
+		e.seen = nil
+	}
 	if s := e.pvSize("pv-data"); s != gi(1) {
 		t.Errorf("PV capacity = %d with the claim's status unwritable, want it unchanged", s)
 	}

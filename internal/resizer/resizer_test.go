@@ -15,14 +15,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubevol/kubevol/internal/csitest"
-	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
 const (
@@ -75,12 +73,16 @@ type env struct {
 	ctx context.Context
 	cs  *fake.Clientset
 	drv *fakeDriver
+	// c is the running controller, nil in a syncEnv's env.
+	c *Controller
 }
 
-func start(t *testing.T, drv *fakeDriver, objs ...runtime.Object) *env {
-	t.Helper()
-	return startConfig(t, &modifyDriver{fakeDriver: drv}, Config{ControllerConfig: sidecar.ControllerConfig{RetryIntervalMax: 100 * time.Millisecond},
-		HandleVolumeInUseError: true}, objs...)
+// waitFor polls cond until it holds.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		e.t.Fatalf("%s never happened", what)
+	}
 }
 
 // volume returns a bound claim of size capacity that requests request, and its PV.
@@ -167,21 +169,6 @@ func (e *env) events(name string) []string {
 	return out
 }
 
-func (e *env) waitEvent(name, reason, want string) {
-	e.t.Helper()
-	err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		for _, ev := range e.events(name) {
-			if strings.HasPrefix(ev, reason+": ") && strings.Contains(ev, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		e.t.Fatalf("no %s event with %q for %s; events: %v", reason, want, name, e.events(name))
-	}
-}
-
 func (e *env) setRequest(name, size string) {
 	e.t.Helper()
 	// As kubectl edit does, the user's change is made again on a conflict: the resizer may
@@ -222,9 +209,9 @@ func TestExpandFinishedByController(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "expand", Namespace: "secrets"}, Data: map[string][]byte{"token": []byte("t0ken")}}
 	// A condition the resizer does not own must survive its writes.
 	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyingVolume, Status: corev1.ConditionTrue}}
-	e := start(t, newFakeDriver(), pvc, pv, secret)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, secret)
 
-	got := e.waitClaim("data", "reached 2Gi", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	got := e.syncUntil("data", "reached 2Gi", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	if s := resizeStatus(got); s != "" {
 		t.Errorf("allocatedResourceStatuses[storage] = %q after a finished expansion, want none", s)
 	}
@@ -248,8 +235,8 @@ func TestExpandFinishedByController(t *testing.T) {
 		r.GetVolumeCapability().GetAccessMode().GetMode() != csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER {
 		t.Errorf("request = %v", r)
 	}
-	e.waitEvent("data", reasonResizing, "pv-data")
-	e.waitEvent("data", reasonSucceeded, "2Gi")
+	e.sawEvent(reasonResizing, "pv-data")
+	e.sawEvent(reasonSucceeded, "2Gi")
 }
 
 func TestExpandNeedsNode(t *testing.T) {
@@ -260,9 +247,9 @@ func TestExpandNeedsNode(t *testing.T) {
 	drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 		return &csi.ControllerExpandVolumeResponse{NodeExpansionRequired: true}, nil
 	})
-	e := start(t, drv, pvc, pv)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
 
-	got := e.waitClaim("raw", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.syncUntil("raw", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	cond := condition(got, corev1.PersistentVolumeClaimFileSystemResizePending)
@@ -284,14 +271,14 @@ func TestExpandNeedsNode(t *testing.T) {
 	if reqs := e.drv.requests(); len(reqs) != 1 || reqs[0].GetVolumeCapability().GetBlock() == nil {
 		t.Errorf("want one ControllerExpandVolume with a block capability, got %v", reqs)
 	}
-	e.waitEvent("raw", reasonFSResizeNeeded, "node")
+	e.sawEvent(reasonFSResizeNeeded, "node")
 }
 
 func TestTrivialResizer(t *testing.T) {
 	pvc, pv := volume("nodeonly", driverName, "1Gi", "2Gi", nil)
-	e := start(t, newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME), pvc, pv)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)}, Config{HandleVolumeInUseError: true}, pvc, pv)
 
-	got := e.waitClaim("nodeonly", "NodeResizePending", func(c *corev1.PersistentVolumeClaim) bool {
+	got := e.syncUntil("nodeonly", "NodeResizePending", 1, func(c *corev1.PersistentVolumeClaim) bool {
 		return resizeStatus(c) == corev1.PersistentVolumeClaimNodeResizePending
 	})
 	if condition(got, corev1.PersistentVolumeClaimFileSystemResizePending) == nil {
@@ -324,17 +311,21 @@ func TestFailureStatuses(t *testing.T) {
 			drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 				return nil, status.Error(tc.code, "backend says no")
 			})
-			e := start(t, drv, pvc, pv)
-			e.waitEvent("fail", reasonFailed, "backend says no")
-			// Retried with backoff, whatever the error.
-			if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return len(drv.requests()) >= 3, nil
-			}); err != nil {
-				t.Fatalf("only %d ControllerExpandVolume calls: failures are not retried", len(drv.requests()))
+			e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+			// Retried with backoff, whatever the error: each sync fails, and each calls.
+			for try := 1; try <= 3; try++ {
+				if err := e.expand("fail"); err == nil {
+					t.Fatalf("sync %d of a failed expansion succeeded: it would not be retried", try)
+				}
+				if n := len(drv.requests()); n != try {
+					t.Fatalf("%d ControllerExpandVolume calls after %d syncs", n, try)
+				}
 			}
-			got := e.waitClaim("fail", "recorded the error", func(c *corev1.PersistentVolumeClaim) bool {
-				return resizeStatus(c) == tc.wantStatus && (condition(c, corev1.PersistentVolumeClaimControllerResizeError) != nil) == tc.wantCond
-			})
+			e.sawEvent(reasonFailed, "backend says no")
+			got := e.claim("fail")
+			if resizeStatus(got) != tc.wantStatus || (condition(got, corev1.PersistentVolumeClaimControllerResizeError) != nil) != tc.wantCond {
+				t.Fatalf("status %+v, want %q and ControllerResizeError %v", got.Status, tc.wantStatus, tc.wantCond)
+			}
 			if a := storageQ(got.Status.AllocatedResources); a != gi(2) {
 				t.Errorf("allocatedResources = %d, want %d", a, gi(2))
 			}
@@ -372,22 +363,28 @@ func TestRecoverFromFailure(t *testing.T) {
 				}
 				return &csi.ControllerExpandVolumeResponse{CapacityBytes: req.GetCapacityRange().GetRequiredBytes()}, nil
 			})
-			e := start(t, drv, pvc, pv)
-			e.waitEvent("big", reasonFailed, "no room")
+			e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+			if err := e.expand("big"); err == nil {
+				t.Fatal("the sync of a failed expansion succeeded")
+			}
+			e.sawEvent(reasonFailed, "no room")
 			e.setRequest("big", "3Gi")
 
 			if tc.wantSize == gi(10) {
 				// Calls keep asking for 10Gi, never for the lowered request, until the driver
 				// gives a final answer for them: here, success.
 				calls := len(drv.requests())
-				if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-					return len(drv.requests()) >= calls+3, nil
-				}); err != nil {
-					t.Fatal("the uncertain expansion is not retried")
+				for range 3 {
+					if err := e.expand("big"); err == nil {
+						t.Fatal("the uncertain expansion's retry succeeded while the driver says no")
+					}
+				}
+				if n := len(drv.requests()); n != calls+3 {
+					t.Fatalf("%d calls in 3 retries of the uncertain expansion", n-calls)
 				}
 				drv.setRespond(nil)
 			}
-			got := e.waitClaim("big", "finished", func(c *corev1.PersistentVolumeClaim) bool {
+			got := e.syncUntil("big", "finished", 1, func(c *corev1.PersistentVolumeClaim) bool {
 				return resizeStatus(c) == "" && storageQ(c.Status.Capacity) > gi(1)
 			})
 			if c := storageQ(got.Status.Capacity); c != tc.wantSize {
@@ -424,8 +421,8 @@ func TestInUseWaitsForPod(t *testing.T) {
 	// which is optional: many drivers advertise neither ONLINE nor OFFLINE and expand in use.
 	t.Run("driver without a VolumeExpansion capability", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
-		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodRunning))
-		e.waitClaim("used", "expanded while a pod uses it", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		e.syncUntil("used", "expanded while a pod uses it", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 	t.Run("driver refuses in use", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
@@ -433,8 +430,13 @@ func TestInUseWaitsForPod(t *testing.T) {
 		drv.setRespond(func(*csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 			return nil, status.Error(codes.FailedPrecondition, "volume is published")
 		})
-		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
-		e.waitEvent("used", reasonFailed, "in use by pod default/app")
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		if err := e.expand("used"); err == nil {
+			t.Fatal("the sync of a refused expansion succeeded")
+		}
+		// Held back while the pod runs: the retry does not call the driver, and says why.
+		_ = e.expand("used")
+		e.sawEvent(reasonFailed, "in use by pod default/app")
 		if n := len(e.drv.requests()); n != 1 {
 			t.Fatalf("%d ControllerExpandVolume calls before the resizer held back, want the one that was refused", n)
 		}
@@ -445,22 +447,22 @@ func TestInUseWaitsForPod(t *testing.T) {
 		if err := e.cs.CoreV1().Pods(ns).Delete(e.ctx, "app", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.waitClaim("used", "expanded once the pod was gone", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e.syncUntil("used", "expanded once the pod was gone", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 		if n := len(e.drv.requests()); n != 2 {
 			t.Errorf("%d ControllerExpandVolume calls, want 2: refused, then done once no pod used the volume", n)
 		}
 	})
 	t.Run("finished pod", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
-		e := start(t, newFakeDriver(), pvc, pv, pod(corev1.PodSucceeded))
-		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodSucceeded))
+		e.syncUntil("used", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 	t.Run("online driver", func(t *testing.T) {
 		pvc, pv := volume("used", driverName, "1Gi", "2Gi", nil)
 		drv := newFakeDriver()
 		drv.OnlineExpansion = true
-		e := start(t, drv, pvc, pv, pod(corev1.PodRunning))
-		e.waitClaim("used", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+		e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv, pod(corev1.PodRunning))
+		e.syncUntil("used", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	})
 }
 
@@ -473,11 +475,14 @@ func TestOtherClaimsIgnored(t *testing.T) {
 	strangerPV.Spec.ClaimRef.UID = "uid-of-a-deleted-claim"
 	pending, pendingPV := volume("pending", driverName, "1Gi", "2Gi", nil)
 	pending.Status.Phase = corev1.ClaimPending
-	e := start(t, newFakeDriver(), mine, myPV, theirs, theirPV, annotated, annotatedPV, stranger, strangerPV, pending, pendingPV)
+	e := newSyncEnv(t, &modifyDriver{fakeDriver: newFakeDriver()}, Config{HandleVolumeInUseError: true}, mine, myPV, theirs, theirPV, annotated, annotatedPV, stranger, strangerPV, pending, pendingPV)
 
-	// The controller ran: its own claim got expanded.
-	e.waitClaim("mine", "expanded", func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
+	// The controller works: its own claim gets expanded.
+	e.syncUntil("mine", "expanded", 1, func(c *corev1.PersistentVolumeClaim) bool { return storageQ(c.Status.Capacity) == gi(2) })
 	for _, name := range []string{"theirs", "annotated", "stranger", "pending"} {
+		if err := e.expand(name); err != nil {
+			t.Errorf("sync of claim %s: %v", name, err)
+		}
 		c := e.claim(name)
 		if c.Status.AllocatedResources != nil || c.Status.AllocatedResourceStatuses != nil || len(c.Status.Conditions) > 0 {
 			t.Errorf("claim %s was touched: %+v", name, c.Status)
@@ -571,11 +576,11 @@ func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
 				if !expands {
 					drv = newFakeDriver(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME)
 				}
-				e := start(t, drv, pvc, pv)
-				e.waitEvent("huge", reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")
-				got := e.waitClaim("huge", "infeasible", func(c *corev1.PersistentVolumeClaim) bool {
+				e := newSyncEnv(t, &modifyDriver{fakeDriver: drv}, Config{HandleVolumeInUseError: true}, pvc, pv)
+				got := e.syncUntil("huge", "infeasible", 1, func(c *corev1.PersistentVolumeClaim) bool {
 					return resizeStatus(c) == corev1.PersistentVolumeClaimControllerResizeInfeasible
 				})
+				e.sawEvent(reasonFailed, "the largest size a CSI volume can have (9223372036854775807 bytes)")
 				if c := condition(got, corev1.PersistentVolumeClaimControllerResizeError); c == nil || !strings.Contains(c.Message, "largest size") {
 					t.Errorf("ControllerResizeError condition = %+v", c)
 				}
@@ -586,7 +591,7 @@ func TestRequestBeyondCSIIsInfeasible(t *testing.T) {
 					t.Errorf("PV capacity changed to %d", s)
 				}
 				e.setRequest("huge", "2Gi")
-				e.waitClaim("huge", "expanded after the request was lowered", func(c *corev1.PersistentVolumeClaim) bool {
+				e.syncUntil("huge", "expanded after the request was lowered", 1, func(c *corev1.PersistentVolumeClaim) bool {
 					return e.pvSize("pv-huge") == gi(2) && resizeStatus(c) != corev1.PersistentVolumeClaimControllerResizeInfeasible
 				})
 			})

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -120,16 +121,14 @@ func TestRunAllocatableUpdates(t *testing.T) {
 	// One tick at a time: the loop reads the CSIDriver of tick k only after it took tick k
 	// from the ticker, so the next step is never lost.
 	for tick := 1; tick <= 8; tick++ {
-		for !fc.HasWaiters() {
-			time.Sleep(time.Millisecond)
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return fc.HasWaiters(), nil }); err != nil {
+			t.Fatalf("tick %d: the loop never waited on the clock", tick)
 		}
 		fc.Step(time.Second)
-		deadline := time.Now().Add(10 * time.Second)
-		for log.count("get periodic") < tick || log.count("get static") < tick {
-			if time.Now().After(deadline) {
-				t.Fatalf("tick %d not processed: %q", tick, log.of("periodic"))
-			}
-			time.Sleep(time.Millisecond)
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return log.count("get periodic") >= tick && log.count("get static") >= tick, nil
+		}); err != nil {
+			t.Fatalf("tick %d not processed: %q", tick, log.of("periodic"))
 		}
 	}
 	cancel()

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kubevol/kubevol/pkg/podstatus"
@@ -23,14 +24,14 @@ func ExampleWriter() {
 	go w.Run(ctx)
 
 	w.VolumesReady(pod)
-	for {
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, _ := client.CoreV1().Pods("default").Get(ctx, "app", metav1.GetOptions{})
-		if len(p.Status.Conditions) > 0 {
-			c := p.Status.Conditions[0]
-			fmt.Println(c.Type, c.Status, c.Reason)
-			return
+		if len(p.Status.Conditions) == 0 {
+			return false, nil
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		c := p.Status.Conditions[0]
+		fmt.Println(c.Type, c.Status, c.Reason)
+		return true, nil
+	})
 	// Output: kubevol.io/VolumesReady True VolumesMounted
 }

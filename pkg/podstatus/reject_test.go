@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -20,16 +21,13 @@ func TestRejectPod(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	w.RejectPod(pod, "VolumeAttachmentLimitExceeded", "Node has reached its volume attachment limit")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
-		if err == nil && p.Status.Phase == v1.PodFailed && p.Status.Reason == "VolumeAttachmentLimitExceeded" &&
-			p.Status.Message == "Pod was rejected: Node has reached its volume attachment limit" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod status %+v, want Failed VolumeAttachmentLimitExceeded", p.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var p *v1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == v1.PodFailed && p.Status.Reason == "VolumeAttachmentLimitExceeded" &&
+			p.Status.Message == "Pod was rejected: Node has reached its volume attachment limit", nil
+	}); err != nil {
+		t.Fatalf("pod status %+v, want Failed VolumeAttachmentLimitExceeded", p.Status)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -37,12 +38,8 @@ func TestPodStatusWriter(t *testing.T) {
 	}
 	eventually := func(what string, f func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !f() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out: %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) { return f(), nil }); err != nil {
+			t.Fatalf("timed out: %s", what)
 		}
 	}
 
@@ -56,7 +53,12 @@ func TestPodStatusWriter(t *testing.T) {
 
 	// A terminal pod is left alone; a pod being deleted is deleted once torn down.
 	w.VolumesTornDown(pod)
-	time.Sleep(100 * time.Millisecond)
+	w.mu.Lock()
+	wish := w.wants[pod.UID]
+	w.mu.Unlock()
+	if wish.delete {
+		t.Fatal("the writer wants a pod without deletionTimestamp deleted")
+	}
 	if _, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); err != nil {
 		t.Fatalf("pod without deletionTimestamp deleted: %v", err)
 	}
@@ -91,18 +93,15 @@ func TestPodStatusWriterRetries(t *testing.T) {
 	w.VolumesFailed(pod, "first")
 	w.VolumesReady(pod)
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
+	var p *v1.Pod
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Until(deadline), true, func(ctx context.Context) (bool, error) {
+		var err error
+		if p, err = client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); err != nil {
+			return false, err
 		}
-		if len(p.Status.Conditions) == 1 && p.Status.Conditions[0].Status == v1.ConditionTrue {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not written after the failures: %+v", p.Status.Conditions)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(p.Status.Conditions) == 1 && p.Status.Conditions[0].Status == v1.ConditionTrue, nil
+	}); err != nil {
+		t.Fatalf("condition not written after the failures: %v %+v", err, p.Status.Conditions)
 	}
 	if failures.Load() >= 0 {
 		t.Errorf("the writer did not go through the failures: %d left", failures.Load())

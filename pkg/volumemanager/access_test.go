@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -102,7 +101,7 @@ func TestObjectChangeDoesNotRemountOtherVolumes(t *testing.T) {
 	h.eventually("the configMap update", fileIs(cfgFile, "v2"))
 	close(sp.gate)
 	h.eventually("volumes ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-p"] == 1 }) })
-	time.Sleep(300 * time.Millisecond) // a remount, if any, would run now
+	h.settle("uid-p") // a remount, if any, has run now
 	setUps := 0
 	for _, e := range sp.events() {
 		if e == "setup p" {

@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/mount-utils"
@@ -74,9 +75,7 @@ func ExampleManager_ActualState() {
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for !m.PodVolumesReady("uid-web") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return m.PodVolumesReady("uid-web"), nil })
 
 	for _, p := range m.DesiredState().Pods() {
 		for _, v := range p.Volumes {

@@ -20,6 +20,15 @@ type kubeletPods struct {
 	PodSource
 	mu                   sync.Mutex
 	terminating, removed map[types.UID]bool
+	// asked counts the ContainersTerminating questions per pod: the manager asks one when
+	// it has decided to keep what the pod has.
+	asked map[types.UID]int
+}
+
+func (k *kubeletPods) askedOf(uid types.UID) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.asked[uid]
 }
 
 func (k *kubeletPods) set(uid types.UID, terminating, removed bool) {
@@ -31,6 +40,7 @@ func (k *kubeletPods) set(uid types.UID, terminating, removed bool) {
 func (k *kubeletPods) ContainersTerminating(uid types.UID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.asked[uid]++
 	return k.terminating[uid]
 }
 
@@ -64,7 +74,7 @@ func touch(t *testing.T, h *harness, p *v1.Pod, change func(*v1.Pod)) {
 // gets no new volumes; subPaths are left to the kubelet.
 func TestKubeletPodLifecycle(t *testing.T) {
 	h := newHarness(t)
-	pods := &kubeletPods{PodSource: NewAPIPodSource(h.client, "node1"), terminating: map[types.UID]bool{}, removed: map[types.UID]bool{}}
+	pods := &kubeletPods{PodSource: NewAPIPodSource(h.client, "node1"), terminating: map[types.UID]bool{}, removed: map[types.UID]bool{}, asked: map[types.UID]int{}}
 	h.pods, h.inKubelet = pods, true
 	h.start()
 
@@ -78,25 +88,29 @@ func TestKubeletPodLifecycle(t *testing.T) {
 		}
 	}
 
-	stays := func(when string) {
+	// stays checks, once the manager has looked at the pod after the change (asked is the
+	// count of questions before it), that its volumes are still there.
+	stays := func(when string, asked int) {
 		t.Helper()
-		time.Sleep(300 * time.Millisecond)
+		h.eventually("the manager to look at the pod "+when, func() bool { return pods.askedOf("uid1") > asked })
 		if !h.m.PodHasPossiblyMountedVolumes("uid1") || h.obs.get(func(o *observer) bool { return o.tornDown["uid1"] > 0 }) {
 			t.Fatalf("volumes torn down %s", when)
 		}
 	}
 	now := metav1.Now()
+	asked := pods.askedOf("uid1")
 	touch(t, h, p, func(p *v1.Pod) { p.DeletionTimestamp = &now })
-	stays("at the deletionTimestamp, with containers running")
+	stays("at the deletionTimestamp, with containers running", asked)
 	pods.set("uid1", true, false)
+	asked = pods.askedOf("uid1")
 	touch(t, h, p, nil)
-	stays("while the containers terminate")
+	stays("while the containers terminate", asked)
 
 	// A new pod whose containers will not start gets nothing.
 	q := pod("p2", "uid2", emptyDirVolume("scratch"))
 	pods.set("uid2", true, false)
 	h.create(q)
-	time.Sleep(300 * time.Millisecond)
+	h.eventually("the manager to look at the new pod", func() bool { return pods.askedOf("uid2") > 0 })
 	if len(h.m.DesiredState().PodVolumes("uid2")) > 0 || h.m.PodHasPossiblyMountedVolumes("uid2") {
 		t.Error("volumes set up for a pod whose containers are terminating")
 	}

@@ -16,11 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
+	"github.com/kubevol/kubevol/internal/controller/queuetest"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"
 )
@@ -65,6 +67,8 @@ type harness struct {
 	// recorder and registerer, if set, are the manager's Recorder and Registerer.
 	recorder   record.EventRecorder
 	registerer prometheus.Registerer
+	// ownRegistry is set when registerer is the harness's, made by start.
+	ownRegistry bool
 	// seLinux, if set, is the manager's SELinuxEnabled.
 	seLinux *bool
 	// claimSync, if set, is the manager's ClaimSyncPeriod.
@@ -136,6 +140,10 @@ func (h *harness) create(o any) {
 
 func (h *harness) start() {
 	h.t.Helper()
+	if h.registerer == nil || h.ownRegistry {
+		// A registry of each manager's own, for settle: a restarted one registers anew.
+		h.registerer, h.ownRegistry = prometheus.NewRegistry(), true
+	}
 	m, err := New(Config{
 		Client: h.client, NodeName: "node1", Paths: volume.Paths{Root: h.root},
 		Plugins: append(plugins.All(), h.extra...), Mounter: h.mounter, Observer: h.obs, Workers: 2,
@@ -165,14 +173,43 @@ func (h *harness) stop() {
 	}
 }
 
+// settle syncs the pod once more and waits until both of the manager's queues have
+// finished every key added to them: whatever the manager does for the current state is
+// done. A key counts in workqueue_adds_total when it is queued or marked again while in
+// flight, and in workqueue_work_duration_seconds when its sync is over, so the two are
+// equal exactly when no sync is queued or running. Retries the manager scheduled for later
+// are not waited for.
+func (h *harness) settle(uid types.UID) {
+	h.t.Helper()
+	g, ok := h.registerer.(prometheus.Gatherer)
+	if !ok {
+		h.t.Fatal("settle needs the harness's registerer to be a registry")
+	}
+	idle := func() (bool, float64) {
+		var done float64
+		for _, q := range []string{"volumemanager_pods", "volumemanager_devices"} {
+			adds := queuetest.Value(h.t, g, "workqueue_adds_total", q)
+			m := queuetest.Metric(h.t, g, "workqueue_work_duration_seconds", q)
+			n := float64(m.GetHistogram().GetSampleCount())
+			if max(adds, 0) != n {
+				return false, 0
+			}
+			done += n
+		}
+		return true, done
+	}
+	_, before := idle()
+	h.m.Sync(uid)
+	h.eventually("the manager's queues to settle", func() bool {
+		ok, done := idle()
+		return ok && done > before
+	})
+}
+
 func (h *harness) eventually(what string, f func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return f(), nil }); err != nil {
+		h.t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -241,7 +278,8 @@ func TestMissingConfigMapMountsWhenItAppears(t *testing.T) {
 	h.eventually("failure reported", func() bool {
 		return h.obs.get(func(o *observer) bool { return o.failed["uid2"] != "" })
 	})
-	// Let the backoff grow a little: the appearance must bypass it.
+	// Let the backoff grow a little: the appearance must bypass it. The sleep makes the
+	// retries' real delay longer, it waits for no result.
 	time.Sleep(1200 * time.Millisecond)
 	h.create(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "ns"}, Data: map[string]string{"k": "x"}})
 	start := time.Now()

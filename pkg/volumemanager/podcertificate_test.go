@@ -107,8 +107,8 @@ func TestPodCertificateFlow(t *testing.T) {
 			}
 		}
 	})
-	// The backoff retries the mount; the refusal is final and files nothing more.
-	time.Sleep(time.Second)
+	// A retry of the mount finds the refusal final and files nothing more.
+	h.settle("uid-denied")
 	if n := filed.Load(); n != 2 {
 		t.Errorf("%d requests filed, want 2", n)
 	}

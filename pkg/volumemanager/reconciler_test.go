@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -205,8 +204,8 @@ func TestMountAfterDeviceUnmount(t *testing.T) {
 	}
 	h.eventually("unstage started", func() bool { return countOf(sp.events(), "unstage") == 1 })
 	h.create(pod("new", "uid-new", sharedVolume("data")))
-	// Let the manager try the new pod's mount while the unmount holds the volume.
-	time.Sleep(300 * time.Millisecond)
+	// The manager takes the new pod's mount while the unmount holds the volume.
+	h.eventually("the new pod wanted", func() bool { return len(h.m.DesiredState().PodVolumes("uid-new")) > 0 })
 	close(sp.unstageGate)
 	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -358,7 +357,8 @@ func TestSELinuxContextChangeRestagesDevice(t *testing.T) {
 	sp.teardownGate = make(chan struct{})
 	terminating(t, h, "old")
 	h.create(seLinuxClaimPod("new", "uid-new", "s0:c3,c4"))
-	time.Sleep(300 * time.Millisecond) // let the manager try the new pod while the old one holds the volume
+	// The manager takes the new pod while the old one holds the volume.
+	h.eventually("the new pod wanted", func() bool { return len(h.m.DesiredState().PodVolumes("uid-new")) > 0 })
 	close(sp.teardownGate)
 	h.eventually("new ready", func() bool { return h.obs.get(func(o *observer) bool { return o.ready["uid-new"] == 1 }) })
 

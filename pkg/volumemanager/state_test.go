@@ -19,7 +19,7 @@ func TestDesiredState(t *testing.T) {
 	if got := d.AttachableVolumes(); len(got) != 1 || got[0] != "b" {
 		t.Errorf("attachable %v", got)
 	}
-	time.Sleep(time.Millisecond)
+	time.Sleep(time.Millisecond) // the clock moves on, so a reset request time would differ; nothing is awaited
 	d.setPod(pod, []DesiredVolume{{Name: "a", PluginName: "x"}}, []volumeFailure{{outer: "c", message: "boom"}})
 	if vols := d.PodVolumes("p1"); len(vols) != 1 || !vols[0].RequestTime.Equal(first) {
 		t.Errorf("refresh lost the request time or kept b: %+v", vols)

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -24,14 +25,31 @@ type fakeSource struct {
 	inUse    []v1.UniqueVolumeName
 	reported []v1.UniqueVolumeName
 	marks    int
+	// waited is set once the reporter asked for Initialized, reads counts VolumesInUse.
+	waited bool
+	reads  int
 }
 
-func (s *fakeSource) Initialized() <-chan struct{} { return s.initialized }
+func (s *fakeSource) Initialized() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waited = true
+	return s.initialized
+}
 
 func (s *fakeSource) VolumesInUse() []v1.UniqueVolumeName {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads++
 	return slices.Clone(s.inUse)
+}
+
+// waiting reports whether the reporter waits for initialization without having read the
+// volumes in use.
+func (s *fakeSource) waiting() (waited bool, reads int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waited, s.reads
 }
 
 func (s *fakeSource) MarkVolumesReportedInUse(names []v1.UniqueVolumeName) {
@@ -55,12 +73,8 @@ func (s *fakeSource) state() (reported []v1.UniqueVolumeName, marks int) {
 
 func eventually(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return f(), nil }); err != nil {
+		t.Fatalf("timed out: %s", what)
 	}
 }
 
@@ -95,8 +109,11 @@ func TestReporter(t *testing.T) {
 		}
 		return n.Status.VolumesInUse
 	}
+	eventually(t, "the reporter waiting for initialization", func() bool { w, _ := src.waiting(); return w })
 	r.Notify()
-	time.Sleep(100 * time.Millisecond)
+	if _, reads := src.waiting(); reads != 0 {
+		t.Fatalf("the source was read %d times before initialization", reads)
+	}
 	if got := nodeInUse(); !slices.Equal(got, []v1.UniqueVolumeName{a}) {
 		t.Fatalf("before initialization volumesInUse = %v, want it untouched", got)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 )
 
+// The sleeps separate the files' ctimes, which the kernel stamps with its own coarse clock,
+// from the times compared with them: they wait for no result.
 func TestChangedSince(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "d"), 0o755); err != nil {

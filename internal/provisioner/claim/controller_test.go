@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -150,26 +151,32 @@ func (f *fixture) waitFor(what string, cond func() bool) {
 	}
 }
 
+// One sync provisions a claim: CreateVolume, the PV, an empty journal and the two events.
 func TestProvisionsAndRecordsEvents(t *testing.T) {
-	f := newFixture(t)
+	f := newSyncFixture(t)
 	pvc := f.claim("data")
-	var pv *corev1.PersistentVolume
-	f.waitFor("the PV", func() bool {
-		var err error
-		pv, err = f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
-		return err == nil
-	})
+	if err := f.sync(pvc); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.volumeActions(); !slices.Equal(got, []string{"create persistentvolumes"}) {
+		t.Errorf("actions on claims and PVs %q, want only the PV's create", got)
+	}
+	pv, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if pv.Spec.CSI.VolumeHandle != "id-pvc-uid-data" || pv.Spec.ClaimRef.UID != pvc.UID {
 		t.Fatalf("PV %+v", pv.Spec)
 	}
-	f.waitFor("an empty journal", func() bool { return f.journal.Len() == 0 })
-	events := strings.Join([]string{<-f.recorder.Events, <-f.recorder.Events}, "\n")
-	if !strings.Contains(events, "Normal Provisioning") || !strings.Contains(events, "Normal ProvisioningSucceeded") {
-		t.Fatalf("events:\n%s", events)
+	if n := f.journal.Len(); n != 0 {
+		t.Errorf("journal holds %d records after the PV was saved, want none", n)
 	}
+	f.ExpectEvents("Normal Provisioning", "Normal ProvisioningSucceeded")
 }
 
-// The claim disappears while CreateVolume runs: the volume is deleted, no PV is made.
+// The claim disappears while CreateVolume runs: the volume is deleted, no PV is made. An
+// informer-level test on purpose: the claim's delete reaches the cache while a worker is
+// inside the sync, which only running informers and workers do.
 func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 	f := newFixture(t)
 	release := make(chan struct{})
@@ -199,7 +206,9 @@ func TestClaimDeletedDuringCreateVolume(t *testing.T) {
 
 // A record left on a claim by an earlier release, the claim deleted meanwhile, is moved
 // into the journal: the recorded CreateVolume is repeated to learn the volume ID, the
-// volume is deleted, and the old finalizer no longer holds the claim.
+// volume is deleted, and the old finalizer no longer holds the claim. An informer-level test
+// on purpose: the claim's add handler finds the record, and the syncs it leads to run until
+// the claim is gone.
 func TestMovesLegacyRecordFromClaim(t *testing.T) {
 	now := metav1.Now()
 	class := "sc"
@@ -247,14 +256,18 @@ func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
 // and Leases in its namespace: a provision and its record use nothing else, and the record
 // costs no claim write.
 func TestProvisionUsesUpstreamVerbs(t *testing.T) {
-	f := newFixture(t)
+	f := newSyncFixture(t)
 	pvc := f.claim("verbs")
-	f.waitFor("the PV", func() bool {
-		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
-		return err == nil
-	})
+	if err := f.sync(pvc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The record is written before CreateVolume returns to the sync; its removal may still
+	// be on its way, and is a Lease update too.
 	var leaseWrites int
-	for _, a := range f.cs.Actions() {
+	for _, a := range f.Client.Actions() {
 		verb, res := a.GetVerb(), a.GetResource().Resource
 		switch {
 		case verb == "get" || verb == "list" || verb == "watch":
@@ -416,50 +429,56 @@ func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.Persis
 }
 
 // A PV create the API server refuses is one default-level line and a Warning event on the
-// claim naming the write, on every retry the queue's backoff allows; the volume stays in
-// the journal for the retry.
+// claim naming the write, on every retry the queue's backoff allows (the sync fails); the
+// volume stays in the journal for the retry.
 func TestRefusedPVCreateWarns(t *testing.T) {
-	f := newFixturePrepared(t, func(cs *fake.Clientset) {
-		cs.PrependReactor("create", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", errors.New("RBAC: create not allowed"))
-		})
-	}, driverName, driverName, nil)
-	f.claim("refused")
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case e := <-f.recorder.Events:
+	f := newSyncFixture(t)
+	f.Client.PrependReactor("create", "persistentvolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", errors.New("RBAC: create not allowed"))
+	})
+	pvc := f.claim("refused")
+	for try := 1; try <= 2; try++ {
+		if err := f.sync(pvc); err == nil {
+			t.Fatalf("sync %d with a refused PV create succeeded", try)
+		}
+		var warned bool
+		for _, e := range f.Events() {
 			if !strings.HasPrefix(e, "Warning "+controller.ReasonWriteFailed) {
 				continue
 			}
+			warned = true
 			if !strings.Contains(e, "cannot create persistentvolumes") || !strings.Contains(e, "forbidden") {
 				t.Errorf("event %q, want one naming the refused create and the cause", e)
 			}
-			if f.journal.Len() != 1 {
-				t.Errorf("journal holds %d records, want the created volume's", f.journal.Len())
-			}
-			return
-		case <-deadline:
-			t.Fatal("no WriteFailed event on the claim")
+		}
+		if !warned {
+			t.Errorf("sync %d: no WriteFailed event on the claim", try)
+		}
+		if f.journal.Len() != 1 {
+			t.Errorf("journal holds %d records, want the created volume's", f.journal.Len())
 		}
 	}
 }
 
 // A CreateVolume refused as infeasible is retried after --retry-interval-max, not at once:
-// the sync writes the claim's record and removes it again, and those writes of its own
-// must not bring the claim back to the queue. They did, and one bad claim made some fifteen
-// CreateVolume calls in 200 ms.
+// the sync fails, so its worker puts the claim back with backoff, and its record writes go
+// to the journal's Lease and never to the claim, so no informer event brings the claim
+// back to the queue sooner. They once did, and one bad claim made some fifteen CreateVolume
+// calls in 200 ms.
 func TestInfeasibleClaimWaitsForTheRetryInterval(t *testing.T) {
-	f := newFixture(t)
+	f := newSyncFixture(t)
 	f.drv.Hook("CreateVolume", func(any) error { return status.Error(codes.InvalidArgument, "bad parameter") })
-	f.claim("bad")
-	f.waitFor("CreateVolume", func() bool { return f.drv.Calls("CreateVolume") > 0 })
-	start := time.Now()
-	time.Sleep(500 * time.Millisecond)
-	// Retries cannot come sooner than the fixture's RetryIntervalMax (100 ms), however slow
-	// the machine: at most one per interval, and one that was due at the start.
-	calls, most := f.drv.Calls("CreateVolume"), int(time.Since(start)/(100*time.Millisecond))+2
-	if calls > most {
-		t.Fatalf("%d CreateVolume calls in %s, want at most %d: the claim's own record writes requeue it", calls, time.Since(start), most)
+	pvc := f.claim("bad")
+	if err := f.sync(pvc); err == nil {
+		t.Fatal("the sync of an infeasible claim succeeded")
+	}
+	if n := f.drv.Calls("CreateVolume"); n != 1 {
+		t.Fatalf("%d CreateVolume calls in one sync, want 1", n)
+	}
+	if got := f.volumeActions(); len(got) != 0 {
+		t.Errorf("actions on claims and PVs %q, want none: a claim write would requeue the claim", got)
+	}
+	if n := f.ctl.queue.Len(); n != 0 {
+		t.Errorf("%d keys queued by the sync itself, want none", n)
 	}
 }

@@ -17,7 +17,8 @@ import (
 
 // The provisioner is killed at each point of a provision, the claim is deleted while it is
 // down, and a new provisioner starts from the journal: every volume left on the backend
-// belongs to a PV (whose reclaim deletes it), and no PV is made for the deleted claim.
+// belongs to a PV (whose reclaim deletes it), and no PV is made for the deleted claim. An
+// informer-level test on purpose: it kills and restarts the whole controller.
 func TestKillAtEachPoint(t *testing.T) {
 	for _, point := range []string{
 		"while the record is being written",

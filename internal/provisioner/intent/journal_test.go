@@ -74,7 +74,7 @@ func slowWrites(cs *fake.Clientset, d time.Duration) *atomic.Int32 {
 	for _, verb := range []string{"create", "update"} {
 		cs.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 			n.Add(1)
-			time.Sleep(d)
+			time.Sleep(d) // the fake's deliberate slowness, not a wait for a result
 			return false, nil, nil
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kubevol/kubevol/internal/controller/controllertest"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/csitest"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
@@ -39,7 +40,10 @@ func releasedPV(name, handle string, policy corev1.PersistentVolumeReclaimPolicy
 }
 
 // A Released PV is deleted only once no VolumeAttachment names it; Retain drops the
-// finalizer and keeps the volume.
+// finalizer and keeps the volume. An informer-level test on purpose: the VolumeAttachment's
+// delete handler is what queues the PV again after the detach, and only running informers
+// and workers show that the deletion follows without anything else happening to the PV.
+// TestSyncDeletesAfterDetachAndHonoursRetain checks each sync's outcome.
 func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -101,4 +105,72 @@ func TestDeleteWaitsForDetachAndHonoursRetain(t *testing.T) {
 	if n := drv.Calls("DeleteVolume"); n != 1 {
 		t.Fatalf("DeleteVolume called %d times; Retain must not delete", n)
 	}
+}
+
+// newSyncer is a volume controller on f's informers and recorder, whose syncs the test
+// calls itself.
+func newSyncer(t *testing.T, f *controllertest.Fixture, drv *csitest.Driver) *Controller {
+	conn, err := csiclient.Dial(csiclient.Config{Address: drv.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c, err := New(Config{ControllerConfig: sidecar.ControllerConfig{Client: f.Client, CSI: conn, DriverName: driverName},
+		Recorder: f.Recorder, Metrics: metrics.New(nil, nil),
+		Volumes: f.Informers.Core().V1().PersistentVolumes(), Attachments: f.Informers.Storage().V1().VolumeAttachments()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Each sync of TestDeleteWaitsForDetachAndHonoursRetain on its own: while a VolumeAttachment
+// names the Released PV the sync fails with an event and no DeleteVolume; once it is gone
+// the sync deletes the volume, the PV, and then its finalizer; Retain only drops the
+// finalizer.
+func TestSyncDeletesAfterDetachAndHonoursRetain(t *testing.T) {
+	pvName := "pvc-1"
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va"}, Spec: storagev1.VolumeAttachmentSpec{
+		Attacher: driverName, NodeName: "n", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}}}
+	f := controllertest.New(t, releasedPV(pvName, "h1", corev1.PersistentVolumeReclaimDelete), releasedPV("pvc-2", "h2", corev1.PersistentVolumeReclaimRetain), va)
+	drv := csitest.Start(t, &csitest.Driver{Name: driverName, ControllerCaps: []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME}})
+	c := newSyncer(t, f, drv)
+
+	if err := controllertest.Sync(f, c.sync, pvName); err == nil || !strings.Contains(err.Error(), "still attached") {
+		t.Fatalf("sync while attached: %v, want still attached", err)
+	}
+	f.ExpectActions()
+	f.ExpectEvents("Warning " + ReasonVolumeFailedDelete + " persistentvolume pvc-1 is still attached")
+	if n := drv.Calls("DeleteVolume"); n != 0 {
+		t.Fatalf("DeleteVolume called %d times while attached", n)
+	}
+
+	if err := f.Client.StorageV1().VolumeAttachments().Delete(f.Ctx, "va", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := controllertest.Sync(f, c.sync, pvName); err != nil {
+		t.Fatal(err)
+	}
+	// The fake deletes at once, so the finalizer's removal finds no PV, which is success.
+	f.ExpectActions("delete persistentvolumes", "patch persistentvolumes")
+	if n := drv.Calls("DeleteVolume"); n != 1 {
+		t.Fatalf("DeleteVolume called %d times after the detach, want 1", n)
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, pvName, metav1.GetOptions{}); err == nil {
+		t.Fatal("the Released PV is still there")
+	}
+
+	if err := controllertest.Sync(f, c.sync, "pvc-2"); err != nil {
+		t.Fatal(err)
+	}
+	f.ExpectActions("patch persistentvolumes")
+	pv, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-2", metav1.GetOptions{})
+	if err != nil || len(pv.Finalizers) != 0 {
+		t.Fatalf("Retain PV: %v, %v; want it kept without the finalizer", pv, err)
+	}
+	if n := drv.Calls("DeleteVolume"); n != 1 {
+		t.Fatalf("DeleteVolume called %d times; Retain must not delete", n)
+	}
+	f.ExpectEvents()
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clienttesting "k8s.io/client-go/testing"
 
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
@@ -30,8 +32,9 @@ func TestRefusedWriteWarns(t *testing.T) {
 	f.snap.PrependReactor("update", "volumesnapshotcontents", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshotcontents"}, name, errors.New("RBAC: update not allowed"))
 	})
+	// A step per poll: the broadcaster posts the event on its own goroutine.
 	var got string
-	for range 50 {
+	_ = wait.PollUntilContextTimeout(f.ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		f.steps("s", 1)
 		list, _ := f.core.CoreV1().Events("").List(f.ctx, metav1.ListOptions{})
 		for _, ev := range list.Items {
@@ -39,11 +42,8 @@ func TestRefusedWriteWarns(t *testing.T) {
 				got = ev.Type + " " + ev.Message
 			}
 		}
-		if got != "" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got != "", nil
+	})
 	if !strings.HasPrefix(got, "Warning cannot update volumesnapshotcontents: ") || !strings.Contains(got, "forbidden") {
 		t.Fatalf("event on the content %q, want a Warning naming the refused update and the cause", got)
 	}

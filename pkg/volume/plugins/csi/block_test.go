@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubevol/kubevol/pkg/volume"
 )
@@ -137,14 +138,10 @@ func TestDetachLoopReferences(t *testing.T) {
 	if err := detachLoopReferences(file); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(backing); os.IsNotExist(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still backed by %s", loop, file)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(backing)
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Fatalf("%s still backed by %s", loop, file)
 	}
 }
