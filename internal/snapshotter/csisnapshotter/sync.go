@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"google.golang.org/grpc/codes"
@@ -47,7 +49,7 @@ func errNoSnapshots(driver string) error {
 // it, then, when the content is released, delete it. A conflict is retried soon without
 // growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	return snapshotter.RetryConflict(c.sync(ctx, name))
+	return write.RetrySoon.Settle(ctx, c.sync(ctx, name), "volumesnapshotcontent", name)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
+
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -75,12 +77,11 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	if deleteContent {
 		return nil
 	}
-	vgs.Finalizers = snapshotter.Without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
-	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
+	if _, err := write.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, false); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
+		return write.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	st := vgs.Status
 	c.cfg.Metrics.Deleted(c.subject(vgs, content), vgs.CreationTimestamp.Time, vgs.DeletionTimestamp.Time,

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
+
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -48,7 +50,7 @@ var errRetry = errors.New("retrying")
 // syncGroup brings one VolumeGroupSnapshot, its content and its members to the state their
 // specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncGroup(ctx context.Context, key string) error {
-	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
+	return write.WaitForCache.Settle(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -267,7 +269,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 			content.Spec.VolumeGroupSnapshotClassName = vgs.Spec.VolumeGroupSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			return nil, snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
+			return nil, write.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned group content", "content", name)
 	}
@@ -289,9 +291,8 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 		}
 	}
 	if !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound) {
-		vgs.Finalizers = append(vgs.Finalizers, snapshotter.FinalizerGroupBound)
-		if vgs, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
-			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
+		if vgs, err = write.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, true); err != nil {
+			return write.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
 	// Members are made only while the group is not ready, as upstream: a member of a ready
@@ -299,7 +300,7 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	if vgs.Status == nil || !snapshotter.IsTrue(vgs.Status.ReadyToUse) {
 		if err := c.createMembers(ctx, vgs, content); err != nil {
 			// A conflict is a newer version of a member: the next sync goes on.
-			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+			return write.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
 		}
 	}
 	return c.copyStatus(ctx, vgs, content)
@@ -338,7 +339,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 	vgs.Status = st
 	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{})
 	if err != nil {
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
+		return write.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)

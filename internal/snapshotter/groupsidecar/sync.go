@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -42,7 +44,7 @@ var errNotReady = errors.New("group snapshot not ready yet")
 // syncContent brings one group content of this driver to its backend group snapshot. A
 // conflict is retried soon without growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	return snapshotter.RetryConflict(c.sync(ctx, name))
+	return write.RetrySoon.Settle(ctx, c.sync(ctx, name), "volumegroupsnapshotcontent", name)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
