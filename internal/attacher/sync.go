@@ -279,9 +279,7 @@ func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttac
 		return va, nil
 	}
 	return c.vas.Mutate(ctx, va, func(cur *storagev1.VolumeAttachment) bool {
-		if !slices.Contains(cur.Finalizers, c.finalizer()) {
-			cur.Finalizers = append(cur.Finalizers, c.finalizer())
-		}
+		write.SetFinalizers(cur, true, c.finalizer())
 		if cur.Annotations == nil {
 			cur.Annotations = map[string]string{}
 		}

@@ -1,9 +1,6 @@
 package write
 
 import (
-	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
-	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,16 +36,6 @@ func VolumeAttachments(cs kubernetes.Interface, verb Verb) Writer[*storagev1.Vol
 	}
 }
 
-// VolumeSnapshots is a Writer of VolumeSnapshots with verb, on their status too.
-func VolumeSnapshots(cs snapclient.Interface, verb Verb) Writer[*snapv1.VolumeSnapshot] {
-	return Writer[*snapv1.VolumeSnapshot]{
-		Client: func(ns string) Client[*snapv1.VolumeSnapshot] {
-			return cs.SnapshotV1().VolumeSnapshots(ns)
-		},
-		Resource: "volumesnapshots", Verb: verb, StatusVerb: verb,
-	}
-}
-
 // Rereading is w with the Reread conflict policy.
 func (w Writer[T]) Rereading() Writer[T] {
 	w.Conflict = Reread
@@ -62,14 +49,4 @@ func (w Writer[T]) Rereading() Writer[T] {
 // finalizer behind until the next resync.
 func ClaimFinalizers(cs kubernetes.Interface) Writer[*corev1.PersistentVolumeClaim] {
 	return Claims(cs, Update, Update).Rereading()
-}
-
-// VolumeGroupSnapshots is a Writer of VolumeGroupSnapshots with verb, on their status too.
-func VolumeGroupSnapshots(cs snapclient.Interface, verb Verb) Writer[*groupv1.VolumeGroupSnapshot] {
-	return Writer[*groupv1.VolumeGroupSnapshot]{
-		Client: func(ns string) Client[*groupv1.VolumeGroupSnapshot] {
-			return cs.GroupsnapshotV1().VolumeGroupSnapshots(ns)
-		},
-		Resource: "volumegroupsnapshots", Verb: verb, StatusVerb: verb,
-	}
 }

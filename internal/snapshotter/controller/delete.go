@@ -72,7 +72,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 		return nil
 	}
 	// The role's own events are recorded here, so the writer logs refusals only.
-	snapshots := write.VolumeSnapshots(c.cfg.Snap, write.Update)
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
 	if _, err := snapshots.Mutate(ctx, vs, func(cur *snapv1.VolumeSnapshot) bool { return write.SetFinalizers(cur, false, release...) }); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -345,9 +345,8 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	}
 	driver := content.Spec.Driver
 	vs.Status = st
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
+	out, err := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vs, vs)
 	if err != nil {
-		err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots/status", err)
 		return nil, write.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
@@ -365,7 +364,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 // addFinalizers adds the finalizers vs lacks and returns the updated snapshot.
 func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapshot, fs ...string) (*snapv1.VolumeSnapshot, error) {
 	// The role's own events are recorded here, so the writer logs refusals only.
-	snapshots := write.VolumeSnapshots(c.cfg.Snap, write.Update)
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
 	out, err := snapshots.Mutate(ctx, vs, func(cur *snapv1.VolumeSnapshot) bool { return write.SetFinalizers(cur, true, fs...) })
 	return out, write.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
 }
@@ -388,8 +387,10 @@ func (c *Controller) fail(ctx context.Context, vs *snapv1.VolumeSnapshot, reason
 		st.ReadyToUse = new(bool)
 	}
 	vs.Status = st
-	if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
-		return kvcontroller.WriteFailed(ctx, c.recorder, vs, "update", "volumesnapshots/status", err)
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
+	snapshots.Recorder = c.recorder
+	if _, err := snapshots.WriteStatus(ctx, vs, vs); err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: %s", errRetry, msg)
 }

@@ -77,7 +77,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	if deleteContent {
 		return nil
 	}
-	if _, err := write.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, false); err != nil {
+	if _, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, false); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
+
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -130,7 +132,7 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 		gotVS = gotVS.DeepCopy()
 		ready := false
 		gotVS.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &vscName, ReadyToUse: &ready, VolumeGroupSnapshotName: &vgs.Name}
-		if _, err := snaps.VolumeSnapshots(vgs.Namespace).UpdateStatus(ctx, gotVS, metav1.UpdateOptions{}); err != nil {
+		if _, err := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, gotVS, gotVS); err != nil {
 			return err
 		}
 	}

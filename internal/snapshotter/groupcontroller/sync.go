@@ -291,7 +291,7 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 		}
 	}
 	if !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound) {
-		if vgs, err = write.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, true); err != nil {
+		if vgs, err = snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, true); err != nil {
 			return write.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
@@ -337,7 +337,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		return nil
 	}
 	vgs.Status = st
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{})
+	out, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vgs, vgs)
 	if err != nil {
 		return write.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
 	}
@@ -371,7 +371,7 @@ func (c *Controller) fail(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	// ready group's included (its content missing, or bound to a different group).
 	st.ReadyToUse = new(bool)
 	vgs.Status = st
-	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{}); err != nil {
+	if _, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vgs, vgs); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: %s", errRetry, msg)
