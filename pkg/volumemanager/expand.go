@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
@@ -15,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volumemanager/internal/executor"
 )

@@ -125,12 +125,14 @@ func (w Writer[T]) MutateStatus(ctx context.Context, obj T, change func(T) bool,
 // Write writes the difference between old, the object read, and cur (its metadata or
 // spec) and returns the stored object; old when there is no difference.
 func (w Writer[T]) Write(ctx context.Context, old, cur T, opts ...Option) (T, error) {
-	return w.report(ctx, old, false, collect(opts), func() (T, error) { return w.write(ctx, old, cur, false, collect(opts)) })
+	o := collect(opts)
+	return w.report(ctx, old, false, o, func() (T, error) { return w.write(ctx, old, cur, false, o) })
 }
 
 // WriteStatus is Write for the status subresource.
 func (w Writer[T]) WriteStatus(ctx context.Context, old, cur T, opts ...Option) (T, error) {
-	return w.report(ctx, old, true, collect(opts), func() (T, error) { return w.write(ctx, old, cur, true, collect(opts)) })
+	o := collect(opts)
+	return w.report(ctx, old, true, o, func() (T, error) { return w.write(ctx, old, cur, true, o) })
 }
 
 // SendPatch sends a patch of type pt built by the caller (a merge patch of annotations,

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 )
 

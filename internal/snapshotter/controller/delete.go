@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )

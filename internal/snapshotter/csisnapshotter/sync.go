@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"google.golang.org/grpc/codes"
@@ -18,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -18,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/controller/write"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -18,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
