@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -77,15 +78,20 @@ type Controller struct {
 	// superseded holds, per VolumeAttachment, the resourceVersion of a write this
 	// controller has already overwritten: the informer delivers that version after the
 	// sync that made it, and acting on it would repeat ControllerPublish for nothing.
-	superseded controller.Writes[string]
+	superseded controller.Superseded[string]
 	// republish holds the VolumeAttachments the reconcile found attached but not published
 	// (upstream's forceSync): taken by the next sync, put back if it fails.
-	republish controller.Writes[string]
-	// syncing holds the VolumeAttachments a worker is syncing, and unobserved the
-	// resourceVersion of a status write the informer has not delivered yet: for those the
-	// cache may lag behind the driver, and the reconcile leaves them alone.
-	syncing    controller.Writes[string]
-	unobserved controller.Writes[string]
+	republish controller.Flags[string]
+	// syncing holds the VolumeAttachments a worker is syncing, and unobserved the status
+	// writes the informer has not delivered yet: for those the cache may lag behind the
+	// driver, and the reconcile leaves them alone.
+	syncing    controller.Flags[string]
+	unobserved controller.Superseded[string]
+
+	// vas and pvs write with PATCH, the only write external-attacher's role grants on
+	// volumeattachments, their status and persistentvolumes.
+	vas write.Writer[*storagev1.VolumeAttachment]
+	pvs write.Writer[*corev1.PersistentVolume]
 }
 
 // New builds a Controller. It asks the driver for its capabilities once.
@@ -123,7 +129,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		stopEvents:  stopEvents,
 		publishes:   caps.Controller[publishCapability],
 		reconciles:  reconciles(caps),
+		vas:         write.VolumeAttachments(cfg.Client, write.Patch),
+		pvs:         write.PersistentVolumes(cfg.Client, write.Patch),
 	}
+	c.vas.Recorder, c.pvs.Recorder = recorder, recorder
 	controller.Exclusive(c.attachQueue, c.detachQueue)
 	_, err = vaInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueVA,
@@ -185,8 +194,9 @@ func (c *Controller) queueOf(va *storagev1.VolumeAttachment) *controller.Queue[s
 func (c *Controller) vaUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*storagev1.VolumeAttachment)
 	cur, ok2 := newObj.(*storagev1.VolumeAttachment)
-	if ok2 {
-		c.unobserved.Observe(cur.Name, cur.ResourceVersion)
+	if ok1 && ok2 {
+		c.unobserved.Delivered(cur.Name, old.ResourceVersion, cur.ResourceVersion)
+		c.superseded.Delivered(cur.Name, old.ResourceVersion, cur.ResourceVersion)
 	}
 	if ok1 && ok2 && old.ResourceVersion != cur.ResourceVersion && onlyErrorsChanged(old, cur) {
 		return
@@ -207,7 +217,7 @@ func onlyErrorsChanged(old, cur *storagev1.VolumeAttachment) bool {
 // syncing it and every status write of ours has reached the cache. A sync marks its write
 // before it stops syncing, so reading syncing first never misses both.
 func (c *Controller) settled(name string) bool {
-	return !c.syncing.Pending(name) && !c.unobserved.Pending(name)
+	return !c.syncing.Has(name) && !c.unobserved.Pending(name)
 }
 
 // vaDeleted lets the PV of a deleted VolumeAttachment drop the attacher's finalizer.
@@ -219,9 +229,9 @@ func (c *Controller) vaDeleted(obj any) {
 	if !ok {
 		return
 	}
-	for _, w := range []*controller.Writes[string]{&c.superseded, &c.republish, &c.unobserved} {
-		w.Forget(va.Name)
-	}
+	c.superseded.Forget(va.Name)
+	c.unobserved.Forget(va.Name)
+	c.republish.Clear(va.Name)
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)
 	}

@@ -86,7 +86,7 @@ func (c *Controller) reconcileVA(ctx context.Context, va *storagev1.VolumeAttach
 	if va.Status.Attached {
 		c.recorder.Eventf(va, corev1.EventTypeWarning, reasonNotPublished,
 			"Driver %s reports volume %s not published to node %s (ListVolumes); publishing it again", c.cfg.DriverName, src.csi.VolumeHandle, nodeID)
-		c.republish.Expect(va.Name, "")
+		c.republish.Set(va.Name)
 	}
 	c.queueOf(va).Add(va.Name)
 }

@@ -13,10 +13,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/sidecar"
@@ -47,8 +47,8 @@ func (c *Controller) syncDetach(ctx context.Context, name string) error {
 // to the detach queue, so that each queue's workers only ever do their own operation and
 // an attach never waits for a detach worker.
 func (c *Controller) syncVA(ctx context.Context, name string, detaching bool) error {
-	c.syncing.Expect(name, "")
-	defer c.syncing.Forget(name)
+	c.syncing.Set(name)
+	defer c.syncing.Clear(name)
 	va, err := c.vaLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -56,7 +56,7 @@ func (c *Controller) syncVA(ctx context.Context, name string, detaching bool) er
 	if err != nil {
 		return err
 	}
-	if va.Spec.Attacher != c.cfg.DriverName || c.superseded.Is(va.Name, va.ResourceVersion) {
+	if va.Spec.Attacher != c.cfg.DriverName || c.superseded.Over(va.Name, va.ResourceVersion) {
 		return nil
 	}
 	if deleting := va.DeletionTimestamp != nil; deleting != detaching {
@@ -75,7 +75,7 @@ func (c *Controller) syncVA(ctx context.Context, name string, detaching bool) er
 	if err != nil && republish {
 		// Upstream forgets its forceSync here and waits for the next reconcile pass; the
 		// retry with backoff must publish again too.
-		c.republish.Expect(va.Name, "")
+		c.republish.Set(va.Name)
 	}
 	return err
 }
@@ -161,9 +161,7 @@ func (c *Controller) attach(ctx context.Context, va *storagev1.VolumeAttachment)
 	if va.ResourceVersion != before {
 		// The status write below supersedes this version, whatever its outcome.
 		defer func(meta string) {
-			if va.ResourceVersion != meta {
-				c.superseded.Expect(va.Name, meta)
-			}
+			c.superseded.Wrote(va.Name, meta, va.ResourceVersion)
 		}(va.ResourceVersion)
 	}
 	req, err := c.publishRequest(ctx, src, nodeID)
@@ -211,13 +209,8 @@ func (c *Controller) detach(ctx context.Context, va *storagev1.VolumeAttachment)
 	}
 	// As upstream, the finalizer goes before the status changes: once it is gone the object
 	// may vanish, and a second ControllerUnpublish is never made for it.
-	released := va.DeepCopy()
-	released.Finalizers = slices.DeleteFunc(released.Finalizers, func(f string) bool { return f == c.finalizer() })
-	if _, err := c.patchVA(ctx, va, released, ""); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return c.writeFailed(ctx, va, "volumeattachments", "remove the finalizer of the VolumeAttachment", err)
+	if _, err := c.vas.SetFinalizer(ctx, va, c.finalizer(), false, write.Doing("remove the finalizer of the VolumeAttachment")); err != nil {
+		return write.IgnoreNotFound(err)
 	}
 	if va.Spec.Source.PersistentVolumeName != nil {
 		c.pvQueue.Add(*va.Spec.Source.PersistentVolumeName)
@@ -285,88 +278,43 @@ func (c *Controller) ensureVAMeta(ctx context.Context, va *storagev1.VolumeAttac
 	if slices.Contains(va.Finalizers, c.finalizer()) && va.Annotations[nodeIDAnnotation] == nodeID {
 		return va, nil
 	}
-	cur := va.DeepCopy()
-	if !slices.Contains(cur.Finalizers, c.finalizer()) {
-		cur.Finalizers = append(cur.Finalizers, c.finalizer())
-	}
-	if cur.Annotations == nil {
-		cur.Annotations = map[string]string{}
-	}
-	cur.Annotations[nodeIDAnnotation] = nodeID
-	out, err := c.patchVA(ctx, va, cur, "")
-	if err != nil {
-		return nil, c.writeFailed(ctx, va, "volumeattachments", "add the finalizer and node ID to the VolumeAttachment", err)
-	}
-	return out, nil
+	return c.vas.Mutate(ctx, va, func(cur *storagev1.VolumeAttachment) bool {
+		write.SetFinalizers(cur, true, c.finalizer())
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[nodeIDAnnotation] = nodeID
+		return true
+	}, write.Doing("add the finalizer and node ID to the VolumeAttachment"))
 }
 
 func (c *Controller) addPVFinalizer(ctx context.Context, va *storagev1.VolumeAttachment, pv *corev1.PersistentVolume) error {
 	if slices.Contains(pv.Finalizers, c.finalizer()) {
 		return nil
 	}
-	cur := pv.DeepCopy()
-	cur.Finalizers = append(cur.Finalizers, c.finalizer())
-	if err := c.patchPV(ctx, pv, cur); err != nil {
-		return c.writeFailed(ctx, va, "persistentvolumes", fmt.Sprintf("add the finalizer to PersistentVolume %s", pv.Name), err)
-	}
-	return nil
-}
-
-// patchVA writes the difference between old and cur, to the status subresource when
-// subresource is "status". external-attacher's role grants only patch on
-// volumeattachments and volumeattachments/status.
-func (c *Controller) patchVA(ctx context.Context, old, cur *storagev1.VolumeAttachment, subresource string) (*storagev1.VolumeAttachment, error) {
-	data, changed, err := sidecar.TwoWayPatch(old, cur)
-	if err != nil || !changed {
-		return old, err
-	}
-	var sub []string
-	if subresource != "" {
-		sub = []string{subresource}
-	}
-	return c.cfg.Client.StorageV1().VolumeAttachments().Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, sub...)
-}
-
-// patchPV writes the difference between old and cur: external-attacher's role grants
-// only patch on persistentvolumes.
-func (c *Controller) patchPV(ctx context.Context, old, cur *corev1.PersistentVolume) error {
-	data, changed, err := sidecar.TwoWayPatch(old, cur)
-	if err != nil || !changed {
-		return err
-	}
-	_, err = c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, old.Name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+	_, err := c.pvs.SetFinalizer(ctx, pv, c.finalizer(), true, write.On(va), write.Doing(fmt.Sprintf("add the finalizer to PersistentVolume %s", pv.Name)))
 	return err
-}
-
-// writeFailed reports a write of va (or, for the PV finalizer, of its PV) that the API
-// server refused (controller.WriteFailed): one line at the default verbosity and a Warning
-// event on the VolumeAttachment, repeated no faster than the queue's backoff. what says
-// which write it was; resource is the one patched.
-func (c *Controller) writeFailed(ctx context.Context, va *storagev1.VolumeAttachment, resource, what string, err error) error {
-	return controller.WriteFailed(ctx, c.recorder, va, "patch", resource, fmt.Errorf("%s: %w", what, err))
 }
 
 // markAttached and the error recorders update va in place, resourceVersion included, so the
 // caller knows which version its last write produced.
 func (c *Controller) markAttached(ctx context.Context, va *storagev1.VolumeAttachment, metadata map[string]string) error {
-	if err := c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}); err != nil {
-		return c.writeFailed(ctx, va, "volumeattachments/status", "mark the VolumeAttachment attached", err)
-	}
-	return nil
+	return c.writeStatus(ctx, va, storagev1.VolumeAttachmentStatus{Attached: true, AttachmentMetadata: metadata}, "mark the VolumeAttachment attached")
 }
 
-// writeStatus patches va's status to status and updates va in place.
-func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, status storagev1.VolumeAttachmentStatus) error {
+// writeStatus patches va's status to status and updates va in place; what names the write
+// in the error.
+func (c *Controller) writeStatus(ctx context.Context, va *storagev1.VolumeAttachment, status storagev1.VolumeAttachmentStatus, what string) error {
 	cur := va.DeepCopy()
 	cur.Status = status
-	updated, err := c.patchVA(ctx, va, cur, "status")
+	updated, err := c.vas.WriteStatus(ctx, va, cur, write.Doing(what))
 	if err != nil {
 		return err
 	}
 	va.Status = status
 	if updated != va {
+		c.unobserved.Wrote(va.Name, va.ResourceVersion, updated.ResourceVersion)
 		va.ResourceVersion = updated.ResourceVersion
-		c.unobserved.Expect(va.Name, updated.ResourceVersion)
 	}
 	return nil
 }
@@ -392,9 +340,7 @@ func (c *Controller) attachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	c.recorder.Event(va, corev1.EventTypeWarning, reasonAttachFailed, cause.Error())
 	st := *va.Status.DeepCopy()
 	st.AttachError = volumeError(cause)
-	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
-		_ = c.writeFailed(ctx, va, "volumeattachments/status", "save status.attachError", err)
-	}
+	_ = c.writeStatus(ctx, va, st, "save status.attachError") // refusals are reported; the cause is retried
 	return cause
 }
 
@@ -403,9 +349,7 @@ func (c *Controller) detachFailed(ctx context.Context, va *storagev1.VolumeAttac
 	c.recorder.Event(va, corev1.EventTypeWarning, reasonDetachFailed, cause.Error())
 	st := *va.Status.DeepCopy()
 	st.DetachError = volumeError(cause)
-	if err := c.writeStatus(ctx, va, st); err != nil && !apierrors.IsNotFound(err) {
-		_ = c.writeFailed(ctx, va, "volumeattachments/status", "save status.detachError", err)
-	}
+	_ = c.writeStatus(ctx, va, st, "save status.detachError") // refusals are reported; the cause is retried
 	return cause
 }
 
@@ -428,11 +372,7 @@ func (c *Controller) syncPV(ctx context.Context, name string) error {
 	if len(vas) > 0 {
 		return nil // a VolumeAttachment's deletion enqueues the PV again
 	}
-	cur := pv.DeepCopy()
-	cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == c.finalizer() })
-	if err := c.patchPV(ctx, pv, cur); err != nil && !apierrors.IsNotFound(err) {
-		err = fmt.Errorf("cannot remove the finalizer of PersistentVolume %s: %w", name, err)
-		klog.FromContext(ctx).Error(err, "API write refused; will retry with backoff", "pv", name)
+	if _, err := c.pvs.SetFinalizer(ctx, pv, c.finalizer(), false, write.Doing(fmt.Sprintf("cannot remove the finalizer of PersistentVolume %s", name))); write.IgnoreNotFound(err) != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Released PersistentVolume", "pv", name)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/sidecar"
 )
 
@@ -63,26 +64,32 @@ type Controller struct {
 	// error, so nothing can still be in progress in the driver: only then may the user's
 	// smaller request replace allocatedResources (RecoverVolumeExpansionFailure). After a
 	// restart it is empty, and the resizer finishes allocatedResources first, the safe side.
-	finalErrors controller.Writes[string]
+	finalErrors controller.Flags[string]
 	// inUseErrors holds the claims whose last ControllerExpandVolume was refused with
 	// FAILED_PRECONDITION: while a pod uses one, the driver is not asked again (upstream's
 	// in-use error). After a restart it is empty, and the driver is asked once more.
-	inUseErrors controller.Writes[string]
+	inUseErrors controller.Flags[string]
 
 	// mod is the modification half, nil when it is off; locks keeps the expansion and the
 	// modification of one claim apart.
 	mod   *modifier
 	locks claimLocks
-	// superseded keeps syncs off cached claims and PVs this controller already wrote over.
-	superseded superseded
+	// superseded keeps syncs off cached claims and PVs this controller already wrote over,
+	// under the claim's key and the PV's name (which holds no slash). claimWriter and pvWriter record
+	// every write of theirs in it.
+	superseded controller.Superseded[string]
+	// claimWriter patches claims' status, pvWriter PVs: external-resizer's role grants
+	// only patch.
+	claimWriter write.Writer[*corev1.PersistentVolumeClaim]
+	pvWriter    write.Writer[*corev1.PersistentVolume]
 }
 
-// mark sets or clears key's mark in w.
-func mark(w *controller.Writes[string], key string, on bool) {
+// mark sets or clears key's flag in f.
+func mark(f *controller.Flags[string], key string, on bool) {
 	if on {
-		w.Expect(key, "")
+		f.Set(key)
 	} else {
-		w.Forget(key)
+		f.Clear(key)
 	}
 }
 
@@ -113,7 +120,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		stopEvents:  stopEvents,
 		expands:     caps.Controller[expandCapability],
 		multiWriter: caps.Controller[multiWriterCap],
+		claimWriter: write.Claims(cfg.Client, "", write.Patch),
+		pvWriter:    write.PersistentVolumes(cfg.Client, write.Patch),
 	}
+	c.claimWriter.Recorder, c.claimWriter.Superseded = recorder, &c.superseded
+	c.pvWriter.Recorder, c.pvWriter.Superseded = recorder, &c.superseded
 	_, err = claimInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueClaim,
 		UpdateFunc: c.claimUpdated,
@@ -166,7 +177,7 @@ func (c *Controller) enqueueClaim(obj any) {
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
 	cur, ok2 := newObj.(*corev1.PersistentVolumeClaim)
-	if ok1 && c.superseded.take(old.Namespace+"/"+old.Name, old.ResourceVersion) {
+	if ok1 && ok2 && c.superseded.Delivered(old.Namespace+"/"+old.Name, old.ResourceVersion, cur.ResourceVersion) {
 		// Either half may have waited for this delivery; a sync with nothing to do is cheap.
 		c.enqueueClaim(newObj)
 		if c.mod != nil {
@@ -200,15 +211,15 @@ func (c *Controller) claimDeleted(obj any) {
 		return
 	}
 	c.queue.Forget(key)
-	c.finalErrors.Forget(key)
-	c.inUseErrors.Forget(key)
-	c.superseded.forget(key)
+	c.finalErrors.Clear(key)
+	c.inUseErrors.Clear(key)
+	c.superseded.Forget(key)
 }
 
 func (c *Controller) pvUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*corev1.PersistentVolume)
 	cur, ok2 := newObj.(*corev1.PersistentVolume)
-	if !ok1 || !ok2 || cur.Spec.ClaimRef == nil || !c.superseded.take(pvKey(old.Name), old.ResourceVersion) {
+	if !ok1 || !ok2 || cur.Spec.ClaimRef == nil || !c.superseded.Delivered(old.Name, old.ResourceVersion, cur.ResourceVersion) {
 		return
 	}
 	c.queue.Add(cur.Spec.ClaimRef.Namespace + "/" + cur.Spec.ClaimRef.Name)
@@ -219,7 +230,7 @@ func (c *Controller) pvUpdated(oldObj, newObj any) {
 
 func (c *Controller) pvDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.superseded.forget(pvKey(key))
+		c.superseded.Forget(key)
 	}
 }
 

@@ -46,10 +46,24 @@ type modifier struct {
 	// nothing is in flight and the target may follow the claim's spec again. After a
 	// restart it is empty: a claim InProgress keeps its target until the driver answers
 	// for good (upstream's uncertain claims).
-	finalErrors controller.Writes[string]
+	finalErrors controller.Flags[string]
 	// infeasible holds, per claim, the class the driver refused with INVALID_ARGUMENT: that
 	// class is tried again only after --retry-interval-max (upstream's slow set).
-	infeasible controller.Writes[string]
+	infeasible controller.Flags[classOf]
+}
+
+// classOf is a claim's key and the name of a class.
+type classOf struct{ claim, class string }
+
+// setInfeasible flags class as the one the driver refused for key, replacing another.
+func (m *modifier) setInfeasible(key, class string) {
+	m.clearInfeasible(key)
+	m.infeasible.Set(classOf{key, class})
+}
+
+// clearInfeasible drops the refused class of key.
+func (m *modifier) clearInfeasible(key string) {
+	m.infeasible.ClearIf(func(k classOf) bool { return k.claim == key })
 }
 
 // setupModify adds the modification controller when the gate is on and the driver can
@@ -90,8 +104,8 @@ func (c *Controller) setupModify(ctx context.Context, factory informers.SharedIn
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				m.queue.Forget(key)
-				m.finalErrors.Forget(key)
-				m.infeasible.Forget(key)
+				m.finalErrors.Clear(key)
+				m.clearInfeasible(key)
 			}
 		},
 	})
@@ -170,14 +184,14 @@ func (c *Controller) cachedCurrent(key string) bool {
 	if err != nil {
 		return true
 	}
-	if c.superseded.has(key, pvc.ResourceVersion) {
+	if c.superseded.Over(key, pvc.ResourceVersion) {
 		return false
 	}
 	if pvc.Spec.VolumeName == "" {
 		return true
 	}
 	pv, err := c.volumes.Get(pvc.Spec.VolumeName)
-	return err != nil || !c.superseded.has(pvKey(pv.Name), pv.ResourceVersion)
+	return err != nil || !c.superseded.Over(pv.Name, pv.ResourceVersion)
 }
 
 // syncModify brings one claim's volume to the VolumeAttributesClass the claim asks for.
@@ -188,8 +202,8 @@ func (c *Controller) syncModify(ctx context.Context, key string) error {
 	}
 	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.mod.finalErrors.Forget(key)
-		c.mod.infeasible.Forget(key)
+		c.mod.finalErrors.Clear(key)
+		c.mod.clearInfeasible(key)
 		return nil
 	}
 	if err != nil {
@@ -216,7 +230,7 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *corev1.Persist
 	current := ptr.Deref(pvc.Status.CurrentVolumeAttributesClassName, "")
 	st := pvc.Status.ModifyVolumeStatus
 	if st == nil && spec == current {
-		m.finalErrors.Forget(key)
+		m.finalErrors.Clear(key)
 		return nil
 	}
 	inProgress := st != nil && st.Status == corev1.PersistentVolumeClaimModifyVolumeInProgress
@@ -225,7 +239,7 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *corev1.Persist
 		// so the volume stays as it is.
 		return c.modifyCancelled(ctx, pvc)
 	}
-	if inProgress && (spec == "" || !m.finalErrors.Pending(key)) {
+	if inProgress && (spec == "" || !m.finalErrors.Has(key)) {
 		// The last call may still run in the driver (a timeout, a restart): it is
 		// finished with the same class before the target may change.
 		vac, err := c.modifyClass(pvc, st.TargetVolumeAttributesClassName)
@@ -234,11 +248,11 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *corev1.Persist
 		}
 		return c.controllerModify(ctx, key, pvc, pv, vac)
 	}
-	if m.infeasible.Is(key, spec) {
+	if m.infeasible.Has(classOf{key, spec}) {
 		// The driver refused this very class for good: it is asked again only at the slow
 		// rate (upstream's slow set); another class goes ahead at once. The mark names the
 		// class, so a cache that lags behind the Infeasible write cannot clear it.
-		return controller.RetryAfter(m.infeasible.Remaining(key))
+		return controller.RetryAfter(m.infeasible.Remaining(classOf{key, spec}))
 	}
 	vac, err := c.modifyClass(pvc, spec)
 	if apierrors.IsNotFound(err) {
@@ -276,7 +290,7 @@ func (c *Controller) controllerModify(ctx context.Context, key string, pvc *core
 	req, err := c.modifyRequest(ctx, pvc, pv, vac)
 	if err != nil {
 		// The driver never saw the request: nothing is in flight.
-		m.finalErrors.Expect(key, "")
+		m.finalErrors.Set(key)
 		logger.Error(err, "Volume modification failed before the call")
 		c.recorder.Event(pvc, corev1.EventTypeWarning, reasonModifyFailed, err.Error())
 		return err
@@ -285,8 +299,8 @@ func (c *Controller) controllerModify(ctx context.Context, key string, pvc *core
 	_, err = c.cfg.CSI.Controller.ControllerModifyVolume(cctx, req)
 	cancel()
 	if err == nil {
-		m.finalErrors.Forget(key)
-		m.infeasible.Forget(key)
+		m.finalErrors.Clear(key)
+		m.clearInfeasible(key)
 		if err := c.modifyDone(ctx, pvc, pv, vac.Name); err != nil {
 			return err
 		}
@@ -299,15 +313,15 @@ func (c *Controller) controllerModify(ctx context.Context, key string, pvc *core
 	final := !csiclient.MayBeInProgress(err)
 	switch {
 	case !final:
-		m.finalErrors.Forget(key)
+		m.finalErrors.Clear(key)
 		msg += ". Still modifying to VAC " + vac.Name
 	case status.Code(err) == codes.InvalidArgument:
 		// Only INVALID_ARGUMENT makes a class infeasible, as upstream.
 		state = corev1.PersistentVolumeClaimModifyVolumeInfeasible
-		m.finalErrors.Expect(key, "")
-		m.infeasible.Expect(key, vac.Name)
+		m.finalErrors.Set(key)
+		m.setInfeasible(key, vac.Name)
 	default:
-		m.finalErrors.Expect(key, "")
+		m.finalErrors.Set(key)
 	}
 	logger.Error(err, "Volume modification failed", "final", final, "infeasible", state == corev1.PersistentVolumeClaimModifyVolumeInfeasible)
 	if _, werr := c.markModify(ctx, pvc, state, vac.Name, err); werr != nil && !apierrors.IsNotFound(werr) {

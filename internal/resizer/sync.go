@@ -14,13 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/migration"
-	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
 
@@ -33,7 +32,7 @@ func (c *Controller) syncClaim(ctx context.Context, key string) error {
 	}
 	pvc, err := c.claims.PersistentVolumeClaims(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		c.finalErrors.Forget(key)
+		c.finalErrors.Clear(key)
 		return nil
 	}
 	if err != nil {
@@ -109,7 +108,7 @@ func (c *Controller) target(key string, pvc *corev1.PersistentVolumeClaim, pv *c
 		// lowered by the user since, is the new target.
 		return request, true
 	case corev1.PersistentVolumeClaimControllerResizeInProgress:
-		if c.finalErrors.Pending(key) {
+		if c.finalErrors.Has(key) {
 			return request, true
 		}
 		// The last call may still be running in the driver (timeout, crash): it is
@@ -163,7 +162,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		// refuse it as OutOfRange at best: the same infeasible outcome, without the call.
 		return c.expandFailed(ctx, key, pvc, fmt.Errorf("cannot expand volume %s: %w", pv.Name, err), infeasible)
 	}
-	if c.inUseErrors.Pending(key) {
+	if c.inUseErrors.Has(key) {
 		if pod := c.userOf(key); pod != "" {
 			// Upstream's --handle-volume-inuse-error: the driver refused this volume while it
 			// was in use, so it is not asked again until no pod uses it; the pod's end
@@ -174,7 +173,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 				klog.KObj(pvc), c.cfg.DriverName, pod)
 			return nil
 		}
-		c.inUseErrors.Forget(key)
+		c.inUseErrors.Clear(key)
 	}
 	// The claim says what is being done before the driver is asked, so that a crash in
 	// between leaves allocatedResources naming the size that may be in flight.
@@ -200,7 +199,7 @@ func (c *Controller) expand(ctx context.Context, key string, pvc *corev1.Persist
 		mark(&c.inUseErrors, key, c.pods != nil && called && status.Code(err) == codes.FailedPrecondition)
 		return c.expandFailed(ctx, key, pvc, err, classify(err, called))
 	}
-	c.finalErrors.Forget(key)
+	c.finalErrors.Clear(key)
 	if err := c.growPV(ctx, pv, newSize); err != nil {
 		return err
 	}
@@ -324,11 +323,7 @@ func (c *Controller) growPV(ctx context.Context, pv *corev1.PersistentVolume, si
 	}
 	grown := pv.DeepCopy()
 	grown.Spec.Capacity = setQuantity(grown.Spec.Capacity, size)
-	patch, _, err := sidecar.VersionedPatch(pv, grown)
-	if err == nil {
-		_, err = c.writePV(ctx, pv, types.StrategicMergePatchType, patch)
-	}
-	if err != nil {
+	if _, err := c.pvWriter.Write(ctx, pv, grown, write.Checked()); err != nil {
 		return fmt.Errorf("updating the capacity of PV %s: %w", pv.Name, err)
 	}
 	return nil
@@ -344,15 +339,7 @@ func (c *Controller) writeStatus(ctx context.Context, pvc *corev1.PersistentVolu
 	if equality.Semantic.DeepEqual(pvc.Status, updated.Status) {
 		return pvc, nil
 	}
-	patch, _, err := sidecar.VersionedPatch(pvc, updated)
-	if err != nil {
-		return pvc, err
-	}
-	saved, err := c.patchClaim(ctx, pvc, types.StrategicMergePatchType, patch)
-	if err != nil {
-		return pvc, err
-	}
-	return saved, nil
+	return c.claimWriter.WriteStatus(ctx, pvc, updated, write.Checked())
 }
 
 func setQuantity(l corev1.ResourceList, q resource.Quantity) corev1.ResourceList {

@@ -11,9 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volumemanager/internal/executor"
 )
@@ -241,22 +241,12 @@ func (m *Manager) updateClaimStatus(ctx context.Context, pvc *v1.PersistentVolum
 	}
 	// The cached claim is stale once written: the next pass reads it again.
 	defer m.claims.forget(pvc.Namespace, pvc.Name)
-	claims := m.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if cur.UID != pvc.UID {
-			return fmt.Errorf("PVC %s/%s was replaced", pvc.Namespace, pvc.Name)
-		}
-		cur = cur.DeepCopy()
-		if err := change(&cur.Status); err != nil {
-			return err
-		}
-		_, err = claims.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		return err
+	// The node's identity may update a claim's status (the node authorizer), as the
+	// kubelet does.
+	_, err := write.Claims(m.cfg.Client, write.Update, write.Update).ChangeStatus(ctx, pvc, func(cur *v1.PersistentVolumeClaim) error {
+		return change(&cur.Status)
 	})
+	return err
 }
 
 func withoutConditions(conds []v1.PersistentVolumeClaimCondition, types ...v1.PersistentVolumeClaimConditionType) []v1.PersistentVolumeClaimCondition {

@@ -83,7 +83,7 @@ type Controller struct {
 
 	// saved holds the claims whose PV this process created, until the PV informer shows it,
 	// so that a claim update arriving first does not repeat CreateVolume and the PV create.
-	saved controller.Writes[types.UID]
+	saved controller.Flags[types.UID]
 	race  *ownerRace
 }
 
@@ -119,7 +119,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if _, err := cfg.Volumes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.ClaimRef != nil {
-			c.saved.Forget(pv.Spec.ClaimRef.UID)
+			c.saved.Clear(pv.Spec.ClaimRef.UID)
 		}
 	}}); err != nil {
 		return nil, err

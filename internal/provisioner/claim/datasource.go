@@ -15,8 +15,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/provisioner/pvspec"
-	"github.com/kubevol/kubevol/internal/sidecar"
 	"github.com/kubevol/kubevol/internal/sizes"
 )
 
@@ -106,7 +106,7 @@ func (c *Controller) cloneSource(ctx context.Context, claim *corev1.PersistentVo
 	}
 	if !pvspec.HasFinalizer(src, pvspec.CloneFinalizer) {
 		// external-provisioner's role grants update on claims, not patch.
-		if _, err := sidecar.SetClaimFinalizer(ctx, c.cfg.Client, src, pvspec.CloneFinalizer, true); err != nil {
+		if _, err := write.ClaimFinalizers(c.cfg.Client).SetFinalizer(ctx, src, pvspec.CloneFinalizer, true); err != nil {
 			return nil, fmt.Errorf("protect clone source %s: %w", name, err)
 		}
 	}
@@ -136,7 +136,7 @@ func (c *Controller) releaseCloneSource(ctx context.Context, src *corev1.Persist
 		}
 		return fmt.Errorf("clone %s of %s is still being provisioned", p.Name, src.Name)
 	}
-	_, err = sidecar.SetClaimFinalizer(ctx, c.cfg.Client, src, pvspec.CloneFinalizer, false)
+	_, err = write.ClaimFinalizers(c.cfg.Client).SetFinalizer(ctx, src, pvspec.CloneFinalizer, false)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

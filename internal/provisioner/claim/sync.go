@@ -111,7 +111,7 @@ func (c *Controller) sync(ctx context.Context, uid types.UID) error {
 	// The real PV name, whatever the prefix: upstream checks "pvc-<uid>" only, so with
 	// another --volume-name-prefix its early exit for an existing PV never fires.
 	if _, err := c.volumes.Get(pvName); err == nil {
-		c.saved.Forget(uid)
+		c.saved.Clear(uid)
 		c.cfg.Journal.Remove(uid)
 		return nil
 	}
@@ -223,8 +223,8 @@ func (c *Controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 		return err
 	}
 	// The informer stores the PV before it calls the handler that forgets the mark, so
-	// checking the cache under the tracker's lock cannot miss that handler.
-	c.saved.ExpectUnless(claim.UID, "", func() bool { _, err := c.volumes.Get(pvName); return err == nil })
+	// checking the cache under the set's lock cannot miss that handler.
+	c.saved.SetUnless(claim.UID, func() bool { _, err := c.volumes.Get(pvName); return err == nil })
 	// The PV owns the volume now; the record goes with the journal's next write.
 	c.cfg.Journal.Remove(claim.UID)
 	c.cfg.Metrics.ProvisionTotal.WithLabelValues(class.Name, source).Inc()

@@ -7,9 +7,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 )
 
@@ -56,31 +55,17 @@ func (j *Journal) Legacy(pvc *corev1.PersistentVolumeClaim) (Record, bool) {
 }
 
 // ReleaseLegacy removes the record of an earlier release (annotation and finalizer) from
-// claim with an update, reading the claim again on a conflict.
+// claim with an update, reading the claim again on a conflict. A claim gone (or replaced)
+// meanwhile has nothing left to release.
 func (j *Journal) ReleaseLegacy(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
-	claims := j.client.CoreV1().PersistentVolumeClaims(claim.Namespace)
 	fin := LegacyFinalizer(j.driver)
-	for attempt := 0; ; attempt++ {
-		if claim.Annotations[LegacyAnnotation] == "" && !slices.Contains(claim.Finalizers, fin) {
-			return nil
-		}
-		cur := claim.DeepCopy()
+	_, err := write.ClaimFinalizers(j.client).Mutate(ctx, claim, func(cur *corev1.PersistentVolumeClaim) bool {
+		_, annotated := cur.Annotations[LegacyAnnotation]
 		delete(cur.Annotations, LegacyAnnotation)
-		cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == fin })
-		_, err := claims.Update(ctx, cur, metav1.UpdateOptions{})
-		switch {
-		case err == nil || apierrors.IsNotFound(err):
-			return nil
-		case !apierrors.IsConflict(err) || attempt >= 2:
-			return fmt.Errorf("removing the provisioning record of an earlier release from claim %s/%s: %w", claim.Namespace, claim.Name, err)
-		}
-		next, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && next.UID != claim.UID {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		claim = next
+		return write.SetFinalizers(cur, false, fin) || annotated
+	})
+	if err = write.IgnoreNotFound(err); err != nil {
+		return fmt.Errorf("removing the provisioning record of an earlier release from claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
+	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/migration"
 	"github.com/kubevol/kubevol/internal/provisioner/metrics"
@@ -63,7 +64,10 @@ type Controller struct {
 
 	// deleted holds the PVs whose backend volume is gone, until the informer sees the PV go:
 	// a stale cache must not send DeleteVolume twice (upstream #1235).
-	deleted controller.Writes[types.UID]
+	deleted controller.Flags[types.UID]
+	// pvs writes the protection finalizer with a strategic-merge patch, so that it never
+	// conflicts with the PV controller's writes (upstream lib v10).
+	pvs write.Writer[*corev1.PersistentVolume]
 }
 
 // New wires the controller to its informers. Call it before the informers start.
@@ -73,6 +77,7 @@ func New(cfg Config) (*Controller, error) {
 		volumes: cfg.Volumes.Lister(),
 		queue:   sidecar.NewQueue[string](&cfg.ControllerConfig, "volumes"),
 		synced:  []cache.InformerSynced{cfg.Volumes.Informer().HasSynced},
+		pvs:     write.PersistentVolumes(cfg.Client, write.Patch),
 	}
 	enqueue := func(obj any) {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok && pvspec.ProvisionedBy(pv, cfg.DriverName) {
@@ -87,7 +92,7 @@ func New(cfg Config) (*Controller, error) {
 				obj = t.Obj
 			}
 			if pv, ok := obj.(*corev1.PersistentVolume); ok {
-				c.deleted.Forget(pv.UID)
+				c.deleted.Clear(pv.UID)
 			}
 		},
 	}); err != nil {
@@ -190,12 +195,12 @@ func (c *Controller) delete(ctx context.Context, pv *corev1.PersistentVolume) er
 			return err
 		}
 	}
-	done := c.deleted.Pending(pv.UID)
+	done := c.deleted.Has(pv.UID)
 	if !done {
 		if err := c.deleteVolume(ctx, pv); err != nil {
 			return err
 		}
-		c.deleted.Expect(pv.UID, "")
+		c.deleted.Set(pv.UID)
 		logger.V(2).Info("Deleted volume")
 	}
 	err := c.cfg.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
@@ -225,20 +230,10 @@ func deletionSecret(pv *corev1.PersistentVolume) (*corev1.SecretReference, error
 	return &corev1.SecretReference{Name: name, Namespace: ns}, nil
 }
 
-// patchFinalizer adds or removes the protection finalizer with a strategic-merge patch, so
-// that it never conflicts with the PV controller's writes (upstream lib v10).
+// patchFinalizer adds or removes the protection finalizer. A PV gone meanwhile is no error.
 func (c *Controller) patchFinalizer(ctx context.Context, pv *corev1.PersistentVolume, add bool) error {
-	patch := `{"metadata":{"$deleteFromPrimitiveList/finalizers":["` + pvspec.Finalizer + `"]}}`
-	if add {
-		patch = `{"metadata":{"finalizers":["` + pvspec.Finalizer + `"]}}`
-	} else if !pvspec.HasFinalizer(pv, pvspec.Finalizer) {
-		return nil
-	}
-	_, err := c.cfg.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	_, err := c.pvs.SetFinalizer(ctx, pv, pvspec.Finalizer, add)
+	return write.IgnoreNotFound(err)
 }
 
 // deleteVolume calls DeleteVolume with the deletion secret the PV names. A secret that

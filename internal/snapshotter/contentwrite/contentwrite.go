@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -92,14 +93,14 @@ func Annotate[T Object[T]](ctx context.Context, cl Client[T], obj T, key string,
 // AddFinalizer adds f to a copy of obj and returns the stored content.
 func AddFinalizer[T Object[T]](ctx context.Context, cl Client[T], obj T, f string) (T, error) {
 	obj = obj.DeepCopy()
-	obj.SetFinalizers(append(obj.GetFinalizers(), f))
+	write.SetFinalizers(obj, true, f)
 	return cl.Update(ctx, obj, metav1.UpdateOptions{})
 }
 
 // RemoveFinalizer removes f from obj (in place) and stores it. A content gone meanwhile is
 // no error.
 func RemoveFinalizer[T Object[T]](ctx context.Context, cl Client[T], obj T, f string) error {
-	obj.SetFinalizers(snapshotter.Without(obj.GetFinalizers(), f))
+	write.SetFinalizers(obj, false, f)
 	_, err := cl.Update(ctx, obj, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -9,10 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
@@ -64,23 +63,20 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	// The bound finalizer stays while a Delete-policy content exists: the snapshot goes when
 	// the backend snapshot is gone. The content's deletion wakes this snapshot up.
 	keepBound := !contentGone && content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete
-	var kept []string
-	for _, f := range vs.Finalizers {
-		if f == snapshotter.FinalizerSnapshotAsSource || f == snapshotter.FinalizerSnapshotInGroup || (f == snapshotter.FinalizerSnapshotBound && !keepBound) {
-			continue
-		}
-		kept = append(kept, f)
+	release := []string{snapshotter.FinalizerSnapshotAsSource, snapshotter.FinalizerSnapshotInGroup}
+	if !keepBound {
+		release = append(release, snapshotter.FinalizerSnapshotBound)
 	}
-	if len(kept) == len(vs.Finalizers) {
+	if !write.SetFinalizers(vs.DeepCopy(), false, release...) {
 		return nil
 	}
-	vs.Finalizers = kept
-	if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{}); err != nil {
+	// The role's own events are recorded here, so the writer logs refusals only.
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
+	if _, err := snapshots.Mutate(ctx, vs, func(cur *snapv1.VolumeSnapshot) bool { return write.SetFinalizers(cur, false, release...) }); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots", err)
-		return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
+		return write.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	if !keepBound { // the controller's last finalizer is gone
 		st := vs.Status

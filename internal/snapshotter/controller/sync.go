@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	kvcontroller "github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
@@ -47,7 +47,7 @@ var errRetry = errors.New("retrying")
 // syncSnapshot brings one VolumeSnapshot, its content and its source claim to the state
 // their specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncSnapshot(ctx context.Context, key string) error {
-	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumesnapshot", key)
+	return write.WaitForCache.Settle(ctx, c.sync(ctx, key), "volumesnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -278,7 +278,7 @@ func (c *Controller) syncPreProvisioned(ctx context.Context, vs *snapv1.VolumeSn
 		}
 		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
 			err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshotcontents", err)
-			return snapshotter.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
+			return write.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned content", "content", name)
 	}
@@ -345,10 +345,9 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 	}
 	driver := content.Spec.Driver
 	vs.Status = st
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{})
+	out, err := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vs, vs)
 	if err != nil {
-		err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots/status", err)
-		return nil, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
+		return nil, write.WarnUnlessConflict(c.recorder, vs, reasonStatusFailed, err, "Snapshot status update failed: %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "Snapshot %s/%s was successfully created by the CSI driver.", vs.Namespace, vs.Name)
@@ -364,19 +363,10 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 
 // addFinalizers adds the finalizers vs lacks and returns the updated snapshot.
 func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapshot, fs ...string) (*snapv1.VolumeSnapshot, error) {
-	changed := false
-	for _, f := range fs {
-		if !snapshotter.HasFinalizer(vs, f) {
-			vs.Finalizers = append(vs.Finalizers, f)
-			changed = true
-		}
-	}
-	if !changed {
-		return vs, nil
-	}
-	out, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
-	err = kvcontroller.WriteFailed(ctx, nil, vs, "update", "volumesnapshots", err)
-	return out, snapshotter.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
+	// The role's own events are recorded here, so the writer logs refusals only.
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
+	out, err := snapshots.Mutate(ctx, vs, func(cur *snapv1.VolumeSnapshot) bool { return write.SetFinalizers(cur, true, fs...) })
+	return out, write.WarnUnlessConflict(c.recorder, vs, reasonFinalizer, err, "Failed to add finalizers %v: %v", fs)
 }
 
 // fail records a problem the user must fix: a Warning event and status.error (both skipped
@@ -397,8 +387,10 @@ func (c *Controller) fail(ctx context.Context, vs *snapv1.VolumeSnapshot, reason
 		st.ReadyToUse = new(bool)
 	}
 	vs.Status = st
-	if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).UpdateStatus(ctx, vs, metav1.UpdateOptions{}); err != nil {
-		return kvcontroller.WriteFailed(ctx, c.recorder, vs, "update", "volumesnapshots/status", err)
+	snapshots := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
+	snapshots.Recorder = c.recorder
+	if _, err := snapshots.WriteStatus(ctx, vs, vs); err != nil {
+		return err
 	}
 	return fmt.Errorf("%w: %s", errRetry, msg)
 }
@@ -409,7 +401,7 @@ func (c *Controller) protectClaim(ctx context.Context, pvc *corev1.PersistentVol
 		return nil
 	}
 	// snapshot-controller's role grants update on claims, not patch.
-	_, err := sidecar.SetClaimFinalizer(ctx, c.cfg.Client, pvc, snapshotter.FinalizerPVCAsSource, true)
+	_, err := write.ClaimFinalizers(c.cfg.Client).SetFinalizer(ctx, pvc, snapshotter.FinalizerPVCAsSource, true)
 	return err
 }
 
@@ -433,7 +425,7 @@ func (c *Controller) releaseClaim(ctx context.Context, ns, name string) error {
 			return nil // that snapshot's own sync releases the claim once it is ready
 		}
 	}
-	_, err = sidecar.SetClaimFinalizer(ctx, c.cfg.Client, pvc, snapshotter.FinalizerPVCAsSource, false)
+	_, err = write.ClaimFinalizers(c.cfg.Client).SetFinalizer(ctx, pvc, snapshotter.FinalizerPVCAsSource, false)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
@@ -47,7 +48,7 @@ func errNoSnapshots(driver string) error {
 // it, then, when the content is released, delete it. A conflict is retried soon without
 // growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	return snapshotter.RetryConflict(c.sync(ctx, name))
+	return write.RetrySoon.Settle(ctx, c.sync(ctx, name), "volumesnapshotcontent", name)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

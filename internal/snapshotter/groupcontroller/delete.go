@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
@@ -75,12 +76,11 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	if deleteContent {
 		return nil
 	}
-	vgs.Finalizers = snapshotter.Without(vgs.Finalizers, snapshotter.FinalizerGroupBound)
-	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
+	if _, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, false); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
+		return write.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to remove finalizers: %v")
 	}
 	st := vgs.Status
 	c.cfg.Metrics.Deleted(c.subject(vgs, content), vgs.CreationTimestamp.Time, vgs.DeletionTimestamp.Time,

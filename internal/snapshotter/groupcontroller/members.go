@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 )
 
@@ -130,7 +131,7 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 		gotVS = gotVS.DeepCopy()
 		ready := false
 		gotVS.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &vscName, ReadyToUse: &ready, VolumeGroupSnapshotName: &vgs.Name}
-		if _, err := snaps.VolumeSnapshots(vgs.Namespace).UpdateStatus(ctx, gotVS, metav1.UpdateOptions{}); err != nil {
+		if _, err := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, gotVS, gotVS); err != nil {
 			return err
 		}
 	}

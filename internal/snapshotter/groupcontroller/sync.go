@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
 )
@@ -48,7 +49,7 @@ var errRetry = errors.New("retrying")
 // syncGroup brings one VolumeGroupSnapshot, its content and its members to the state their
 // specs ask for. A conflict waits for the newer version's event, without backoff.
 func (c *Controller) syncGroup(ctx context.Context, key string) error {
-	return snapshotter.WaitOnConflict(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
+	return write.WaitForCache.Settle(ctx, c.sync(ctx, key), "volumegroupsnapshot", key)
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -267,7 +268,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 			content.Spec.VolumeGroupSnapshotClassName = vgs.Spec.VolumeGroupSnapshotClassName
 		}
 		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			return nil, snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
+			return nil, write.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned group content", "content", name)
 	}
@@ -289,9 +290,8 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 		}
 	}
 	if !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound) {
-		vgs.Finalizers = append(vgs.Finalizers, snapshotter.FinalizerGroupBound)
-		if vgs, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{}); err != nil {
-			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
+		if vgs, err = snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).SetFinalizer(ctx, vgs, snapshotter.FinalizerGroupBound, true); err != nil {
+			return write.WarnUnlessConflict(c.recorder, vgs, reasonFinalizer, err, "Failed to add finalizer %s: %v", snapshotter.FinalizerGroupBound)
 		}
 	}
 	// Members are made only while the group is not ready, as upstream: a member of a ready
@@ -299,7 +299,7 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	if vgs.Status == nil || !snapshotter.IsTrue(vgs.Status.ReadyToUse) {
 		if err := c.createMembers(ctx, vgs, content); err != nil {
 			// A conflict is a newer version of a member: the next sync goes on.
-			return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
+			return write.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
 		}
 	}
 	return c.copyStatus(ctx, vgs, content)
@@ -336,9 +336,9 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		return nil
 	}
 	vgs.Status = st
-	out, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{})
+	out, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vgs, vgs)
 	if err != nil {
-		return snapshotter.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
+		return write.WarnUnlessConflict(c.recorder, vgs, reasonStatusFailed, err, "GroupSnapshot status update failed, %v")
 	}
 	if old.CreationTime == nil && st.CreationTime != nil {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)
@@ -370,7 +370,7 @@ func (c *Controller) fail(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	// ready group's included (its content missing, or bound to a different group).
 	st.ReadyToUse = new(bool)
 	vgs.Status = st
-	if _, err := c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).UpdateStatus(ctx, vgs, metav1.UpdateOptions{}); err != nil {
+	if _, err := snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).WriteStatus(ctx, vgs, vgs); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: %s", errRetry, msg)

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubevol/kubevol/internal/controller/write"
 	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/internal/snapshotter/contentwrite"
@@ -42,7 +43,7 @@ var errNotReady = errors.New("group snapshot not ready yet")
 // syncContent brings one group content of this driver to its backend group snapshot. A
 // conflict is retried soon without growing the backoff.
 func (c *Controller) syncContent(ctx context.Context, name string) error {
-	return snapshotter.RetryConflict(c.sync(ctx, name))
+	return write.RetrySoon.Settle(ctx, c.sync(ctx, name), "volumegroupsnapshotcontent", name)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -1,4 +1,4 @@
-package sidecar
+package write
 
 import (
 	"encoding/json"
