@@ -19,7 +19,7 @@ PREFIX ?= ghcr.io/kubevol
 PLATFORMS ?= linux/amd64 linux/arm64
 OUTPUT ?= _output
 
-# Every binary is built by hack/images with internal/images.GoBuildFlags, the one definition
+# Every binary is built by hack/images with internal/build/kubevolimages.GoBuildFlags, the one definition
 # of the flags (static, -trimpath, no build ID or VCS stamp, the version stamped with -X), as
 # the images tests build theirs: the same source gives the same binary, so the same digests.
 IMAGES_TOOL = $(GO) run ./hack/images -version=$(VERSION)
@@ -78,7 +78,7 @@ lint: vet vet-e2e staticcheck
 vet:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@# The control plane's module builds only with the kubelet's overlay (internal/kubeletoverlay).
+	@# The control plane's module builds only with the kubelet's overlay (internal/cluster/kubeletoverlay).
 	flags="$$($(GO) run ./hack/kubeletoverlay)" && cd cmd/kubevol-cluster && $(GO) vet $$flags ./...
 	cd examples/embed && $(GO) vet ./...
 	cd hack/crdgen && $(GO) vet ./...
@@ -104,7 +104,7 @@ cluster-binary:
 # a replace line to this checkout, and runs its test on a `kubevol up` cluster.
 #
 # Everything under make test compiles as the shipped binaries do (static, -trimpath;
-# internal/images.GoBuildFlags): the test binaries, the kubevol binary the e2e tests run and
+# internal/build/kubevolimages.GoBuildFlags): the test binaries, the kubevol binary the e2e tests run and
 # the images tests' build then share one build cache. Without it, a cold run compiles the 1036
 # packages of cmd/kubevol twice (cgo and paths change every package above net), beside the
 # 1451 of the tests.
@@ -121,7 +121,7 @@ test: deps vet cluster-binary
 		"$(MAKE) --no-print-directory test-kubeletvm" "$(MAKE) --no-print-directory test-race"
 
 # The kubelet adapter's unit tests: a package of the control plane's module, which builds
-# only under the kubelet's overlay (internal/kubeletoverlay).
+# only under the kubelet's overlay (internal/cluster/kubeletoverlay).
 test-kubeletvm:
 	flags="$$($(GO) run ./hack/kubeletoverlay)" && cd cmd/kubevol-cluster && $(GO) test $$flags -count=1 ./kubeletvm/
 
@@ -141,14 +141,14 @@ bench:
 # client libraries and their fakes, not yet kubevol's packages), and every run links
 # its ~90 race test binaries again (go caches no test binary). The test binaries themselves
 # run with CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
-# (internal/snapshot/crds runs hack/crdgen) then reuses make test's build cache instead of
+# (internal/component/snapshotter/crds runs hack/crdgen) then reuses make test's build cache instead of
 # compiling its program with cgo too.
 # Packages left out, each for a reason of its own:
 #   test/e2e/...          a real control plane per package; the race detector would watch the
 #                         test process only, while their time goes to the cluster
-#   internal/localcluster starts a real control plane (TestStartStopRestart)
-#   internal/kubeletnode  starts containerd and a pod sandbox on the host's network
-RACE_SKIP = -e '/test/e2e/' -e '/internal/localcluster$$' -e '/internal/kubeletnode$$'
+#   internal/cluster/localcluster starts a real control plane (TestStartStopRestart)
+#   internal/cluster/kubeletnode  starts containerd and a pod sandbox on the host's network
+RACE_SKIP = -e '/test/e2e/' -e '/internal/cluster/localcluster$$' -e '/internal/cluster/kubeletnode$$'
 test-race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -exec 'env CGO_ENABLED=0' \
 		$$($(GO) list ./... | grep -v $(RACE_SKIP))

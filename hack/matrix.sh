@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Kubernetes compatibility matrix (`make matrix`): for each release of MATRIX_VERSIONS,
-# builds that release's control plane (internal/localcluster, KUBEVOL_KUBERNETES_VERSION;
+# builds that release's control plane (internal/cluster/localcluster, KUBEVOL_KUBERNETES_VERSION;
 # one build at a time, niced) and runs the sidecars' end-to-end packages on it, then the
 # node agent's package on the oldest release. Prints the README's table, one row per release:
 #   | release | date | kubevol commit | build time | one column per package |

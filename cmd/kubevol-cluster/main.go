@@ -18,7 +18,7 @@ import (
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
 const usage = "usage: kubevol-cluster etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet [flags] | version"
@@ -47,7 +47,7 @@ func main() {
 		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
 	case "version":
 		// The kubevol release this binary belongs to, first: kubevol up runs only a control
-		// plane of its own release (internal/localcluster.CheckBinary).
+		// plane of its own release (internal/cluster/localcluster.CheckBinary).
 		fmt.Printf("kubevol-cluster %s (Kubernetes %s, %s, %s/%s)\n", version.Get(), componentversion.Get().GitVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	default:
 		fmt.Fprintf(os.Stderr, "kubevol-cluster: unknown component %q\n%s\n", component, usage)

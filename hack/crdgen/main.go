@@ -1,5 +1,5 @@
 // Command crdgen generates the snapshot.storage.k8s.io and groupsnapshot.storage.k8s.io CRDs
-// that `kubevol up` installs (internal/snapshot/crds) from the upstream API types of
+// that `kubevol up` installs (internal/component/snapshotter/crds) from the upstream API types of
 // github.com/kubernetes-csi/external-snapshotter/client/v8, at the version the main module
 // requires, with controller-tools' CRD generator, then applies the edits external-snapshotter
 // makes by hand after running controller-gen:
@@ -16,7 +16,7 @@
 //     during the migration.
 //
 // It is its own Go module, so that controller-tools and its dependencies stay out of the
-// main module. Run it through `go generate ./internal/snapshot/crds`.
+// main module. Run it through `go generate ./internal/component/snapshotter/crds`.
 package main
 
 import (

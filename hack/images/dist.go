@@ -10,19 +10,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/dist"
-	"github.com/kubevol/kubevol/internal/image"
-	"github.com/kubevol/kubevol/internal/images"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/build/dist"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
+	"github.com/kubevol/kubevol/internal/build/ociimage"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 // writeDist builds the control plane of each platform into binDir/<os>_<arch>/ beside the
 // kubevol binary `make binaries` put there, and writes the release archive of the two into
 // distDir, then SHA256SUMS of the archives. The control plane is built as the local cluster
 // builds it (localcluster.BuildRelease: the kubelet's overlay, the upstream version stamp),
-// with the flags and environment of every shipped binary (images.GoBuildFlags, GoBuildEnv)
+// with the flags and environment of every shipped binary (kubevolimages.GoBuildFlags, GoBuildEnv)
 // and this version stamped, which `kubevol up` checks (localcluster.CheckBinary).
-func writeDist(ctx context.Context, platforms []image.Platform, version, binDir, distDir string) error {
+func writeDist(ctx context.Context, platforms []ociimage.Platform, version, binDir, distDir string) error {
 	root, err := filepath.Abs(".")
 	if err != nil {
 		return err
@@ -36,8 +36,8 @@ func writeDist(ctx context.Context, platforms []image.Platform, version, binDir,
 		}
 		cluster := filepath.Join(dir, localcluster.ShippedName)
 		start := time.Now()
-		err := localcluster.BuildRelease(ctx, root, cluster, images.GoBuildEnv(p),
-			images.GoBuildFlags(version, localcluster.UpstreamLDFlags), os.Stdout)
+		err := localcluster.BuildRelease(ctx, root, cluster, kubevolimages.GoBuildEnv(p),
+			kubevolimages.GoBuildFlags(version, localcluster.UpstreamLDFlags), os.Stdout)
 		if err != nil {
 			return err
 		}

@@ -1,9 +1,9 @@
-// Command images builds kubevol's container images (internal/images) from binaries and
+// Command images builds kubevol's container images (internal/build/kubevolimages) from binaries and
 // Debian packages already on disk, writes each as an OCI archive and, with -push, pushes
 // them. With -binaries (or -binary) it builds the binaries instead, with
-// images.GoBuildFlags, the one definition of how a shipped binary is built. With -dist it
+// kubevolimages.GoBuildFlags, the one definition of how a shipped binary is built. With -dist it
 // builds the control plane of each platform with the same flags and writes the release
-// archives (internal/dist). `make build`, `make binaries`, `make images`, `make push` and
+// archives (internal/build/dist). `make build`, `make binaries`, `make images`, `make push` and
 // `make dist` run it from the module root; see docs/images.md and docs/install.md.
 package main
 
@@ -16,8 +16,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/kubevol/kubevol/internal/image"
-	"github.com/kubevol/kubevol/internal/images"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
+	"github.com/kubevol/kubevol/internal/build/ociimage"
 )
 
 func main() {
@@ -28,7 +28,7 @@ func main() {
 }
 
 func run() error {
-	prefix := flag.String("prefix", images.DefaultPrefix, "registry prefix: images are <prefix>/<name>:<tag>")
+	prefix := flag.String("prefix", kubevolimages.DefaultPrefix, "registry prefix: images are <prefix>/<name>:<tag>")
 	tag := flag.String("tag", "", "image tag (default: -version)")
 	version := flag.String("version", "", "version the binaries are stamped with (required)")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms")
@@ -52,19 +52,19 @@ func run() error {
 	if *tag == "" {
 		*tag = *version
 	}
-	b := &images.Builder{Prefix: *prefix, Tag: *tag, Version: *version}
+	b := &kubevolimages.Builder{Prefix: *prefix, Tag: *tag, Version: *version}
 	for _, s := range strings.Split(*platforms, ",") {
-		p, err := images.ParsePlatform(strings.TrimSpace(s))
+		p, err := kubevolimages.ParsePlatform(strings.TrimSpace(s))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "images:", err)
 			os.Exit(2)
 		}
 		b.Platforms = append(b.Platforms, p)
 	}
-	binaryOf := func(p image.Platform) string { return filepath.Join(*binDir, p.OS+"_"+p.Architecture, "kubevol") }
+	binaryOf := func(p ociimage.Platform) string { return filepath.Join(*binDir, p.OS+"_"+p.Architecture, "kubevol") }
 	switch {
 	case *binary != "":
-		return goBuild(image.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}, *version, *binary)
+		return goBuild(ociimage.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}, *version, *binary)
 	case *binaries:
 		for _, p := range b.Platforms {
 			if err := goBuild(p, *version, binaryOf(p)); err != nil {
@@ -75,16 +75,16 @@ func run() error {
 	case *distDir != "":
 		return writeDist(context.Background(), b.Platforms, *version, *binDir, *distDir)
 	}
-	b.Inputs = images.Inputs{
+	b.Inputs = kubevolimages.Inputs{
 		Binary:   binaryOf,
-		Tools:    func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "root") },
-		Packages: func(p image.Platform) string { return filepath.Join(*debsDir, p.Architecture, "packages") },
+		Tools:    func(p ociimage.Platform) string { return filepath.Join(*debsDir, p.Architecture, "root") },
+		Packages: func(p ociimage.Platform) string { return filepath.Join(*debsDir, p.Architecture, "packages") },
 	}
-	roles := images.Roles
+	roles := kubevolimages.Roles
 	if *only != "" {
 		roles = nil
 		for _, n := range strings.Split(*only, ",") {
-			r, ok := images.Lookup(strings.TrimSpace(n))
+			r, ok := kubevolimages.Lookup(strings.TrimSpace(n))
 			if !ok {
 				fmt.Fprintf(os.Stderr, "images: no image named %q\n", n)
 				os.Exit(2)
@@ -103,14 +103,14 @@ func run() error {
 			return err
 		}
 		if *push {
-			if err := image.Push(context.Background(), n); err != nil {
+			if err := ociimage.Push(context.Background(), n); err != nil {
 				return fmt.Errorf("push %s: %w", n.Ref, err)
 			}
 			fmt.Printf("pushed %s@%s\n", n.Ref, d)
 			continue
 		}
 		file := filepath.Join(*out, r.Name+".oci.tar")
-		if err := image.WriteArchiveFile(file, n); err != nil {
+		if err := ociimage.WriteArchiveFile(file, n); err != nil {
 			return err
 		}
 		fmt.Printf("%s %s %s\n", file, n.Ref, d)
@@ -123,7 +123,7 @@ func run() error {
 }
 
 // goBuild builds the binary of p from the module in the working directory.
-func goBuild(p image.Platform, version, out string) error {
+func goBuild(p ociimage.Platform, version, out string) error {
 	fmt.Printf("go build %s %s\n", p, out)
-	return images.GoBuild(context.Background(), ".", p, version, out)
+	return kubevolimages.GoBuild(context.Background(), ".", p, version, out)
 }

@@ -1,6 +1,6 @@
 // Command kubeletoverlay prints the build flags (-modfile, -overlay) under which the control
 // plane's module (cmd/kubevol-cluster) links kubevol's volume manager into the kubelet, after
-// generating the overlay (internal/kubeletoverlay). make vet runs go vet with them:
+// generating the overlay (internal/cluster/kubeletoverlay). make vet runs go vet with them:
 //
 //	cd cmd/kubevol-cluster && go vet $(go run ../../hack/kubeletoverlay) ./...
 package main
@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 func main() {

@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
-	"github.com/kubevol/kubevol/internal/attacher"
-	"github.com/kubevol/kubevol/internal/csiclient"
-	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/component/attacher"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // attacherFeatureGates are external-attacher v4.12's gates; others are refused.

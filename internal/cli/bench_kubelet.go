@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	benchkubelet "github.com/kubevol/kubevol/internal/bench/kubelet"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
 )
 
 func newBenchKubeletCommand() *cobra.Command {

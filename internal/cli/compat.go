@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // noEffectAnnotation marks a flag that an upstream sidecar version has and kubevol

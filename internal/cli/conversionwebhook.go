@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubevol/kubevol/internal/snapshotter/conversion"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/conversion"
 )
 
 type conversionWebhookOptions struct {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/csrapprover"
+	"github.com/kubevol/kubevol/internal/component/csrapprover"
 )
 
 type csrApproverOptions struct {

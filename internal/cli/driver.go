@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/sizes"
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/component/driver"
+	"github.com/kubevol/kubevol/internal/runtime/sizes"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 	"github.com/kubevol/kubevol/pkg/pluginregistration"
 )
 

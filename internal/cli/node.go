@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/node"
-	"github.com/kubevol/kubevol/internal/nodecert"
+	"github.com/kubevol/kubevol/internal/component/nodeagent"
+	"github.com/kubevol/kubevol/internal/component/nodeagent/nodecert"
 )
 
 type nodeOptions struct {
@@ -61,7 +61,7 @@ torn down. It runs no containers; pods stay in phase Pending.`,
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file with the node's credential; empty means in-cluster configuration. With --bootstrap-kubeconfig it is written when missing or expiring")
 	f.StringVar(&o.bootstrap, "bootstrap-kubeconfig", "", "kubeconfig whose credential requests the node's client certificate (CSR for system:node:<node-name>) when --kubeconfig has none; "+inClusterBootstrap+" uses the pod's service-account token (for kubevol csr-approver). The certificate is kept in <root-dir>/pki and renewed before it expires")
-	f.StringVar(&o.taints, "register-with-taints", node.CompanionTaint, "taints of the Node when the agent creates it, <key>=<value>:<effect>,... (the kubelet's flag); empty for none. The default keeps workloads off a companion Node, which runs no containers")
+	f.StringVar(&o.taints, "register-with-taints", nodeagent.CompanionTaint, "taints of the Node when the agent creates it, <key>=<value>:<effect>,... (the kubelet's flag); empty for none. The default keeps workloads off a companion Node, which runs no containers")
 	f.StringVar(&o.nodeName, "node-name", host, "name of the Node object to register")
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/kubevol", "directory for pod volumes; /var/lib/kubelet gives the kubelet's paths")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":9810", "address of /metrics and /healthz; empty disables them")
@@ -114,7 +114,7 @@ func (o *nodeOptions) validate() error {
 		return usageErrorf("--selinux-enabled %q: want auto, true or false", o.seLinux)
 	}
 	var err error
-	if o.parsedTaints, err = node.ParseTaints(o.taints); err != nil {
+	if o.parsedTaints, err = nodeagent.ParseTaints(o.taints); err != nil {
 		return usageErrorf("--register-with-taints: %v", err)
 	}
 	if o.bootstrap != "" {
@@ -185,7 +185,7 @@ func (o *nodeOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	agent, err := node.New(node.Config{
+	agent, err := nodeagent.New(nodeagent.Config{
 		Client: client, NodeName: o.nodeName, RootDir: o.rootDir, MetricsAddress: o.metricsAddress,
 		ResyncPeriod: o.resync, LeaseDuration: o.leaseDuration, StatusInterval: o.statusInterval,
 		SizeLimitInterval: o.sizeInterval,

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubevol/kubevol/internal/provisioner"
-	"github.com/kubevol/kubevol/internal/provisioner/claim"
-	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/component/provisioner"
+	"github.com/kubevol/kubevol/internal/component/provisioner/claim"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // Defaults that differ from upstream external-provisioner, with the reason in docs/provisioner.md.

@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
-	"github.com/kubevol/kubevol/internal/resizer"
-	"github.com/kubevol/kubevol/internal/sidecar"
+	"github.com/kubevol/kubevol/internal/component/resizer"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // resizerFeatureGates are external-resizer v2.1's gates; others are refused.

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/redact"
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/runtime/redact"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
 // Exit codes. Bad flags or arguments exit 2, as upstream sidecars and most Unix tools do.

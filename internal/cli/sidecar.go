@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubevol/kubevol/internal/sidecar"
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
 // runSidecar is the RunE of a controller sidecar: --version prints the version and nothing

@@ -18,15 +18,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
-	kvcontroller "github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/sidecar"
-	"github.com/kubevol/kubevol/internal/snapshotter"
-	"github.com/kubevol/kubevol/internal/snapshotter/controller"
-	"github.com/kubevol/kubevol/internal/snapshotter/csisnapshotter"
-	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
-	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
-	"github.com/kubevol/kubevol/internal/snapshotter/opmetrics"
+	"github.com/kubevol/kubevol/internal/component/snapshotter"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/csisnapshotter"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/groupcontroller"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/groupsidecar"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/opmetrics"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/snapshotcontroller"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
+	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // snapshotterFeatureGates are the gates of the upstream snapshot-controller and
@@ -174,7 +174,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 	var cfg *rest.Config
 	var client kubernetes.Interface
 	var reg *prometheus.Registry
-	var queueMetrics *kvcontroller.QueueMetrics
+	var queueMetrics *controller.QueueMetrics
 	var served apicheck.Result
 	groups := func() bool { return o.groupsEnabled() && served.On(groupFeature) }
 	if o.sidecarRole {
@@ -215,7 +215,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		}
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		queueMetrics = kvcontroller.NewQueueMetrics(reg)
+		queueMetrics = controller.NewQueueMetrics(reg)
 		if served, err = o.checkAPIs(ctx, client); err != nil {
 			return err
 		}
@@ -232,7 +232,7 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 			Metrics:     opmetrics.New(reg),
 			Distributed: o.distributed,
 		}
-		ctrl, err := controller.New(ctx, controller.Config{ControllerConfig: common})
+		ctrl, err := snapshotcontroller.New(ctx, snapshotcontroller.Config{ControllerConfig: common})
 		if err != nil {
 			return err
 		}

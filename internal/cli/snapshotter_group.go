@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
-	"github.com/kubevol/kubevol/internal/snapshotter/groupcontroller"
-	"github.com/kubevol/kubevol/internal/snapshotter/groupsidecar"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/groupcontroller"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/groupsidecar"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
 )
 
 // groupsEnabled is the CSIVolumeGroupSnapshot gate: GA upstream, on unless turned off.

@@ -15,12 +15,12 @@ import (
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
-	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/internal/up"
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/up"
+	"github.com/kubevol/kubevol/internal/component/driver"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
 type upOptions struct {

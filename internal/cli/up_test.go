@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubevol/kubevol/internal/csitest"
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/runtime/version"
+	"github.com/kubevol/kubevol/internal/testing/csitest"
 )
 
 // TestUpDriverFlags: a --driver or --driver-config that cannot work exits 2 with one line

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kubevol/kubevol/internal/version"
+	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
 func newVersionCommand() *cobra.Command {

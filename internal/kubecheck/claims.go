@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/resizer"
+	"github.com/kubevol/kubevol/internal/component/resizer"
 )
 
 // WaitForClaim polls the claim until cond holds or timeout passes, and returns the last

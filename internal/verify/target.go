@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
 	"github.com/kubevol/kubevol/internal/kubecheck"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 )
 
 // DefaultBlockParameters are the extra StorageClass parameters of the raw block and

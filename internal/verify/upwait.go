@@ -7,11 +7,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/upstatus"
+	"github.com/kubevol/kubevol/internal/cluster/upstatus"
 )
 
 // upWait bounds verify's waits for a kubevol up started just before it. --wait counts only
-// from when up stops saying, in its status file (internal/upstatus), that it is building
+// from when up stops saying, in its status file (internal/cluster/upstatus), that it is building
 // the control plane or starting: a first `kubevol up` builds the control plane for many
 // minutes, which no fixed wait fits. An up that died, was killed or hangs with its file
 // unrefreshed no longer extends the wait, and --wait then bounds it as for a cluster that

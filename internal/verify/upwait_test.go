@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/upstatus"
+	"github.com/kubevol/kubevol/internal/cluster/upstatus"
 )
 
 // fixedWait is a wait of d from now with no kubevol up to extend it (--kubeconfig).

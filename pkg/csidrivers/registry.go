@@ -20,7 +20,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 	"github.com/kubevol/kubevol/pkg/csinode"
 	"github.com/kubevol/kubevol/pkg/pluginregistration"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/kubevol/kubevol/internal/migration"
+	"github.com/kubevol/kubevol/internal/runtime/migration"
 )
 
 // NodeIDAnnotation holds the JSON map of driver name to the driver's node ID.

@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/controller"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 

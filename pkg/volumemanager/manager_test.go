@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/controller/queuetest"
+	"github.com/kubevol/kubevol/internal/runtime/controller/queuetest"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"
 )

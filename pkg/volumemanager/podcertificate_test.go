@@ -20,7 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/internal/testing/podcertsigner"
 )
 
 // A pod's podCertificate source is served through the node's own reads and writes: the

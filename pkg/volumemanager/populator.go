@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/migration"
+	"github.com/kubevol/kubevol/internal/runtime/migration"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 

@@ -8,7 +8,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	kcsi "k8s.io/kubernetes/pkg/volume/csi"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 	csiplugin "github.com/kubevol/kubevol/pkg/volume/plugins/csi"
 )
 

@@ -5,7 +5,7 @@
 // the CSINode; its secret, configMap and certificate managers serve its own needs.
 //
 // The kubelet has no plug point for its volume manager, so this package builds only against
-// a k8s.io/kubernetes changed by kubevol's build overlay (internal/kubeletoverlay), which
+// a k8s.io/kubernetes changed by kubevol's build overlay (internal/cluster/kubeletoverlay), which
 // adds the hook Install sets. kubevol-cluster is built that way; another kubelet build can
 // do the same: generate the overlay, build with its -modfile and -overlay flags, and call
 // Install (or InstallFromEnv) from an init function of its main package.

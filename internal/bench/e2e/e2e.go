@@ -29,7 +29,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/up"
+	"github.com/kubevol/kubevol/internal/cluster/up"
 )
 
 // Config is what one run measures.

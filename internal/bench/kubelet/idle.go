@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 // idle samples the process's CPU over d: the cores it used on average, and its RSS in MiB

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
-	"github.com/kubevol/kubevol/internal/up"
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
+	"github.com/kubevol/kubevol/internal/cluster/up"
 )
 
 // Config is what one run measures.

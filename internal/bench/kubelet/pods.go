@@ -22,8 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
-	"github.com/kubevol/kubevol/internal/up"
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
+	"github.com/kubevol/kubevol/internal/cluster/up"
 )
 
 const namespace = "bench-kubelet"

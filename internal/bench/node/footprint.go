@@ -21,9 +21,9 @@ import (
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/internal/proc"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 

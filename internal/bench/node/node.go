@@ -27,8 +27,8 @@ import (
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
+	"github.com/kubevol/kubevol/internal/component/nodeagent"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	agentpkg "github.com/kubevol/kubevol/internal/node"
 )
 
 // schedulerName makes kube-scheduler ignore the benchmark's pods: the benchmark binds them
@@ -176,7 +176,7 @@ func (b *bench) setup(ctx context.Context) error {
 		return err
 	}
 	b.bound, b.ready, b.readyCh = map[types.UID]time.Time{}, map[types.UID]time.Time{}, make(chan struct{}, 1)
-	agent, err := agentpkg.New(agentpkg.Config{
+	agent, err := nodeagent.New(nodeagent.Config{
 		Client: b.agentClient, NodeName: b.node, RootDir: b.root,
 		OnVolumesReady: func(pod *corev1.Pod, at time.Time) {
 			b.mu.Lock()

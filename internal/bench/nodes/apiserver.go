@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 // apiSnapshot is the API server at one instant: its process's usage (when it runs on this

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 // Series are the figures of one run, per node where the name says so, in the order of

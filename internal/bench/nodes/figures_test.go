@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 func snap(at time.Duration, cpu time.Duration, rssMiB int64, watches map[string]int) apiSnapshot {

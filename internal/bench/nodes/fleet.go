@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 // fleet is the node agents of one run, one per node, each with its own identity

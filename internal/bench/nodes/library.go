@@ -16,9 +16,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/bench/report"
-	"github.com/kubevol/kubevol/internal/controller"
-	"github.com/kubevol/kubevol/internal/nodecert"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
+	"github.com/kubevol/kubevol/internal/component/nodeagent/nodecert"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/pkg/podstatus"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins"

@@ -31,7 +31,7 @@ import (
 	benchnode "github.com/kubevol/kubevol/internal/bench/node"
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 // How the agents run.

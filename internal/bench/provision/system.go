@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/memdriver"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
+	"github.com/kubevol/kubevol/internal/testing/memdriver"
 )
 
 const topologyKey = "topology.kubevol.io/node"

@@ -11,7 +11,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 var upstreamVersionRE = regexp.MustCompile(`provisioner-(v[0-9][^-/]*)`)

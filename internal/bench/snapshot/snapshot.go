@@ -26,7 +26,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/bench/report"
 	"github.com/kubevol/kubevol/internal/bench/target"
-	"github.com/kubevol/kubevol/internal/up"
+	"github.com/kubevol/kubevol/internal/cluster/up"
 )
 
 // Config is what one run measures.

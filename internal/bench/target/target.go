@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 // UpKubeconfig is where `kubevol up` keeps its kubeconfig by default.

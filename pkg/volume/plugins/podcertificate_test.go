@@ -13,7 +13,7 @@ import (
 	"k8s.io/mount-utils"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/internal/testing/podcertsigner"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/emptydir"
 	"github.com/kubevol/kubevol/pkg/volume/plugins/projected"

@@ -13,7 +13,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
-	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/internal/testing/podcertsigner"
 )
 
 // Every key type of the API gives a PKCS#8 key of that type and size, and a stub PKCS#10

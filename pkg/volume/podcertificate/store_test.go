@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/internal/testing/podcertsigner"
 	"github.com/kubevol/kubevol/pkg/volume/podcertificate"
 )
 

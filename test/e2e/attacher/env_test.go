@@ -19,9 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/attacher"
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/component/attacher"
+	"github.com/kubevol/kubevol/internal/component/driver"
+	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

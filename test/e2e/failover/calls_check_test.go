@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 )
 
 // The call-log checks catch what they are for, on a made-up log of two attacher replicas:

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 )
 
 // mutating are the CSI calls that change the backend: two callers with one of them in

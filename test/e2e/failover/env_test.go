@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/driver/drivertest"
-	"github.com/kubevol/kubevol/internal/resizer"
-	"github.com/kubevol/kubevol/internal/snapshotter"
+	"github.com/kubevol/kubevol/internal/component/driver"
+	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/component/resizer"
+	"github.com/kubevol/kubevol/internal/component/snapshotter"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

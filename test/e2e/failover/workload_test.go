@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kubevol/kubevol/internal/component/resizer"
+	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/resizer"
-	"github.com/kubevol/kubevol/internal/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

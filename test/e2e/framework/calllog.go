@@ -3,7 +3,7 @@ package framework
 import (
 	"testing"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 )
 
 // DriverCalls returns the calls of the driver's call log at path that keep accepts, in

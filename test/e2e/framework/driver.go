@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 )
 
 // ControllerDriver is a `kubevol driver --mode controller` process, what the controller-side

@@ -1,5 +1,5 @@
 // Package framework is the shared harness of kubevol's end-to-end tests: one real local
-// control plane per test package (internal/localcluster), unique namespaces per test, and
+// control plane per test package (internal/cluster/localcluster), unique namespaces per test, and
 // kubevol processes that are always stopped, also when a test fails or is interrupted.
 //
 // A test package uses it from TestMain:
@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 var (

@@ -7,10 +7,10 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/kubevol/kubevol/internal/identity"
+	"github.com/kubevol/kubevol/internal/cluster/identity"
 )
 
-// Component is a kubevol component whose RBAC deploy/ ships (internal/identity).
+// Component is a kubevol component whose RBAC deploy/ ships (internal/cluster/identity).
 type Component = identity.Component
 
 // The components with RBAC in deploy/.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 var (

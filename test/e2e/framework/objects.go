@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 	"github.com/kubevol/kubevol/internal/kubecheck"
 )
 

@@ -3,7 +3,7 @@ package framework
 import (
 	"testing"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
 )
 
 // Requires skips the test, saying why, when the cluster's Kubernetes release does not serve

@@ -9,7 +9,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubevol/kubevol/internal/snapshot/crds"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/crds"
 )
 
 var (

@@ -14,7 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/kubevol/kubevol/internal/identity"
+	"github.com/kubevol/kubevol/internal/cluster/identity"
 )
 
 // The upstream versions kubevol's sidecars mirror, whose rule files the module proxy serves.

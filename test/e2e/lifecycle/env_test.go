@@ -21,10 +21,10 @@ import (
 	"k8s.io/mount-utils"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/driver/drivertest"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/component/driver"
+	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/localcluster"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

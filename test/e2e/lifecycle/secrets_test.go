@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/redact"
+	"github.com/kubevol/kubevol/internal/runtime/redact"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

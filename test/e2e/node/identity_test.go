@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/csrapprover"
-	"github.com/kubevol/kubevol/internal/nodecert"
+	"github.com/kubevol/kubevol/internal/component/csrapprover"
+	"github.com/kubevol/kubevol/internal/component/nodeagent/nodecert"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

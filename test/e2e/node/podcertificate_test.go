@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubevol/kubevol/internal/apicheck"
-	"github.com/kubevol/kubevol/internal/podcertsigner"
+	"github.com/kubevol/kubevol/internal/runtime/apicheck"
+	"github.com/kubevol/kubevol/internal/testing/podcertsigner"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/provisioner/intent"
+	"github.com/kubevol/kubevol/internal/component/provisioner/intent"
 )
 
 // Upstream #486: a claim deleted while CreateVolume is in flight must not leave its volume.

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/driver"
+	"github.com/kubevol/kubevol/internal/component/driver"
 )
 
 // The resizer is killed with SIGKILL twice while ControllerModifyVolume is in flight: once

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubevol/kubevol/internal/snapshotter/conversion"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/conversion"
 )
 
 // groupContents is the VolumeGroupSnapshotContent resource in version v.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/image"
-	"github.com/kubevol/kubevol/internal/images"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
+	"github.com/kubevol/kubevol/internal/build/ociimage"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 // imagesTag is the tag of the images this package builds: the overlay names them by it, and
@@ -25,7 +25,7 @@ var (
 	archiveOnce   sync.Once
 	archivePath   string
 	archiveBinary string
-	archiveImages []image.Named
+	archiveImages []ociimage.Named
 	archiveErr    error
 	debsOnce      sync.Once
 	debsErr       error
@@ -42,7 +42,7 @@ func shippedImages(t *testing.T) (archive, bin string) {
 			return
 		}
 		archivePath = filepath.Join(binDir, "kubevol-images.oci.tar")
-		archiveErr = image.WriteArchiveFile(archivePath, archiveImages...)
+		archiveErr = ociimage.WriteArchiveFile(archivePath, archiveImages...)
 	})
 	if archiveErr != nil {
 		t.Fatal(archiveErr)
@@ -52,19 +52,19 @@ func shippedImages(t *testing.T) (archive, bin string) {
 
 // buildImages builds into dir the images of deploy/'s local stack (every role but the
 // optional node agent) for this machine's platform through exactly `make images`' path:
-// the static binary by images.GoBuild (hack/images' flags), the Debian packages by
+// the static binary by kubevolimages.GoBuild (hack/images' flags), the Debian packages by
 // hack/debs.sh (once per package, cached in ~/.cache/kubevol/debs, so only the first run
 // downloads them),
-// the images by images.Builder. It returns the images and the binary.
-func buildImages(t *testing.T, dir string) ([]image.Named, string, error) {
+// the images by kubevolimages.Builder. It returns the images and the binary.
+func buildImages(t *testing.T, dir string) ([]ociimage.Named, string, error) {
 	root, err := localcluster.FindModuleRoot()
 	if err != nil {
 		return nil, "", err
 	}
-	p := image.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	p := ociimage.Platform{OS: "linux", Architecture: runtime.GOARCH}
 	start := time.Now()
 	bin := filepath.Join(dir, "kubevol")
-	if err := images.GoBuild(context.Background(), root, p, imagesTag, bin); err != nil {
+	if err := kubevolimages.GoBuild(context.Background(), root, p, imagesTag, bin); err != nil {
 		return nil, "", err
 	}
 	built := time.Now()
@@ -83,14 +83,14 @@ func buildImages(t *testing.T, dir string) ([]image.Named, string, error) {
 		return nil, "", debsErr
 	}
 	fetched := time.Now()
-	b := &images.Builder{Prefix: images.DefaultPrefix, Tag: imagesTag, Version: imagesTag, Platforms: []image.Platform{p},
-		Inputs: images.Inputs{
-			Binary:   func(image.Platform) string { return bin },
-			Tools:    func(image.Platform) string { return filepath.Join(debs, "root") },
-			Packages: func(image.Platform) string { return filepath.Join(debs, "packages") },
+	b := &kubevolimages.Builder{Prefix: kubevolimages.DefaultPrefix, Tag: imagesTag, Version: imagesTag, Platforms: []ociimage.Platform{p},
+		Inputs: kubevolimages.Inputs{
+			Binary:   func(ociimage.Platform) string { return bin },
+			Tools:    func(ociimage.Platform) string { return filepath.Join(debs, "root") },
+			Packages: func(ociimage.Platform) string { return filepath.Join(debs, "packages") },
 		}}
-	var named []image.Named
-	for _, r := range images.Roles {
+	var named []ociimage.Named
+	for _, r := range kubevolimages.Roles {
 		if r.Name == "kubevol-node" { // deploy/node is optional and not part of deploy/
 			continue
 		}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kubevol/kubevol/internal/images"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
 )
 
 // ctrArgs are hostpath's and upstream's sample argument lists, verbatim, for each sidecar
@@ -48,7 +48,7 @@ func checkCtrRun(t *testing.T, ctx context.Context, cfg *rest.Config, cs kuberne
 	}
 	for _, c := range ctrArgs {
 		id := "kvctr-" + c.image
-		ref := images.DefaultPrefix + "/" + c.image + ":" + imagesTag
+		ref := kubevolimages.DefaultPrefix + "/" + c.image + ":" + imagesTag
 		ctr := func(args ...string) *exec.Cmd {
 			return exec.Command("ctr", append([]string{"--address", socket, "--namespace", "k8s.io"}, args...)...)
 		}

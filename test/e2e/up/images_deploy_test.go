@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kubevol/kubevol/internal/images"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/localcluster"
 )
 
 // The overlay's namespace and driver name: neither may be those of the host-process stack
@@ -53,8 +53,8 @@ func renderDeploy(t *testing.T, kubeletRoot, stateDir string) []*unstructured.Un
 	var k strings.Builder
 	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\n", imagesNamespace)
 	fmt.Fprintf(&k, "resources: [%s, name.yaml]\ncomponents: [%s/driver-name]\nimages:\n", deploy, deploy)
-	for _, r := range images.Roles {
-		fmt.Fprintf(&k, "  - {name: %s/%s, newTag: %s}\n", images.DefaultPrefix, r.Name, imagesTag)
+	for _, r := range kubevolimages.Roles {
+		fmt.Fprintf(&k, "  - {name: %s/%s, newTag: %s}\n", kubevolimages.DefaultPrefix, r.Name, imagesTag)
 	}
 	name := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kubevol-driver-name\n" +
 		"  annotations: {config.kubernetes.io/local-config: \"true\"}\ndata: {name: " + imagesDriverName + "}\n"

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 )
 
 var httpEndpoint = regexp.MustCompile(`^--http-endpoint=:(\d+)$`)

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
 	"github.com/kubevol/kubevol/internal/kubecheck"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/driver"
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
+	"github.com/kubevol/kubevol/internal/component/driver"
 )
 
 // TestUpNodes: `kubevol up --nodes 3` runs three Ready Nodes, each with its own node agent

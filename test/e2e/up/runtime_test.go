@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubevol/kubevol/internal/driver/backend"
-	"github.com/kubevol/kubevol/internal/kubeletnode"
+	"github.com/kubevol/kubevol/internal/cluster/kubeletnode"
+	"github.com/kubevol/kubevol/internal/component/driver/backend"
 )
 
 // TestUpRuntimeContainerd is the smoke test of `kubevol up --runtime containerd`: the

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/image"
-	"github.com/kubevol/kubevol/internal/images"
-	"github.com/kubevol/kubevol/internal/localcluster"
-	"github.com/kubevol/kubevol/internal/upstatus"
+	"github.com/kubevol/kubevol/internal/build/kubevolimages"
+	"github.com/kubevol/kubevol/internal/build/ociimage"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/upstatus"
 )
 
 // TestUpFromShippedControlPlane runs `kubevol up` as a release archive is used (docs/install.md):
@@ -47,8 +47,8 @@ func TestUpFromShippedControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubevol := filepath.Join(archive, "kubevol")
-	p := image.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
-	if err := images.GoBuild(ctx, root, p, release, kubevol); err != nil {
+	p := ociimage.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
+	if err := kubevolimages.GoBuild(ctx, root, p, release, kubevol); err != nil {
 		t.Fatal(err)
 	}
 	shipped := filepath.Join(archive, localcluster.ShippedName)

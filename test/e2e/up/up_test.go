@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubevol/kubevol/internal/proc"
+	"github.com/kubevol/kubevol/internal/cluster/proc"
 )
 
 func TestUpThenInterrupt(t *testing.T) {

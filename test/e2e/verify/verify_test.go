@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/driver/drivertest"
-	"github.com/kubevol/kubevol/internal/localcluster"
+	"github.com/kubevol/kubevol/internal/cluster/localcluster"
+	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/verify"
 )
 

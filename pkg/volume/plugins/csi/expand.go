@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevol/kubevol/internal/sizes"
+	"github.com/kubevol/kubevol/internal/runtime/sizes"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 

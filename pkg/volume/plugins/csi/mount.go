@@ -18,8 +18,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubevol/kubevol/internal/csiclient"
-	"github.com/kubevol/kubevol/internal/redact"
+	"github.com/kubevol/kubevol/internal/runtime/csiclient"
+	"github.com/kubevol/kubevol/internal/runtime/redact"
 	"github.com/kubevol/kubevol/pkg/volume"
 )
 

@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 
-	"github.com/kubevol/kubevol/internal/sizes"
+	"github.com/kubevol/kubevol/internal/runtime/sizes"
 	"github.com/kubevol/kubevol/pkg/volume"
 	"github.com/kubevol/kubevol/pkg/volume/removeall"
 )
