@@ -3,8 +3,8 @@
 // queue holds the keys, workers call one sync function per key, and a Runner starts the
 // sources, waits for them to sync, runs the workers and drains them on shutdown.
 //
-// A controller is one file: build its queue with NewQueue, register its event handlers on
-// its sources, and hand the queue and its sync function to Handle. The sync function is
+// A controller builds its queue with NewQueue, registers its event handlers on its sources,
+// and hands the queue and its sync function to Handle. The sync function is
 // level-triggered: it reads the current state and converges it, and tells the runtime what
 // to do with the key by what it returns:
 //
