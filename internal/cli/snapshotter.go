@@ -225,18 +225,18 @@ func (o *snapshotterOptions) run(ctx context.Context) error {
 		if err := waitForCRDs(ctx, snap, o.retryCRDMax); err != nil {
 			return err
 		}
-		common := snapshotter.ControllerConfig{
+		common := snapshotcontroller.RoleConfig{
 			Client: client, Snap: snap, Workers: o.sidecar.WorkerThreads,
 			RetryIntervalStart: o.sidecar.RetryIntervalStart, RetryIntervalMax: o.sidecar.RetryIntervalMax,
 			Resync: o.sidecar.Resync, PreventVolumeModeConversion: o.preventModeChange, QueueMetrics: queueMetrics,
 			Metrics:     opmetrics.New(reg),
 			Distributed: o.distributed,
 		}
-		ctrl, err := snapshotcontroller.New(ctx, snapshotcontroller.Config{ControllerConfig: common})
+		ctrl, err := snapshotcontroller.New(ctx, snapshotcontroller.Config{RoleConfig: common})
 		if err != nil {
 			return err
 		}
-		run, err := o.withGroupController(ctx, groups(), ctrl.Run, groupcontroller.Config{ControllerConfig: common})
+		run, err := o.withGroupController(ctx, groups(), ctrl.Run, groupcontroller.Config{RoleConfig: common})
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/examples"
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
@@ -106,12 +107,12 @@ func (s *Stack) demoGroupSnapshot(ctx context.Context, cs kubernetes.Interface, 
 			return false, nil
 		}
 		g = cur
-		return snapshotter.IsTrue(cur.Status.ReadyToUse), nil
+		return ptr.Deref(cur.Status.ReadyToUse, false), nil
 	})
 	if err != nil {
 		msg := ""
 		if g.Status != nil && g.Status.Error != nil {
-			msg = snapshotter.Str(g.Status.Error.Message)
+			msg = ptr.Deref(g.Status.Error.Message, "")
 		}
 		return fmt.Errorf("demo: VolumeGroupSnapshot %s not ready: %w (error: %q)", g.Name, err, msg)
 	}
@@ -125,7 +126,7 @@ func (s *Stack) demoGroupSnapshot(ctx context.Context, cs kubernetes.Interface, 
 	}
 	slices.Sort(claims)
 	fmt.Fprintf(out, "ready to use after %s: content %s, member snapshots %s\n", time.Since(start).Round(time.Millisecond),
-		snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName), strings.Join(claims, ", "))
+		ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, ""), strings.Join(claims, ", "))
 
 	into := d.pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName
 	member := members[demoClaim]

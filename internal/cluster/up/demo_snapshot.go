@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/examples"
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
 
 // snapshotClient is a client of the snapshot CRDs, which are served only as JSON.
@@ -54,7 +54,7 @@ func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap 
 	if vs == nil || pod == nil {
 		return errors.New("demo: examples/snapshot needs a VolumeSnapshot and a pod")
 	}
-	fmt.Fprintf(out, "\ntaking VolumeSnapshot %s/%s of claim %s…\n", vs.Namespace, vs.Name, snapshotter.Str(vs.Spec.Source.PersistentVolumeClaimName))
+	fmt.Fprintf(out, "\ntaking VolumeSnapshot %s/%s of claim %s…\n", vs.Namespace, vs.Name, ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, ""))
 	if _, err := snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Create(ctx, vs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
@@ -65,13 +65,13 @@ func (s *Stack) demoSnapshot(ctx context.Context, cs kubernetes.Interface, snap 
 			return false, nil
 		}
 		vs = cur
-		return snapshotter.IsTrue(cur.Status.ReadyToUse), nil
+		return ptr.Deref(cur.Status.ReadyToUse, false), nil
 	})
 	if err != nil {
 		return fmt.Errorf("demo: VolumeSnapshot %s not ready: %w (status %+v)", vs.Name, err, vs.Status)
 	}
 	fmt.Fprintf(out, "ready to use after %s: content %s, restore size %s, class %s\n", time.Since(start).Round(time.Millisecond),
-		snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName), vs.Status.RestoreSize, snapshotter.Str(vs.Spec.VolumeSnapshotClassName))
+		ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, ""), vs.Status.RestoreSize, ptr.Deref(vs.Spec.VolumeSnapshotClassName, ""))
 
 	for _, o := range rest {
 		if err := createIfMissing(ctx, cs, o); err != nil {

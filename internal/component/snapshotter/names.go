@@ -1,12 +1,12 @@
-// Package snapshotter holds what kubevol's two snapshot roles share with each other and with
-// kubernetes-csi/external-snapshotter: the annotation, finalizer and Lease names, the rules
-// for the snapshotter secrets, default classes and source volumes, and the small helpers
-// (cached lookups, conflict handling, configuration) that the snapshot and group halves of
-// each role use alike. The roles are internal/component/snapshotter/snapshotcontroller (the
-// snapshot-controller: VolumeSnapshots, binding, finalizers) and
-// internal/component/snapshotter/csisnapshotter (the csi-snapshotter sidecar: CSI calls and the
-// content's status). Objects written by either upstream component are understood by both,
-// and the other way round.
+// Package snapshotter is the contract kubevol's two snapshot roles share with each other and
+// with kubernetes-csi/external-snapshotter: the annotation, finalizer, label and Lease names,
+// the names of dynamic and member objects, the rules for the snapshotter secrets and class
+// parameters, and which volumes may be a snapshot's source and which classes are default.
+// Objects written by either upstream component are understood by both roles, and the other
+// way round. The roles are internal/component/snapshotter/snapshotcontroller (the
+// snapshot-controller: VolumeSnapshots, binding, finalizers; groupcontroller for groups) and
+// internal/component/snapshotter/csisnapshotter (the csi-snapshotter sidecar: CSI calls and
+// the content's status; groupsidecar for groups).
 package snapshotter
 
 import (
@@ -92,17 +92,6 @@ func Without(list []string, s string) []string {
 	}
 	return out
 }
-
-// Str returns *p, or "" for nil.
-func Str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
-// IsTrue reports whether *p is true.
-func IsTrue(p *bool) bool { return p != nil && *p }
 
 // Class parameter keys of the snapshotter secrets (csi.storage.k8s.io/ prefix).
 const (

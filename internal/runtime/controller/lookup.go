@@ -1,4 +1,4 @@
-package snapshotter
+package controller
 
 import (
 	"context"
@@ -18,7 +18,7 @@ type Getter[T any] interface {
 }
 
 // Get returns the named object from the informer cache, else from the API: an object written
-// a moment ago (by this role or an administrator) may not be cached yet.
+// a moment ago (by this controller or an administrator) may not be cached yet.
 func Get[T any](ctx context.Context, cache Lister[T], api Getter[T], name string) (T, error) {
 	obj, err := cache.Get(name)
 	if apierrors.IsNotFound(err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -37,6 +38,35 @@ func (s factorySource) WaitForSync(ctx context.Context) bool {
 	return s.f.WaitForCacheSyncWithContext(ctx).Err == nil
 }
 func (s factorySource) Shutdown() { s.f.Shutdown() }
+
+// ChanInformers is the Source of a shared informer factory generated without the
+// context-taking methods (the snapshot API's): it starts and waits through the stop channel
+// of the context.
+func ChanInformers(f ChanInformerFactory) Source { return chanFactorySource{f} }
+
+// ChanInformerFactory is what ChanInformers needs of a generated informer factory.
+type ChanInformerFactory interface {
+	Start(stopCh <-chan struct{})
+	WaitForCacheSync(stopCh <-chan struct{}) map[reflect.Type]bool
+	Shutdown()
+}
+
+type chanFactorySource struct {
+	f ChanInformerFactory
+}
+
+func (s chanFactorySource) Start(ctx context.Context) { s.f.Start(ctx.Done()) }
+
+func (s chanFactorySource) WaitForSync(ctx context.Context) bool {
+	for _, ok := range s.f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (s chanFactorySource) Shutdown() { s.f.Shutdown() }
 
 // Synced is a Source that starts nothing and is synced once every function reports true:
 // the caches a controller reads, on informers that another Source (or the caller) starts.

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/resizer"
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/kubecheck"
 	"github.com/kubevol/kubevol/test/e2e/framework"
 )
@@ -222,7 +222,7 @@ func (e *env) snapshotLoop(claim string) func(int) error {
 		}
 		err := e.poll("snapshot "+name+" ready", step, func(ctx context.Context) (bool, error) {
 			vs, err := e.snap.SnapshotV1().VolumeSnapshots(e.ns).Get(ctx, name, metav1.GetOptions{})
-			return err == nil && vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse), nil
+			return err == nil && vs.Status != nil && ptr.Deref(vs.Status.ReadyToUse, false), nil
 		})
 		if err != nil {
 			return err
@@ -250,7 +250,7 @@ func (e *env) groupLoop(label string) func(int) error {
 		}
 		err := e.poll("group snapshot "+name+" ready", step, func(ctx context.Context) (bool, error) {
 			g, err := e.snap.GroupsnapshotV1().VolumeGroupSnapshots(e.ns).Get(ctx, name, metav1.GetOptions{})
-			return err == nil && g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse), nil
+			return err == nil && g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false), nil
 		})
 		if err != nil {
 			return err

@@ -9,8 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
+	"k8s.io/utils/ptr"
 )
 
 // The snapshotter (both roles) is killed with SIGKILL again and again while snapshots are
@@ -62,7 +61,7 @@ func TestCrashLoop(t *testing.T) {
 		}
 		clear(handles)
 		for _, c := range all.Items {
-			if c.Spec.Driver == e.driver && c.Status != nil && snapshotter.Str(c.Status.SnapshotHandle) != "" {
+			if c.Spec.Driver == e.driver && c.Status != nil && ptr.Deref(c.Status.SnapshotHandle, "") != "" {
 				handles[*c.Status.SnapshotHandle] = true
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
@@ -264,7 +265,7 @@ func (e *env) waitSnapshot(name, what string, cond func(*snapv1.VolumeSnapshot) 
 func (e *env) waitReady(name string) *snapv1.VolumeSnapshot {
 	e.t.Helper()
 	return e.waitSnapshot(name, "ready", func(vs *snapv1.VolumeSnapshot) bool {
-		return vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse)
+		return vs.Status != nil && ptr.Deref(vs.Status.ReadyToUse, false)
 	})
 }
 

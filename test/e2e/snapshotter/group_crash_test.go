@@ -11,6 +11,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -68,7 +69,7 @@ func TestGroupCrashLoop(t *testing.T) {
 			continue
 		}
 		vgs := e.waitGroup(name, "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
-			return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+			return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
 		})
 		content, err := groups.VolumeGroupSnapshotContents().Get(e.ctx, snapshotter.GroupContentName(vgs), metav1.GetOptions{})
 		if err != nil {
@@ -87,7 +88,7 @@ func TestGroupCrashLoop(t *testing.T) {
 		}
 		clear(handles)
 		for _, c := range all.Items {
-			if c.Spec.Driver == e.driver && c.Status != nil && snapshotter.Str(c.Status.VolumeGroupSnapshotHandle) != "" {
+			if c.Spec.Driver == e.driver && c.Status != nil && ptr.Deref(c.Status.VolumeGroupSnapshotHandle, "") != "" {
 				handles[*c.Status.VolumeGroupSnapshotHandle] = true
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -50,9 +51,9 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 	vgs := e.readyGroup("group", "g1")
 	contentName := snapshotter.GroupContentPrefix + string(vgs.UID)
 	switch {
-	case snapshotter.Str(vgs.Spec.VolumeGroupSnapshotClassName) != class:
-		t.Errorf("spec.volumeGroupSnapshotClassName = %q, want the default class %s", snapshotter.Str(vgs.Spec.VolumeGroupSnapshotClassName), class)
-	case snapshotter.Str(vgs.Status.BoundVolumeGroupSnapshotContentName) != contentName || vgs.Status.CreationTime == nil:
+	case ptr.Deref(vgs.Spec.VolumeGroupSnapshotClassName, "") != class:
+		t.Errorf("spec.volumeGroupSnapshotClassName = %q, want the default class %s", ptr.Deref(vgs.Spec.VolumeGroupSnapshotClassName, ""), class)
+	case ptr.Deref(vgs.Status.BoundVolumeGroupSnapshotContentName, "") != contentName || vgs.Status.CreationTime == nil:
 		t.Errorf("group status %+v", vgs.Status)
 	case !snapshotter.HasFinalizer(vgs, snapshotter.FinalizerGroupBound):
 		t.Errorf("group lacks its finalizer: %v", vgs.Finalizers)
@@ -61,7 +62,7 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groupHandle := snapshotter.Str(content.Status.VolumeGroupSnapshotHandle)
+	groupHandle := ptr.Deref(content.Status.VolumeGroupSnapshotHandle, "")
 	switch {
 	case !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound):
 		t.Errorf("group content lacks its finalizer: %v", content.Finalizers)
@@ -81,9 +82,9 @@ func TestGroupSnapshotAndRestore(t *testing.T) {
 		switch {
 		case snapshotter.GroupOwner(vs) != "group" || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup):
 			t.Errorf("member %s: owners %v finalizers %v", vs.Name, vs.OwnerReferences, vs.Finalizers)
-		case snapshotter.Str(vs.Status.VolumeGroupSnapshotName) != "group" || snapshotter.Str(vs.Spec.Source.PersistentVolumeClaimName) != claim:
+		case ptr.Deref(vs.Status.VolumeGroupSnapshotName, "") != "group" || ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, "") != claim:
 			t.Errorf("member %s: spec %+v status %+v", vs.Name, vs.Spec, vs.Status)
-		case vsc.Annotations[snapshotter.AnnGroupSnapshotHandle] != groupHandle || snapshotter.Str(vsc.Status.SnapshotHandle) != info.SnapshotHandle:
+		case vsc.Annotations[snapshotter.AnnGroupSnapshotHandle] != groupHandle || ptr.Deref(vsc.Status.SnapshotHandle, "") != info.SnapshotHandle:
 			t.Errorf("member content %s: annotations %v status %+v", vsc.Name, vsc.Annotations, vsc.Status)
 		case backend[info.SnapshotHandle].GetGroupSnapshotId() != groupHandle:
 			t.Errorf("backend snapshot %s: %v, want a member of %s", info.SnapshotHandle, backend[info.SnapshotHandle], groupHandle)
@@ -168,7 +169,7 @@ func (e *env) readyGroup(name, label string) *groupv1.VolumeGroupSnapshot {
 		e.t.Fatal(err)
 	}
 	return e.waitGroup(name, "ready", func(g *groupv1.VolumeGroupSnapshot) bool {
-		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse)
+		return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/test/e2e/framework"
@@ -67,7 +68,7 @@ func TestGroupSnapshotOfEveryServedVersion(t *testing.T) {
 				t.Errorf("status.boundVolumeGroupSnapshotContentName = %q, want %q", content, want)
 			}
 			member := e.waitReady(snapshotter.MemberSnapshotName(string(last.GetUID()), handle))
-			if got := snapshotter.Str(member.Spec.Source.PersistentVolumeClaimName); got != pvc.Name {
+			if got := ptr.Deref(member.Spec.Source.PersistentVolumeClaimName, ""); got != pvc.Name {
 				t.Errorf("member %s is of claim %q, want %s", member.Name, got, pvc.Name)
 			}
 			if err := res.Delete(e.ctx, "group-"+v, metav1.DeleteOptions{}); err != nil {

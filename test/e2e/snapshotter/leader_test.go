@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/driver"
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
@@ -97,8 +98,8 @@ func TestLeaderKilledMidStorm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := e.content(snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName))
-		h := snapshotter.Str(c.Status.SnapshotHandle)
+		c := e.content(ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, ""))
+		h := ptr.Deref(c.Status.SnapshotHandle, "")
 		if other, dup := handles[h]; dup {
 			t.Errorf("%s and %s share backend snapshot %s", name, other, h)
 		}
@@ -213,7 +214,7 @@ func (e *env) waitReadyCount(n int) int {
 		}
 		ready = 0
 		for _, vs := range l.Items {
-			if vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse) {
+			if vs.Status != nil && ptr.Deref(vs.Status.ReadyToUse, false) {
 				ready++
 			}
 		}

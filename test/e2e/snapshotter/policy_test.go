@@ -6,6 +6,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
@@ -21,8 +22,8 @@ func TestDeletionPolicies(t *testing.T) {
 
 	// Retain, snapshot deleted first.
 	kept := e.waitReady(e.snapshotOf("kept", "src", &retain).Name)
-	keptContent := snapshotter.Str(kept.Status.BoundVolumeSnapshotContentName)
-	keptHandle := snapshotter.Str(e.content(keptContent).Status.SnapshotHandle)
+	keptContent := ptr.Deref(kept.Status.BoundVolumeSnapshotContentName, "")
+	keptHandle := ptr.Deref(e.content(keptContent).Status.SnapshotHandle, "")
 	if snapshotter.HasFinalizer(kept, snapshotter.FinalizerSnapshotBound) {
 		t.Errorf("a Retain snapshot has %s", snapshotter.FinalizerSnapshotBound)
 	}
@@ -45,8 +46,8 @@ func TestDeletionPolicies(t *testing.T) {
 
 	// Delete, content deleted first: it waits for its snapshot.
 	vs := e.waitReady(e.snapshotOf("gone", "src", nil).Name)
-	name := snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName)
-	handle := snapshotter.Str(e.content(name).Status.SnapshotHandle)
+	name := ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "")
+	handle := ptr.Deref(e.content(name).Status.SnapshotHandle, "")
 	if err := e.snap.SnapshotV1().VolumeSnapshotContents().Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
@@ -43,7 +44,7 @@ func TestPreProvisioned(t *testing.T) {
 	switch {
 	case bound.Spec.VolumeSnapshotRef.UID != ready.UID:
 		t.Errorf("content ref uid %q, want %q", bound.Spec.VolumeSnapshotRef.UID, ready.UID)
-	case snapshotter.Str(bound.Status.SnapshotHandle) != handle || bound.Status.RestoreSize == nil || *bound.Status.RestoreSize != backend.GetSizeBytes():
+	case ptr.Deref(bound.Status.SnapshotHandle, "") != handle || bound.Status.RestoreSize == nil || *bound.Status.RestoreSize != backend.GetSizeBytes():
 		t.Errorf("content status %+v, want handle %s and size %d from ListSnapshots", bound.Status, handle, backend.GetSizeBytes())
 	case !snapshotter.HasFinalizer(bound, snapshotter.FinalizerContentBound):
 		t.Errorf("bound content lacks its finalizer")
@@ -66,7 +67,7 @@ func TestPreProvisioned(t *testing.T) {
 	}
 	e.waitEvent(e.ns, "misbound", "SnapshotContentMisbound", "someone-else")
 	e.waitSnapshot("misbound", "reports the error", func(vs *snapv1.VolumeSnapshot) bool {
-		return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+		return vs.Status != nil && vs.Status.Error != nil && !ptr.Deref(vs.Status.ReadyToUse, false)
 	})
 	if err := e.snap.SnapshotV1().VolumeSnapshotContents().Delete(e.ctx, other, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
@@ -30,10 +31,10 @@ func TestSnapshotAndRestore(t *testing.T) {
 	st := vs.Status
 	contentName := snapshotter.ContentPrefix + string(vs.UID)
 	switch {
-	case snapshotter.Str(vs.Spec.VolumeSnapshotClassName) != e.class:
-		t.Errorf("spec.volumeSnapshotClassName = %q, want the default class %s", snapshotter.Str(vs.Spec.VolumeSnapshotClassName), e.class)
-	case snapshotter.Str(st.BoundVolumeSnapshotContentName) != contentName:
-		t.Errorf("boundVolumeSnapshotContentName = %q, want %s", snapshotter.Str(st.BoundVolumeSnapshotContentName), contentName)
+	case ptr.Deref(vs.Spec.VolumeSnapshotClassName, "") != e.class:
+		t.Errorf("spec.volumeSnapshotClassName = %q, want the default class %s", ptr.Deref(vs.Spec.VolumeSnapshotClassName, ""), e.class)
+	case ptr.Deref(st.BoundVolumeSnapshotContentName, "") != contentName:
+		t.Errorf("boundVolumeSnapshotContentName = %q, want %s", ptr.Deref(st.BoundVolumeSnapshotContentName, ""), contentName)
 	case st.CreationTime == nil || st.RestoreSize == nil || st.Error != nil:
 		t.Errorf("status %+v: want creationTime and restoreSize, no error", st)
 	}
@@ -43,13 +44,13 @@ func TestSnapshotAndRestore(t *testing.T) {
 		}
 	}
 	content := e.content(contentName)
-	handle := snapshotter.Str(content.Status.SnapshotHandle)
+	handle := ptr.Deref(content.Status.SnapshotHandle, "")
 	switch {
 	case !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound):
 		t.Errorf("content lacks its finalizer: %v", content.Finalizers)
 	case content.Spec.VolumeSnapshotRef.UID != vs.UID || content.Spec.DeletionPolicy != snapv1.VolumeSnapshotContentDelete:
 		t.Errorf("content spec %+v", content.Spec)
-	case snapshotter.Str(content.Spec.Source.VolumeHandle) != e.pvOf(src).Spec.CSI.VolumeHandle:
+	case ptr.Deref(content.Spec.Source.VolumeHandle, "") != e.pvOf(src).Spec.CSI.VolumeHandle:
 		t.Errorf("content source %v, want the claim's volume", content.Spec.Source)
 	case content.Annotations[snapshotter.AnnBeingCreated] != "":
 		t.Errorf("content still has %s", snapshotter.AnnBeingCreated)

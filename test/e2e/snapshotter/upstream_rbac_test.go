@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/driver"
 	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
@@ -60,7 +61,7 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 	if _, err := kubecheck.WaitForClaim(e.ctx, e.cs, e.ns, "src", 2*time.Minute, kubecheck.ModifiedTo(ro)); err != nil {
 		t.Fatalf("claim src never modified to %s: %v; events:\n%s", ro, err, strings.Join(e.events("src"), "\n"))
 	}
-	if got := snapshotter.Str(e.pvOf(src).Spec.VolumeAttributesClassName); got != ro {
+	if got := ptr.Deref(e.pvOf(src).Spec.VolumeAttributesClassName, ""); got != ro {
 		t.Errorf("PV %s names class %q after the modification, want %q", pv.Name, got, ro)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "after.txt"), want, 0o644); !errors.Is(err, syscall.EROFS) {
@@ -69,7 +70,7 @@ func TestLifecycleUnderUpstreamRBAC(t *testing.T) {
 
 	e.snapshotOf("snap", "src", nil)
 	vs := e.waitReady("snap")
-	content := snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName)
+	content := ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "")
 	e.claim("restored", "32Mi", vs)
 	got, err := os.ReadFile(filepath.Join(e.mountOf(e.podOn("reader", "restored")), "data.txt"))
 	if err != nil || string(got) != string(want) {

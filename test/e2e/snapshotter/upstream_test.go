@@ -53,9 +53,9 @@ func TestUpstreamObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := e.waitContent(content.Name, func(c *snapv1.VolumeSnapshotContent) bool {
-			return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse) && c.Status.CreationTime != nil && c.Annotations[snapshotter.AnnBeingCreated] == ""
+			return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false) && c.Status.CreationTime != nil && c.Annotations[snapshotter.AnnBeingCreated] == ""
 		})
-		id := snapshotter.Str(done.Status.SnapshotHandle)
+		id := ptr.Deref(done.Status.SnapshotHandle, "")
 		if e.backendSnapshots()[id] == nil {
 			t.Fatalf("no backend snapshot %q", id)
 		}

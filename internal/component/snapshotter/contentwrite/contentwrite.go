@@ -30,7 +30,7 @@ type Object[T any] interface {
 
 // Client is the part of a typed content client the roles use.
 type Client[T any] interface {
-	snapshotter.Getter[T]
+	controller.Getter[T]
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error

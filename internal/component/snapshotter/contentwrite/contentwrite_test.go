@@ -7,6 +7,7 @@ import (
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapfake "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
@@ -14,7 +15,7 @@ import (
 var filter = Filter[*snapv1.VolumeSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
 	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
-		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+		return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
 	},
 	Spec: func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
 }
@@ -90,7 +91,7 @@ func TestWrites(t *testing.T) {
 	if cur, err = Annotate(ctx, cl, cur, snapshotter.AnnBeingCreated, true); err != nil || cur.Annotations[snapshotter.AnnBeingCreated] != "yes" {
 		t.Fatalf("Annotate on: %v, annotations %v", err, cur.Annotations)
 	}
-	if cur, err = SetError(ctx, cl, cur, nil, "boom"); err != nil || cur.Status == nil || snapshotter.Str(cur.Status.Error.Message) != "boom" || snapshotter.IsTrue(cur.Status.ReadyToUse) {
+	if cur, err = SetError(ctx, cl, cur, nil, "boom"); err != nil || cur.Status == nil || ptr.Deref(cur.Status.Error.Message, "") != "boom" || ptr.Deref(cur.Status.ReadyToUse, false) {
 		t.Fatalf("SetError: %v, status %+v", err, cur.Status)
 	}
 	snap.ClearActions()

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
@@ -54,10 +55,10 @@ func (h *harness) protocol() Create[*snapv1.VolumeSnapshotContent, string] {
 			if c.Status == nil {
 				return ""
 			}
-			return snapshotter.Str(c.Status.SnapshotHandle)
+			return ptr.Deref(c.Status.SnapshotHandle, "")
 		},
 		Ready: func(c *snapv1.VolumeSnapshotContent) bool {
-			return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+			return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
 		},
 		ErrorMessage: func(c *snapv1.VolumeSnapshotContent) *string {
 			if c.Status == nil || c.Status.Error == nil {
@@ -143,7 +144,7 @@ func TestRequestError(t *testing.T) {
 	switch {
 	case len(h.calls) != 0:
 		t.Error("the driver was called without a request")
-	case got.Status == nil || got.Status.Error == nil || snapshotter.Str(got.Status.Error.Message) != "no class" || snapshotter.IsTrue(got.Status.ReadyToUse):
+	case got.Status == nil || got.Status.Error == nil || ptr.Deref(got.Status.Error.Message, "") != "no class" || ptr.Deref(got.Status.ReadyToUse, false):
 		t.Errorf("status %+v, want the request's error, not ready", got.Status)
 	case got.Annotations[snapshotter.AnnBeingCreated] != "":
 		t.Error("being-created set although nothing was asked of the driver")
@@ -166,7 +167,7 @@ func TestCreate(t *testing.T) {
 		t.Errorf("being-created at the call: %v, want stored", h.beingCreated)
 	case got.Annotations[snapshotter.AnnBeingCreated] != "":
 		t.Error("being-created kept after the driver gave a handle")
-	case got.Status == nil || snapshotter.Str(got.Status.SnapshotHandle) != "h-snapshot-uid-1" || snapshotter.IsTrue(got.Status.ReadyToUse):
+	case got.Status == nil || ptr.Deref(got.Status.SnapshotHandle, "") != "h-snapshot-uid-1" || ptr.Deref(got.Status.ReadyToUse, false):
 		t.Errorf("status %+v, want the handle, not ready", got.Status)
 	}
 	h.ready = true
@@ -180,7 +181,7 @@ func TestCreate(t *testing.T) {
 		t.Errorf("calls %v, want the same request twice", h.calls)
 	case h.beingCreated[1]:
 		t.Error("being-created set again for a content whose handle is known")
-	case !snapshotter.IsTrue(out.Status.ReadyToUse) || !snapshotter.IsTrue(h.stored().Status.ReadyToUse):
+	case !ptr.Deref(out.Status.ReadyToUse, false) || !ptr.Deref(h.stored().Status.ReadyToUse, false):
 		t.Errorf("returned %+v, stored %+v: want ready", out.Status, h.stored().Status)
 	}
 	for _, a := range h.snap.Actions() {
@@ -209,7 +210,7 @@ func TestReadyContentIsNotCreatedAgain(t *testing.T) {
 		t.Errorf("calls %v for a ready content, want none", h.calls)
 	case got.Annotations[snapshotter.AnnBeingCreated] != "" || out.Annotations[snapshotter.AnnBeingCreated] != "":
 		t.Error("being-created kept on a ready content")
-	case !snapshotter.IsTrue(got.Status.ReadyToUse) || got.Status.Error != nil:
+	case !ptr.Deref(got.Status.ReadyToUse, false) || got.Status.Error != nil:
 		t.Errorf("status %+v, want ready without error", got.Status)
 	}
 }
@@ -262,7 +263,7 @@ func TestCallError(t *testing.T) {
 			switch {
 			case (got.Annotations[snapshotter.AnnBeingCreated] == "yes") != tc.keeps:
 				t.Errorf("being-created kept = %v, want %v", !tc.keeps, tc.keeps)
-			case got.Status == nil || got.Status.Error == nil || snapshotter.Str(got.Status.Error.Message) != want || snapshotter.IsTrue(got.Status.ReadyToUse):
+			case got.Status == nil || got.Status.Error == nil || ptr.Deref(got.Status.Error.Message, "") != want || ptr.Deref(got.Status.ReadyToUse, false):
 				t.Errorf("status %+v, want %q, not ready", got.Status, want)
 			case !snaptest.SawEvent(h.rec, "Warning "+reason+" "+want):
 				t.Error("no warning")

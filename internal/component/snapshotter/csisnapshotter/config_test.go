@@ -1,4 +1,4 @@
-package snapshotter_test
+package csisnapshotter_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/csisnapshotter"
 )
 
 // A sidecar with NodeName (upstream --node-deployment) asks the API server only for the
@@ -40,7 +41,7 @@ func TestSidecarInformersOfANode(t *testing.T) {
 				selectors[a.GetResource().Resource] = a.(k8stesting.WatchAction).GetWatchRestrictions().Labels.String()
 				return false, nil, nil
 			})
-			cfg := &snapshotter.SidecarConfig{Snap: snap, NodeName: tc.node}
+			cfg := &csisnapshotter.Config{Snap: snap, NodeName: tc.node}
 			contents, classes, sources := cfg.Informers()
 			_ = contents.Snapshot().V1().VolumeSnapshotContents().Informer()
 			_ = contents.Groupsnapshot().V1().VolumeGroupSnapshotContents().Informer()

@@ -19,15 +19,13 @@ import (
 	snaplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumesnapshot/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
-
-// Config configures a Controller.
-type Config = snapshotter.SidecarConfig
 
 // Controller is the csi-snapshotter of one driver.
 type Controller struct {
@@ -84,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 var contentFilter = contentwrite.Filter[*snapv1.VolumeSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated,
 	Ready: func(c *snapv1.VolumeSnapshotContent) bool {
-		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+		return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
 	},
 	Spec:                    func(c *snapv1.VolumeSnapshotContent) any { return c.Spec },
 	FinalizersWhileDeleting: true,

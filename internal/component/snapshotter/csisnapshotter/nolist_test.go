@@ -6,8 +6,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
 )
 
@@ -19,7 +19,7 @@ var createOnly = []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServic
 func TestPreProvisionedWithoutListSnapshots(t *testing.T) {
 	c := preProvisioned("c1")
 	msg := "failed to list snapshot existing-1: unavailable"
-	c.Status = &snapv1.VolumeSnapshotContentStatus{ReadyToUse: ptr(false), Error: &snapv1.VolumeSnapshotError{Message: &msg}}
+	c.Status = &snapv1.VolumeSnapshotContentStatus{ReadyToUse: ptr.To(false), Error: &snapv1.VolumeSnapshotError{Message: &msg}}
 	f := newFixtureCaps(t, createOnly, c)
 	if f.c.lists {
 		t.Fatal("LIST_SNAPSHOTS assumed of a driver that does not announce it")
@@ -34,14 +34,14 @@ func TestPreProvisionedWithoutListSnapshots(t *testing.T) {
 	}
 	st := f.get("c1").Status
 	switch {
-	case st == nil || snapshotter.Str(st.SnapshotHandle) != "existing-1" || !snapshotter.IsTrue(st.ReadyToUse):
+	case st == nil || ptr.Deref(st.SnapshotHandle, "") != "existing-1" || !ptr.Deref(st.ReadyToUse, false):
 		t.Fatalf("status = %+v, want handle existing-1, ready", st)
 	case st.CreationTime == nil || *st.CreationTime < before || *st.CreationTime > after:
 		t.Errorf("creationTime = %v, want the time of the sync", st.CreationTime)
 	case st.RestoreSize != nil:
 		t.Errorf("restoreSize = %d, want none (unknown)", *st.RestoreSize)
 	case st.Error != nil:
-		t.Errorf("error %q kept on a ready content", snapshotter.Str(st.Error.Message))
+		t.Errorf("error %q kept on a ready content", ptr.Deref(st.Error.Message, ""))
 	}
 	f.checkVerbs()
 	f.snap.ClearActions()
@@ -62,15 +62,15 @@ func TestPreProvisionedListedNotReady(t *testing.T) {
 	if err := f.sync("c1"); err != errNotReady {
 		t.Fatalf("sync of a snapshot listed not ready = %v, want errNotReady", err)
 	}
-	if st := f.get("c1").Status; st == nil || snapshotter.IsTrue(st.ReadyToUse) || snapshotter.Str(st.SnapshotHandle) != "existing-1" {
+	if st := f.get("c1").Status; st == nil || ptr.Deref(st.ReadyToUse, false) || ptr.Deref(st.SnapshotHandle, "") != "existing-1" {
 		t.Fatalf("status = %+v, want handle existing-1, not ready", st)
 	}
 	ready = true
 	if err := f.sync("c1"); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.drv.lists) != 2 || !snapshotter.IsTrue(f.get("c1").Status.ReadyToUse) {
-		t.Errorf("ListSnapshots calls %d, ready %v: want 2 and ready", len(f.drv.lists), snapshotter.IsTrue(f.get("c1").Status.ReadyToUse))
+	if len(f.drv.lists) != 2 || !ptr.Deref(f.get("c1").Status.ReadyToUse, false) {
+		t.Errorf("ListSnapshots calls %d, ready %v: want 2 and ready", len(f.drv.lists), ptr.Deref(f.get("c1").Status.ReadyToUse, false))
 	}
 }
 
@@ -86,7 +86,7 @@ func TestDynamicWithoutListSnapshots(t *testing.T) {
 	if err := f.sync("c1"); err != errNotReady {
 		t.Fatalf("sync = %v, want errNotReady", err)
 	}
-	if st := f.get("c1").Status; st == nil || snapshotter.IsTrue(st.ReadyToUse) {
+	if st := f.get("c1").Status; st == nil || ptr.Deref(st.ReadyToUse, false) {
 		t.Fatalf("status = %+v, want not ready", st)
 	}
 	ready = true
@@ -98,7 +98,7 @@ func TestDynamicWithoutListSnapshots(t *testing.T) {
 		t.Errorf("ListSnapshots called %d times for a dynamic content", len(f.drv.lists))
 	case len(f.drv.creates) != 2 || f.drv.creates[0].Name != f.drv.creates[1].Name:
 		t.Errorf("CreateSnapshot calls %d, want 2 under one name", len(f.drv.creates))
-	case !snapshotter.IsTrue(f.get("c1").Status.ReadyToUse):
+	case !ptr.Deref(f.get("c1").Status.ReadyToUse, false):
 		t.Error("content not ready after CreateSnapshot reported it ready")
 	}
 }

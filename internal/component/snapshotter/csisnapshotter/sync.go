@@ -15,10 +15,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/creation"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 )
@@ -69,7 +71,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// A create may be in flight (being-created) or still to do: finish it first, also
 		// when the content is being deleted, so its snapshot is known and can be deleted.
 		creating := content.Annotations[snapshotter.AnnBeingCreated] == "yes"
-		notReady := content.Status == nil || !snapshotter.IsTrue(content.Status.ReadyToUse)
+		notReady := content.Status == nil || !ptr.Deref(content.Status.ReadyToUse, false)
 		switch {
 		case content.Annotations[snapshotter.AnnGroupSnapshotHandle] != "":
 		case creating || (notReady && !deleting):
@@ -80,7 +82,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 				return err
 			}
 		}
-	} else if !deleting && (content.Status == nil || !snapshotter.IsTrue(content.Status.ReadyToUse)) {
+	} else if !deleting && (content.Status == nil || !ptr.Deref(content.Status.ReadyToUse, false)) {
 		return c.check(ctx, content)
 	}
 	if deleting && releasable(content) {
@@ -123,7 +125,7 @@ func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotC
 			if content.Status == nil {
 				return ""
 			}
-			return snapshotter.Str(content.Status.SnapshotHandle)
+			return ptr.Deref(content.Status.SnapshotHandle, "")
 		},
 		Ready:        contentFilter.Ready,
 		ErrorMessage: errorMessage,
@@ -167,7 +169,7 @@ func (c *Controller) createRequest(ctx context.Context, content *snapv1.VolumeSn
 	if content.Spec.VolumeSnapshotClassName == nil {
 		return nil, fmt.Errorf("failed to take snapshot %s without a snapshot class: set spec.volumeSnapshotClassName", content.Name)
 	}
-	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), *content.Spec.VolumeSnapshotClassName)
+	class, err := controller.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), *content.Spec.VolumeSnapshotClassName)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeSnapshotClass %s: %w", *content.Spec.VolumeSnapshotClassName, err)
 	}
@@ -267,10 +269,10 @@ func (c *Controller) release(ctx context.Context, content *snapv1.VolumeSnapshot
 	}
 	handle := ""
 	if content.Status != nil {
-		handle = snapshotter.Str(content.Status.SnapshotHandle)
+		handle = ptr.Deref(content.Status.SnapshotHandle, "")
 	}
 	if handle == "" {
-		handle = snapshotter.Str(content.Spec.Source.SnapshotHandle)
+		handle = ptr.Deref(content.Spec.Source.SnapshotHandle, "")
 	}
 	if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && handle != "" && content.Annotations[snapshotter.AnnGroupSnapshotHandle] == "" {
 		secretData, err := csiclient.FetchSecrets(ctx, c.cfg.Client, snapshotter.DeletionSecret(content))
@@ -304,7 +306,7 @@ func errorMessage(content *snapv1.VolumeSnapshotContent) *string {
 	if content.Status == nil || content.Status.Error == nil {
 		return nil
 	}
-	return new(snapshotter.Str(content.Status.Error.Message))
+	return new(ptr.Deref(content.Status.Error.Message, ""))
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *snapv1.VolumeSnapshotContent, st map[string]any) (*snapv1.VolumeSnapshotContent, error) {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
@@ -162,8 +163,6 @@ func (f *fixture) events() []string {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // dynamic is a content the snapshot-controller made for VolumeSnapshot default/snap1.
 func dynamic(name string, policy snapv1.DeletionPolicy) *snapv1.VolumeSnapshotContent {
 	return &snapv1.VolumeSnapshotContent{
@@ -173,8 +172,8 @@ func dynamic(name string, policy snapv1.DeletionPolicy) *snapv1.VolumeSnapshotCo
 			VolumeSnapshotRef:       corev1.ObjectReference{Namespace: "default", Name: "snap1", UID: "1234-abcd"},
 			DeletionPolicy:          policy,
 			Driver:                  driverName,
-			VolumeSnapshotClassName: ptr("cls"),
-			Source:                  snapv1.VolumeSnapshotContentSource{VolumeHandle: ptr("vol-1")},
+			VolumeSnapshotClassName: ptr.To("cls"),
+			Source:                  snapv1.VolumeSnapshotContentSource{VolumeHandle: ptr.To("vol-1")},
 		},
 	}
 }
@@ -212,7 +211,7 @@ func TestDynamicCreate(t *testing.T) {
 		t.Errorf("being-created annotation left after a successful CreateSnapshot")
 	}
 	st := got.Status
-	if st == nil || snapshotter.Str(st.SnapshotHandle) != "snap-snapshot-1234-abcd" || !snapshotter.IsTrue(st.ReadyToUse) ||
+	if st == nil || ptr.Deref(st.SnapshotHandle, "") != "snap-snapshot-1234-abcd" || !ptr.Deref(st.ReadyToUse, false) ||
 		st.CreationTime == nil || *st.CreationTime != time.Unix(1700000000, 0).UnixNano() || st.RestoreSize == nil || *st.RestoreSize != 1<<20 || st.Error != nil {
 		t.Errorf("status = %+v, want handle, ready, creation time and restore size from the driver", st)
 	}
@@ -247,7 +246,7 @@ func TestReadinessPolling(t *testing.T) {
 	if err := f.sync("c1"); err != errNotReady {
 		t.Fatalf("sync of a not-ready snapshot = %v, want errNotReady (requeue)", err)
 	}
-	if st := f.get("c1").Status; st == nil || snapshotter.IsTrue(st.ReadyToUse) || snapshotter.Str(st.SnapshotHandle) != "h1" {
+	if st := f.get("c1").Status; st == nil || ptr.Deref(st.ReadyToUse, false) || ptr.Deref(st.SnapshotHandle, "") != "h1" {
 		t.Fatalf("status = %+v, want handle h1, not ready", st)
 	}
 	ready = true
@@ -257,7 +256,7 @@ func TestReadinessPolling(t *testing.T) {
 	if len(f.drv.creates) != 2 || f.drv.creates[1].Name != f.drv.creates[0].Name {
 		t.Errorf("CreateSnapshot not repeated under the same name: %d calls", len(f.drv.creates))
 	}
-	if st := f.get("c1").Status; !snapshotter.IsTrue(st.ReadyToUse) {
+	if st := f.get("c1").Status; !ptr.Deref(st.ReadyToUse, false) {
 		t.Errorf("content not ready after the driver reported ready")
 	}
 }
@@ -280,7 +279,7 @@ func TestCreateError(t *testing.T) {
 				t.Fatal("sync succeeded on a CreateSnapshot error")
 			}
 			got := f.get("c1")
-			if got.Status == nil || got.Status.Error == nil || !strings.Contains(snapshotter.Str(got.Status.Error.Message), "backend says no") || snapshotter.IsTrue(got.Status.ReadyToUse) {
+			if got.Status == nil || got.Status.Error == nil || !strings.Contains(ptr.Deref(got.Status.Error.Message, ""), "backend says no") || ptr.Deref(got.Status.ReadyToUse, false) {
 				t.Errorf("status = %+v, want status.error with the driver's message, not ready", got.Status)
 			}
 			if _, ok := got.Annotations[snapshotter.AnnBeingCreated]; ok != tc.keepsBeingCr {
@@ -297,7 +296,7 @@ func TestCreateError(t *testing.T) {
 
 func TestMissingClassError(t *testing.T) {
 	c := dynamic("c1", snapv1.VolumeSnapshotContentDelete)
-	c.Spec.VolumeSnapshotClassName = ptr("nope")
+	c.Spec.VolumeSnapshotClassName = ptr.To("nope")
 	f := newFixture(t, c)
 	if err := f.sync("c1"); err == nil {
 		t.Fatal("sync succeeded without the class")
@@ -305,7 +304,7 @@ func TestMissingClassError(t *testing.T) {
 	if len(f.drv.creates) != 0 {
 		t.Errorf("CreateSnapshot called without a class")
 	}
-	if st := f.get("c1").Status; st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "nope") {
+	if st := f.get("c1").Status; st == nil || st.Error == nil || !strings.Contains(ptr.Deref(st.Error.Message, ""), "nope") {
 		t.Errorf("status = %+v, want an error naming the class", st)
 	}
 	if ev := f.events(); len(ev) != 1 || !strings.Contains(ev[0], reasonCreateFailed) {
@@ -320,7 +319,7 @@ func deleted(policy snapv1.DeletionPolicy) *snapv1.VolumeSnapshotContent {
 	now := metav1.Now()
 	c.DeletionTimestamp = &now
 	c.Annotations[snapshotter.AnnBeingDeleted] = "yes"
-	c.Status = &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr("h1"), ReadyToUse: ptr(true)}
+	c.Status = &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: ptr.To("h1"), ReadyToUse: ptr.To(true)}
 	return c
 }
 
@@ -389,7 +388,7 @@ func preProvisioned(name string) *snapv1.VolumeSnapshotContent {
 			VolumeSnapshotRef: corev1.ObjectReference{Namespace: "default", Name: "snap1"},
 			DeletionPolicy:    snapv1.VolumeSnapshotContentRetain,
 			Driver:            driverName,
-			Source:            snapv1.VolumeSnapshotContentSource{SnapshotHandle: ptr("existing-1")},
+			Source:            snapv1.VolumeSnapshotContentSource{SnapshotHandle: ptr.To("existing-1")},
 		},
 	}
 }
@@ -403,7 +402,7 @@ func TestPreProvisionedStatus(t *testing.T) {
 		t.Fatalf("ListSnapshots = %v, want one for existing-1", f.drv.lists)
 	}
 	st := f.get("c1").Status
-	if st == nil || snapshotter.Str(st.SnapshotHandle) != "existing-1" || !snapshotter.IsTrue(st.ReadyToUse) ||
+	if st == nil || ptr.Deref(st.SnapshotHandle, "") != "existing-1" || !ptr.Deref(st.ReadyToUse, false) ||
 		st.RestoreSize == nil || *st.RestoreSize != 2<<20 || st.CreationTime == nil || *st.CreationTime != time.Unix(1600000000, 0).UnixNano() {
 		t.Errorf("status = %+v, want the driver's snapshot", st)
 	}
@@ -422,7 +421,7 @@ func TestPreProvisionedNotFound(t *testing.T) {
 		t.Fatal("sync succeeded for a snapshot the driver does not have")
 	}
 	st := f.get("c1").Status
-	if st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "existing-1") || snapshotter.IsTrue(st.ReadyToUse) {
+	if st == nil || st.Error == nil || !strings.Contains(ptr.Deref(st.Error.Message, ""), "existing-1") || ptr.Deref(st.ReadyToUse, false) {
 		t.Errorf("status = %+v, want an error naming the handle", st)
 	}
 	if ev := f.events(); len(ev) != 1 || !strings.Contains(ev[0], reasonCheckFailed) {

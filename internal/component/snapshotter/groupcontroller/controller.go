@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/snapshotcontroller"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 )
 
@@ -34,7 +35,7 @@ const Component = "snapshot-controller"
 
 // Config configures a Controller.
 type Config struct {
-	snapshotter.ControllerConfig
+	snapshotcontroller.RoleConfig
 }
 
 // Controller is the group snapshot half of the snapshot-controller.
@@ -75,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		recorder:   recorder,
 	}
 	_, _, _, _ = class.Informer(), vsc.Informer(), pvc.Informer(), pv.Informer()
-	c.runner.AddSource(snapshotter.Informers(snapF), controller.Informers(coreF))
+	c.runner.AddSource(controller.ChanInformers(snapF), controller.Informers(coreF))
 	controller.Handle(c.runner, c.queue, cfg.Workers, c.syncGroup)
 	c.runner.Every(30*time.Second, c.updateInFlight)
 	handlers := []struct {

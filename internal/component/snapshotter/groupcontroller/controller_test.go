@@ -18,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/opmetrics"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/snapshotcontroller"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
 )
 
@@ -52,7 +54,7 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, reg: prometheus.NewRegistry()}
 	f.core, f.snap = snaptest.Clients(core, snaps...)
-	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, Metrics: opmetrics.New(f.reg)}})
+	c, err := New(ctx, Config{RoleConfig: snapshotcontroller.RoleConfig{Client: f.core, Snap: f.snap, Metrics: opmetrics.New(f.reg)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestDynamicGroup(t *testing.T) {
 	name := snapshotter.GroupContentPrefix + "uid-g"
 	f.eventually("created the group content", func() bool { return f.groupContent(name) != nil })
 	content := f.groupContent(name)
-	if g := f.group("g"); snapshotter.Str(g.Spec.VolumeGroupSnapshotClassName) != "gold" {
+	if g := f.group("g"); ptr.Deref(g.Spec.VolumeGroupSnapshotClassName, "") != "gold" {
 		t.Errorf("default class not set: %v", g.Spec)
 	}
 	switch {
@@ -138,7 +140,7 @@ func TestDynamicGroup(t *testing.T) {
 	}
 	f.eventually("bound the group", func() bool {
 		g := f.group("g")
-		return snapshotter.HasFinalizer(g, snapshotter.FinalizerGroupBound) && g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+		return snapshotter.HasFinalizer(g, snapshotter.FinalizerGroupBound) && g.Status != nil && ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, "") == name
 	})
 
 	// The sidecar's answer.
@@ -154,7 +156,7 @@ func TestDynamicGroup(t *testing.T) {
 	}
 	f.eventually("turned the group ready", func() bool {
 		g := f.group("g")
-		return g.Status != nil && snapshotter.IsTrue(g.Status.ReadyToUse) && g.Status.CreationTime != nil
+		return g.Status != nil && ptr.Deref(g.Status.ReadyToUse, false) && g.Status.CreationTime != nil
 	})
 	snaptest.CheckOperations(t, f.reg, map[string]int{
 		"CreateGroupSnapshot success dynamic " + driver:         1,
@@ -170,13 +172,13 @@ func TestDynamicGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch {
-		case snapshotter.GroupOwner(vs) != "g" || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup) || snapshotter.Str(vs.Spec.Source.PersistentVolumeClaimName) != m.claim:
+		case snapshotter.GroupOwner(vs) != "g" || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotInGroup) || ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, "") != m.claim:
 			t.Errorf("member %s: %+v", vs.Name, vs.ObjectMeta)
-		case vs.Status == nil || snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != vsc.Name || snapshotter.Str(vs.Status.VolumeGroupSnapshotName) != "g":
+		case vs.Status == nil || ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "") != vsc.Name || ptr.Deref(vs.Status.VolumeGroupSnapshotName, "") != "g":
 			t.Errorf("member %s status %+v", vs.Name, vs.Status)
 		case vsc.Annotations[snapshotter.AnnGroupSnapshotHandle] != handle || vsc.Spec.VolumeSnapshotRef.UID != vs.UID || !snapshotter.HasFinalizer(vsc, snapshotter.FinalizerContentBound):
 			t.Errorf("member content %s: %+v %+v", vsc.Name, vsc.ObjectMeta, vsc.Spec)
-		case vsc.Status == nil || snapshotter.Str(vsc.Status.SnapshotHandle) != m.snap || snapshotter.Str(vsc.Status.VolumeGroupSnapshotHandle) != handle:
+		case vsc.Status == nil || ptr.Deref(vsc.Status.SnapshotHandle, "") != m.snap || ptr.Deref(vsc.Status.VolumeGroupSnapshotHandle, "") != handle:
 			t.Errorf("member content %s status %+v", vsc.Name, vsc.Status)
 		}
 	}
@@ -190,7 +192,7 @@ func TestGroupErrors(t *testing.T) {
 	f := start(t, []runtime.Object{a, pa}, defaultClass("gold"), other, selectorGroup("g"))
 	f.eventually("reported two default classes", func() bool {
 		g := f.group("g")
-		return g.Status != nil && g.Status.Error != nil && snapshotter.Str(g.Status.Error.Message) != ""
+		return g.Status != nil && g.Status.Error != nil && ptr.Deref(g.Status.Error.Message, "") != ""
 	})
 	if f.groupContent(snapshotter.GroupContentPrefix+"uid-g") != nil {
 		t.Error("a content was created without a class")
@@ -202,7 +204,7 @@ func TestGroupErrors(t *testing.T) {
 	}
 	f.eventually("reported the empty selector", func() bool {
 		g := f.group("h")
-		return g.Status != nil && g.Status.Error != nil && snapshotter.Str(g.Status.Error.Message) != ""
+		return g.Status != nil && g.Status.Error != nil && ptr.Deref(g.Status.Error.Message, "") != ""
 	})
 }
 
@@ -219,12 +221,12 @@ func TestPreProvisionedGroup(t *testing.T) {
 	f := start(t, nil, defaultClass("gold"), content, g)
 	f.eventually("bound the content", func() bool {
 		c := f.groupContent("static")
-		return c.Spec.VolumeGroupSnapshotRef.UID == "uid-g" && snapshotter.Str(c.Spec.VolumeGroupSnapshotClassName) == "gold" &&
+		return c.Spec.VolumeGroupSnapshotRef.UID == "uid-g" && ptr.Deref(c.Spec.VolumeGroupSnapshotClassName, "") == "gold" &&
 			snapshotter.HasFinalizer(c, snapshotter.FinalizerGroupContentBound)
 	})
 	f.eventually("set the group's status", func() bool {
 		g := f.group("g")
-		return g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == "static"
+		return g.Status != nil && ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, "") == "static"
 	})
 }
 
@@ -316,7 +318,7 @@ func TestGroupSidecarErrorStatus(t *testing.T) {
 	name := snapshotter.GroupContentPrefix + "uid-g"
 	f.eventually("bound the group", func() bool {
 		g := f.group("g")
-		return g != nil && g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+		return g != nil && g.Status != nil && ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, "") == name
 	})
 	msg, when := "Failed to create group snapshot: failed to take group snapshot of the volumes [vol-a]: backend busy", metav1.Now()
 	content := f.groupContent(name)
@@ -326,9 +328,9 @@ func TestGroupSidecarErrorStatus(t *testing.T) {
 	}
 	f.eventually("copied the sidecar's error", func() bool {
 		g := f.group("g")
-		return g.Status.Error != nil && snapshotter.Str(g.Status.Error.Message) == msg
+		return g.Status.Error != nil && ptr.Deref(g.Status.Error.Message, "") == msg
 	})
-	if g := f.group("g"); snapshotter.IsTrue(g.Status.ReadyToUse) || g.Status.CreationTime != nil {
+	if g := f.group("g"); ptr.Deref(g.Status.ReadyToUse, false) || g.Status.CreationTime != nil {
 		t.Errorf("status of a failed group: %+v", g.Status)
 	}
 	if list, _ := f.snap.SnapshotV1().VolumeSnapshots(ns).List(f.ctx, metav1.ListOptions{}); len(list.Items) != 0 {
@@ -342,9 +344,9 @@ func TestGroupSidecarErrorStatus(t *testing.T) {
 	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(f.ctx, content, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("turned the group ready", func() bool { g := f.group("g"); return snapshotter.IsTrue(g.Status.ReadyToUse) })
+	f.eventually("turned the group ready", func() bool { g := f.group("g"); return ptr.Deref(g.Status.ReadyToUse, false) })
 	if g := f.group("g"); g.Status.Error != nil {
-		t.Errorf("a ready group kept the error %q", snapshotter.Str(g.Status.Error.Message))
+		t.Errorf("a ready group kept the error %q", ptr.Deref(g.Status.Error.Message, ""))
 	}
 }
 
@@ -356,7 +358,7 @@ func TestGroupContentDeletedFirst(t *testing.T) {
 	name := snapshotter.GroupContentPrefix + "uid-g"
 	f.eventually("bound the group", func() bool {
 		g := f.group("g")
-		return g != nil && g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+		return g != nil && g.Status != nil && ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, "") == name
 	})
 	ready, created, handle := true, time.Now().UnixNano(), "group-1"
 	content := f.groupContent(name)
@@ -365,7 +367,7 @@ func TestGroupContentDeletedFirst(t *testing.T) {
 	if _, err := f.snap.GroupsnapshotV1().VolumeGroupSnapshotContents().UpdateStatus(f.ctx, content, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("turned the group ready", func() bool { g := f.group("g"); return snapshotter.IsTrue(g.Status.ReadyToUse) })
+	f.eventually("turned the group ready", func() bool { g := f.group("g"); return ptr.Deref(g.Status.ReadyToUse, false) })
 
 	content = f.groupContent(name)
 	now := metav1.Now()
@@ -384,7 +386,7 @@ func TestGroupContentDeletedFirst(t *testing.T) {
 		t.Fatalf("group content lost its bound finalizer: %+v", c)
 	case c.Annotations[snapshotter.AnnGroupBeingDeleted] == "yes":
 		t.Error("group content marked being-deleted while its group lives")
-	case g.DeletionTimestamp != nil || !snapshotter.IsTrue(g.Status.ReadyToUse) || g.Status.Error != nil || !snapshotter.HasFinalizer(g, snapshotter.FinalizerGroupBound):
+	case g.DeletionTimestamp != nil || !ptr.Deref(g.Status.ReadyToUse, false) || g.Status.Error != nil || !snapshotter.HasFinalizer(g, snapshotter.FinalizerGroupBound):
 		t.Errorf("group changed by its content's deletion: %+v %+v", g.ObjectMeta, g.Status)
 	}
 	for _, a := range f.snap.Actions() {

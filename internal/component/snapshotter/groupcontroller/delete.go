@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
@@ -84,7 +85,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	}
 	st := vgs.Status
 	c.cfg.Metrics.Deleted(c.subject(vgs, content), vgs.CreationTimestamp.Time, vgs.DeletionTimestamp.Time,
-		st != nil && st.CreationTime != nil, st != nil && snapshotter.IsTrue(st.ReadyToUse))
+		st != nil && st.CreationTime != nil, st != nil && ptr.Deref(st.ReadyToUse, false))
 	klog.FromContext(ctx).V(2).Info("Released group snapshot")
 	return nil
 }
@@ -126,7 +127,7 @@ func (c *Controller) deleteOrphanMemberContents(ctx context.Context, vgs *groupv
 func (c *Controller) boundContent(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) (*groupv1.VolumeGroupSnapshotContent, error) {
 	name := ""
 	if vgs.Status != nil {
-		name = snapshotter.Str(vgs.Status.BoundVolumeGroupSnapshotContentName)
+		name = ptr.Deref(vgs.Status.BoundVolumeGroupSnapshotContentName, "")
 	}
 	if name == "" && vgs.Spec.Source.Selector != nil {
 		name = snapshotter.GroupContentName(vgs)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
@@ -30,7 +31,7 @@ func errorStatus(t metav1.Time, msg string) *snapv1.VolumeSnapshotError {
 // idempotent, so a kill at any point is repaired by the next sync.
 func (c *Controller) createMembers(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, content *groupv1.VolumeGroupSnapshotContent) error {
 	st := content.Status
-	if st == nil || snapshotter.Str(st.VolumeGroupSnapshotHandle) == "" || len(st.VolumeSnapshotInfoList) == 0 {
+	if st == nil || ptr.Deref(st.VolumeGroupSnapshotHandle, "") == "" || len(st.VolumeSnapshotInfoList) == 0 {
 		return nil // not taken yet; the content's status update wakes the group
 	}
 	var secret *corev1.SecretReference
@@ -127,7 +128,7 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 			return err
 		}
 	}
-	if gotVS.Status == nil || snapshotter.Str(gotVS.Status.BoundVolumeSnapshotContentName) == "" {
+	if gotVS.Status == nil || ptr.Deref(gotVS.Status.BoundVolumeSnapshotContentName, "") == "" {
 		gotVS = gotVS.DeepCopy()
 		ready := false
 		gotVS.Status = &snapv1.VolumeSnapshotStatus{BoundVolumeSnapshotContentName: &vscName, ReadyToUse: &ready, VolumeGroupSnapshotName: &vgs.Name}
@@ -135,11 +136,11 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 			return err
 		}
 	}
-	if gotVSC.Status == nil || snapshotter.Str(gotVSC.Status.SnapshotHandle) == "" {
+	if gotVSC.Status == nil || ptr.Deref(gotVSC.Status.SnapshotHandle, "") == "" {
 		status := map[string]any{
 			"snapshotHandle":            info.SnapshotHandle,
 			"volumeGroupSnapshotHandle": *group.Status.VolumeGroupSnapshotHandle,
-			"readyToUse":                snapshotter.IsTrue(info.ReadyToUse),
+			"readyToUse":                ptr.Deref(info.ReadyToUse, false),
 		}
 		if info.CreationTime != nil {
 			status["creationTime"] = *info.CreationTime
@@ -155,7 +156,7 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 			return err
 		}
 		klog.FromContext(ctx).V(2).Info("Created group member", "volumesnapshot", klog.KRef(vgs.Namespace, vsName), "content", vscName, "snapshotHandle", info.SnapshotHandle)
-	} else if snapshotter.IsTrue(info.ReadyToUse) && !snapshotter.IsTrue(gotVSC.Status.ReadyToUse) {
+	} else if ptr.Deref(info.ReadyToUse, false) && !ptr.Deref(gotVSC.Status.ReadyToUse, false) {
 		// The driver finished processing the group after the members were made.
 		if _, err := snaps.VolumeSnapshotContents().Patch(ctx, vscName, types.MergePatchType, []byte(`{"status":{"readyToUse":true}}`), metav1.PatchOptions{}, "status"); err != nil {
 			return err

@@ -5,8 +5,8 @@ import (
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/opmetrics"
 )
 
@@ -19,7 +19,7 @@ func (c *Controller) subject(vgs *groupv1.VolumeGroupSnapshot, content *groupv1.
 	}
 	if content != nil {
 		s.Driver = content.Spec.Driver
-	} else if name := snapshotter.Str(vgs.Spec.VolumeGroupSnapshotClassName); name != "" {
+	} else if name := ptr.Deref(vgs.Spec.VolumeGroupSnapshotClassName, ""); name != "" {
 		if class, err := c.classes.Get(name); err == nil {
 			s.Driver = class.Driver
 		}
@@ -36,7 +36,7 @@ func (c *Controller) updateInFlight(context.Context) {
 	}
 	n := 0
 	for _, g := range all {
-		if g.DeletionTimestamp != nil || g.Status == nil || !snapshotter.IsTrue(g.Status.ReadyToUse) {
+		if g.DeletionTimestamp != nil || g.Status == nil || !ptr.Deref(g.Status.ReadyToUse, false) {
 			n++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
@@ -87,9 +88,9 @@ func TestMisboundContent(t *testing.T) {
 			got := f.group("g")
 			st := got.Status
 			switch {
-			case st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "is bound to a different group snapshot"):
+			case st == nil || st.Error == nil || !strings.Contains(ptr.Deref(st.Error.Message, ""), "is bound to a different group snapshot"):
 				t.Errorf("group status %+v, want the misbound error", st)
-			case snapshotter.IsTrue(st.ReadyToUse):
+			case ptr.Deref(st.ReadyToUse, false):
 				t.Error("a group whose content is bound elsewhere is still ready")
 			}
 			if !snaptest.SawEvent(rec, "Warning "+reasonContentMisbound) {

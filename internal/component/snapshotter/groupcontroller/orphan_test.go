@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
@@ -43,7 +44,7 @@ func groupWithMember(t *testing.T, ready bool) (f *fixture, vsName, vscName stri
 	name := snapshotter.GroupContentPrefix + "uid-g"
 	f.eventually("bound the group", func() bool {
 		g := f.group("g")
-		return g.Status != nil && snapshotter.Str(g.Status.BoundVolumeGroupSnapshotContentName) == name
+		return g.Status != nil && ptr.Deref(g.Status.BoundVolumeGroupSnapshotContentName, "") == name
 	})
 	created, handle := time.Now().UnixNano(), "group-1"
 	content := f.groupContent(name)
@@ -58,8 +59,8 @@ func groupWithMember(t *testing.T, ready bool) (f *fixture, vsName, vscName stri
 		vsc, _ := f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, vscName, metav1.GetOptions{})
 		return vs != nil && vsc != nil && vs.UID != "" && vsc.Spec.VolumeSnapshotRef.UID == vs.UID
 	})
-	if g := f.group("g"); snapshotter.IsTrue(g.Status.ReadyToUse) != ready {
-		t.Fatalf("group ready = %v, want %v", snapshotter.IsTrue(g.Status.ReadyToUse), ready)
+	if g := f.group("g"); ptr.Deref(g.Status.ReadyToUse, false) != ready {
+		t.Fatalf("group ready = %v, want %v", ptr.Deref(g.Status.ReadyToUse, false), ready)
 	}
 	return f, vsName, vscName
 }
@@ -125,7 +126,7 @@ func TestReadyGroupMemberGone(t *testing.T) {
 	if vs := f.member(vsName); vs != nil {
 		t.Errorf("member of a ready group made again (uid %s)", vs.UID)
 	}
-	if g := f.group("g"); !snapshotter.IsTrue(g.Status.ReadyToUse) || g.Status.Error != nil {
+	if g := f.group("g"); !ptr.Deref(g.Status.ReadyToUse, false) || g.Status.Error != nil {
 		t.Errorf("group status %+v after a member went", g.Status)
 	}
 	vsc, err := f.snap.SnapshotV1().VolumeSnapshotContents().Get(f.ctx, vscName, metav1.GetOptions{})
@@ -150,7 +151,7 @@ func TestUnreadyGroupMemberRemade(t *testing.T) {
 		t.Fatal(err)
 	case vsc.Spec.VolumeSnapshotRef.UID != vs.UID:
 		t.Errorf("member content bound to %s, want the new member %s", vsc.Spec.VolumeSnapshotRef.UID, vs.UID)
-	case vs.Status == nil || snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != vscName || snapshotter.GroupOwner(vs) != "g":
+	case vs.Status == nil || ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "") != vscName || snapshotter.GroupOwner(vs) != "g":
 		t.Errorf("new member %+v %+v", vs.ObjectMeta, vs.Status)
 	}
 

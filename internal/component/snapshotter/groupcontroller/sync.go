@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
 
@@ -89,7 +91,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // group itself was updated (its default class) and will come back.
 func (c *Controller) dynamicContent(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot) (*groupv1.VolumeGroupSnapshotContent, error) {
 	name := snapshotter.GroupContentName(vgs)
-	if vgs.Status != nil && snapshotter.Str(vgs.Status.BoundVolumeGroupSnapshotContentName) != "" {
+	if vgs.Status != nil && ptr.Deref(vgs.Status.BoundVolumeGroupSnapshotContentName, "") != "" {
 		name = *vgs.Status.BoundVolumeGroupSnapshotContentName
 	}
 	content, err := c.content(ctx, name)
@@ -224,7 +226,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vgs *groupv1.VolumeGro
 }
 
 func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
+	class, err := controller.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
 	}
@@ -233,7 +235,7 @@ func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGro
 
 // content returns a group content from the cache, else from the API, or nil.
 func (c *Controller) content(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	content, err := snapshotter.Get(ctx, c.contents, c.contentClient(), name)
+	content, err := controller.Get(ctx, c.contents, c.contentClient(), name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -296,7 +298,7 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	}
 	// Members are made only while the group is not ready, as upstream: a member of a ready
 	// group that is gone stays gone (all of them were made before the group turned ready).
-	if vgs.Status == nil || !snapshotter.IsTrue(vgs.Status.ReadyToUse) {
+	if vgs.Status == nil || !ptr.Deref(vgs.Status.ReadyToUse, false) {
 		if err := c.createMembers(ctx, vgs, content); err != nil {
 			// A conflict is a newer version of a member: the next sync goes on.
 			return write.WarnUnlessConflict(c.recorder, vgs, reasonMembersFailed, err, "Failed to create the member snapshots: %v")
@@ -325,7 +327,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		if st.CreationTime == nil && cs.CreationTime != nil {
 			st.CreationTime = cs.CreationTime.DeepCopy()
 		}
-		ready = snapshotter.IsTrue(cs.ReadyToUse)
+		ready = ptr.Deref(cs.ReadyToUse, false)
 		st.Error = cs.Error
 	}
 	st.ReadyToUse = &ready
@@ -344,7 +346,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "GroupSnapshot %s/%s was successfully created by the CSI driver.", vgs.Namespace, vgs.Name)
 		c.cfg.Metrics.Created(c.subject(out, content), out.CreationTimestamp.Time)
 	}
-	if !snapshotter.IsTrue(old.ReadyToUse) && ready {
+	if !ptr.Deref(old.ReadyToUse, false) && ready {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonReady, "GroupSnapshot %s/%s is ready to use.", vgs.Namespace, vgs.Name)
 		c.cfg.Metrics.Ready(c.subject(out, content), out.CreationTimestamp.Time)
 		klog.FromContext(ctx).V(2).Info("Group snapshot ready", "content", content.Name)
@@ -356,7 +358,7 @@ func (c *Controller) copyStatus(ctx context.Context, vgs *groupv1.VolumeGroupSna
 // when the message is unchanged), then a retry with backoff.
 func (c *Controller) fail(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot, reason, msg string) error {
 	klog.FromContext(ctx).V(2).Info("Group snapshot not synced", "reason", reason, "message", msg)
-	if vgs.Status != nil && vgs.Status.Error != nil && snapshotter.Str(vgs.Status.Error.Message) == msg {
+	if vgs.Status != nil && vgs.Status.Error != nil && ptr.Deref(vgs.Status.Error.Message, "") == msg {
 		return fmt.Errorf("%w: %s", errRetry, msg)
 	}
 	c.recorder.Event(vgs, corev1.EventTypeWarning, reason, msg)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
 	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 	"github.com/kubevol/kubevol/internal/testing/csitest"
@@ -114,14 +114,14 @@ func TestGroupPreProvisionedNotReady(t *testing.T) {
 		t.Fatalf("sync of a group reported not ready = %v, want errNotReady (requeue)", err)
 	}
 	st := f.get().Status
-	if st == nil || snapshotter.IsTrue(st.ReadyToUse) || snapshotter.Str(st.VolumeGroupSnapshotHandle) != "pre" || len(st.VolumeSnapshotInfoList) != 2 || snapshotter.IsTrue(st.VolumeSnapshotInfoList[0].ReadyToUse) {
+	if st == nil || ptr.Deref(st.ReadyToUse, false) || ptr.Deref(st.VolumeGroupSnapshotHandle, "") != "pre" || len(st.VolumeSnapshotInfoList) != 2 || ptr.Deref(st.VolumeSnapshotInfoList[0].ReadyToUse, false) {
 		t.Fatalf("status = %+v, want handle pre with two members, not ready", st)
 	}
 	ready = true
 	if err := f.sync(); err != nil {
 		t.Fatal(err)
 	}
-	if st := f.get().Status; !snapshotter.IsTrue(st.ReadyToUse) || !snapshotter.IsTrue(st.VolumeSnapshotInfoList[1].ReadyToUse) {
+	if st := f.get().Status; !ptr.Deref(st.ReadyToUse, false) || !ptr.Deref(st.VolumeSnapshotInfoList[1].ReadyToUse, false) {
 		t.Errorf("status = %+v, want ready with ready members", st)
 	}
 	if len(f.grp.gets) != 2 || len(f.grp.creates) != 0 {

@@ -21,15 +21,17 @@ import (
 	grouplisters "github.com/kubernetes-csi/external-snapshotter/client/v8/listers/volumegroupsnapshot/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/component/snapshotter/csisnapshotter"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/sidecar"
 )
 
 // Config configures a Controller.
-type Config = snapshotter.SidecarConfig
+type Config = csisnapshotter.Config
 
 // Controller is the group csi-snapshotter of one driver.
 type Controller struct {
@@ -95,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 var contentFilter = contentwrite.Filter[*groupv1.VolumeGroupSnapshotContent]{
 	BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated,
 	Ready: func(c *groupv1.VolumeGroupSnapshotContent) bool {
-		return c.Status != nil && snapshotter.IsTrue(c.Status.ReadyToUse)
+		return c.Status != nil && ptr.Deref(c.Status.ReadyToUse, false)
 	},
 	Spec: func(c *groupv1.VolumeGroupSnapshotContent) any { return c.Spec },
 }

@@ -15,11 +15,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/creation"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/csisnapshotter"
+	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 )
@@ -60,7 +62,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	content = content.DeepCopy()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumegroupsnapshotcontent", klog.KObj(content)))
 	deleting := content.DeletionTimestamp != nil
-	notReady := content.Status == nil || !snapshotter.IsTrue(content.Status.ReadyToUse)
+	notReady := content.Status == nil || !ptr.Deref(content.Status.ReadyToUse, false)
 	switch {
 	case len(content.Spec.Source.VolumeHandles) > 0:
 		if content.Annotations[snapshotter.AnnGroupBeingCreated] == "yes" || (notReady && !deleting) {
@@ -99,7 +101,7 @@ func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSna
 			if content.Status == nil {
 				return ""
 			}
-			return snapshotter.Str(content.Status.VolumeGroupSnapshotHandle)
+			return ptr.Deref(content.Status.VolumeGroupSnapshotHandle, "")
 		},
 		Ready:        contentFilter.Ready,
 		ErrorMessage: errorMessage,
@@ -186,7 +188,7 @@ func (c *Controller) createRequest(ctx context.Context, content *groupv1.VolumeG
 }
 
 func (c *Controller) class(ctx context.Context, name string) (*groupv1.VolumeGroupSnapshotClass, error) {
-	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
+	class, err := controller.Get(ctx, c.classes, c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeGroupSnapshotClass %s: %w", name, err)
 	}
@@ -247,7 +249,7 @@ func (c *Controller) release(ctx context.Context, content *groupv1.VolumeGroupSn
 	}
 	handle, ids := "", []string(nil)
 	if st := content.Status; st != nil {
-		handle = snapshotter.Str(st.VolumeGroupSnapshotHandle)
+		handle = ptr.Deref(st.VolumeGroupSnapshotHandle, "")
 		for _, i := range st.VolumeSnapshotInfoList {
 			ids = append(ids, i.SnapshotHandle)
 		}
@@ -290,7 +292,7 @@ func errorMessage(content *groupv1.VolumeGroupSnapshotContent) *string {
 	if content.Status == nil || content.Status.Error == nil {
 		return nil
 	}
-	return new(snapshotter.Str(content.Status.Error.Message))
+	return new(ptr.Deref(content.Status.Error.Message, ""))
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {

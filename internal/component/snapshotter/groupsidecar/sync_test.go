@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
@@ -131,8 +132,6 @@ func (f *fixture) checkVerbs() {
 	snaptest.CheckVerbs(f.t, f.snap.Actions(), "volumegroupsnapshotcontents", "update", "patch")
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func dynamic() *groupv1.VolumeGroupSnapshotContent {
 	return &groupv1.VolumeGroupSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: "g1", Finalizers: []string{snapshotter.FinalizerGroupContentBound}, Annotations: map[string]string{}},
@@ -140,7 +139,7 @@ func dynamic() *groupv1.VolumeGroupSnapshotContent {
 			VolumeGroupSnapshotRef:       corev1.ObjectReference{Namespace: "default", Name: "grp", UID: "9999-ffff"},
 			DeletionPolicy:               snapv1.VolumeSnapshotContentDelete,
 			Driver:                       driverName,
-			VolumeGroupSnapshotClassName: ptr("gcls"),
+			VolumeGroupSnapshotClassName: ptr.To("gcls"),
 			Source:                       groupv1.VolumeGroupSnapshotContentSource{VolumeHandles: []string{"vol-a", "vol-b"}},
 		},
 	}
@@ -169,7 +168,7 @@ func TestGroupDynamicCreate(t *testing.T) {
 		t.Errorf("being-created annotation left after success")
 	}
 	st := got.Status
-	if st == nil || snapshotter.Str(st.VolumeGroupSnapshotHandle) != "grp-groupsnapshot-9999-ffff" || !snapshotter.IsTrue(st.ReadyToUse) || st.CreationTime == nil {
+	if st == nil || ptr.Deref(st.VolumeGroupSnapshotHandle, "") != "grp-groupsnapshot-9999-ffff" || !ptr.Deref(st.ReadyToUse, false) || st.CreationTime == nil {
 		t.Fatalf("status = %+v", st)
 	}
 	if len(st.VolumeSnapshotInfoList) != 2 || st.VolumeSnapshotInfoList[1].SnapshotHandle != "s-vol-b" || st.VolumeSnapshotInfoList[1].VolumeHandle != "vol-b" ||
@@ -188,7 +187,7 @@ func TestGroupCreateError(t *testing.T) {
 		t.Fatal("sync succeeded on a driver error")
 	}
 	got := f.get()
-	if got.Status == nil || got.Status.Error == nil || !strings.Contains(snapshotter.Str(got.Status.Error.Message), "bad volumes") {
+	if got.Status == nil || got.Status.Error == nil || !strings.Contains(ptr.Deref(got.Status.Error.Message, ""), "bad volumes") {
 		t.Errorf("status = %+v, want the driver's error", got.Status)
 	}
 	if _, ok := got.Annotations[snapshotter.AnnGroupBeingCreated]; ok {
@@ -219,7 +218,7 @@ func released(policy snapv1.DeletionPolicy) *groupv1.VolumeGroupSnapshotContent 
 	now := metav1.Now()
 	c.DeletionTimestamp = &now
 	c.Annotations[snapshotter.AnnGroupBeingDeleted] = "yes"
-	c.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: ptr("gh"), ReadyToUse: ptr(true),
+	c.Status = &groupv1.VolumeGroupSnapshotContentStatus{VolumeGroupSnapshotHandle: ptr.To("gh"), ReadyToUse: ptr.To(true),
 		VolumeSnapshotInfoList: []groupv1.VolumeSnapshotInfo{{VolumeHandle: "vol-a", SnapshotHandle: "sa"}, {VolumeHandle: "vol-b", SnapshotHandle: "sb"}}}
 	return c
 }
@@ -270,7 +269,7 @@ func TestGroupPreProvisioned(t *testing.T) {
 		t.Fatalf("gets %v, creates %d", f.grp.gets, len(f.grp.creates))
 	}
 	st := f.get().Status
-	if st == nil || snapshotter.Str(st.VolumeGroupSnapshotHandle) != "pre" || !snapshotter.IsTrue(st.ReadyToUse) || len(st.VolumeSnapshotInfoList) != 2 {
+	if st == nil || ptr.Deref(st.VolumeGroupSnapshotHandle, "") != "pre" || !ptr.Deref(st.ReadyToUse, false) || len(st.VolumeSnapshotInfoList) != 2 {
 		t.Errorf("status = %+v", st)
 	}
 }
@@ -291,7 +290,7 @@ func TestGroupReadinessPolling(t *testing.T) {
 		t.Fatalf("sync of a not-ready group = %v, want errNotReady (requeue)", err)
 	}
 	got := f.get()
-	if st := got.Status; st == nil || snapshotter.IsTrue(st.ReadyToUse) || snapshotter.Str(st.VolumeGroupSnapshotHandle) != "gh" || len(st.VolumeSnapshotInfoList) != 2 {
+	if st := got.Status; st == nil || ptr.Deref(st.ReadyToUse, false) || ptr.Deref(st.VolumeGroupSnapshotHandle, "") != "gh" || len(st.VolumeSnapshotInfoList) != 2 {
 		t.Fatalf("status = %+v, want handle gh with two members, not ready", st)
 	}
 	if _, ok := got.Annotations[snapshotter.AnnGroupBeingCreated]; ok {
@@ -305,7 +304,7 @@ func TestGroupReadinessPolling(t *testing.T) {
 		t.Errorf("CreateVolumeGroupSnapshot not repeated under the same name: %d calls", len(f.grp.creates))
 	}
 	st := f.get().Status
-	if !snapshotter.IsTrue(st.ReadyToUse) || len(st.VolumeSnapshotInfoList) != 2 || !snapshotter.IsTrue(st.VolumeSnapshotInfoList[0].ReadyToUse) {
+	if !ptr.Deref(st.ReadyToUse, false) || len(st.VolumeSnapshotInfoList) != 2 || !ptr.Deref(st.VolumeSnapshotInfoList[0].ReadyToUse, false) {
 		t.Errorf("status = %+v, want ready with ready members", st)
 	}
 	if err := f.sync(); err != nil || len(f.grp.creates) != 2 {
@@ -368,7 +367,7 @@ func TestGroupUncertainErrorKeepsBeingCreated(t *testing.T) {
 			if got.Annotations[snapshotter.AnnGroupBeingCreated] != "yes" {
 				t.Errorf("being-created dropped after an uncertain error: %v", got.Annotations)
 			}
-			if got.Status == nil || got.Status.Error == nil || !strings.Contains(snapshotter.Str(got.Status.Error.Message), "backend slow") || snapshotter.IsTrue(got.Status.ReadyToUse) {
+			if got.Status == nil || got.Status.Error == nil || !strings.Contains(ptr.Deref(got.Status.Error.Message, ""), "backend slow") || ptr.Deref(got.Status.ReadyToUse, false) {
 				t.Errorf("status = %+v, want the driver's error, not ready", got.Status)
 			}
 
@@ -434,7 +433,7 @@ func TestGroupPreProvisionedNotFound(t *testing.T) {
 		t.Fatal("sync succeeded on a GetVolumeGroupSnapshot error")
 	}
 	st := f.get().Status
-	if st == nil || st.Error == nil || !strings.Contains(snapshotter.Str(st.Error.Message), "no group pre") || snapshotter.IsTrue(st.ReadyToUse) {
+	if st == nil || st.Error == nil || !strings.Contains(ptr.Deref(st.Error.Message, ""), "no group pre") || ptr.Deref(st.ReadyToUse, false) {
 		t.Errorf("status = %+v, want the driver's error, not ready", st)
 	}
 	select {

@@ -1,8 +1,10 @@
-// Package snapshotcontroller is kubevol's snapshot-controller role (kubernetes-csi/external-snapshotter's
-// "common controller"): it binds VolumeSnapshots to VolumeSnapshotContents, creates the
-// contents of dynamic snapshots from their VolumeSnapshotClass, copies the contents' status
-// into the snapshots, and owns the snapshot, content-bound and source-claim finalizers and
-// the deletion of contents. It never calls CSI: the csi-snapshotter role does.
+// Package snapshotcontroller is kubevol's snapshot-controller role
+// (kubernetes-csi/external-snapshotter's "common controller"): it binds VolumeSnapshots to
+// VolumeSnapshotContents, creates the contents of dynamic snapshots from their
+// VolumeSnapshotClass, copies the contents' status into the snapshots, and owns the snapshot,
+// content-bound and source-claim finalizers and the deletion of contents. It never calls CSI:
+// the csi-snapshotter role does. RoleConfig is what it shares with groupcontroller, the
+// role's group half.
 //
 // One queue of VolumeSnapshot keys in the sample-controller shape; contents only wake up the
 // snapshot they name.
@@ -21,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 )
 
@@ -30,7 +31,7 @@ const Component = "snapshot-controller"
 
 // Config configures a Controller.
 type Config struct {
-	snapshotter.ControllerConfig
+	RoleConfig
 }
 
 // Controller is the snapshot-controller.
@@ -77,7 +78,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		c.nodes = nodes.Lister()
 		_ = nodes.Informer()
 	}
-	c.runner.AddSource(snapshotter.Informers(snapF), controller.Informers(coreF))
+	c.runner.AddSource(controller.ChanInformers(snapF), controller.Informers(coreF))
 	controller.Handle(c.runner, c.queue, cfg.Workers, c.syncSnapshot)
 	c.runner.Every(30*time.Second, c.updateInFlight)
 	if _, err := vs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

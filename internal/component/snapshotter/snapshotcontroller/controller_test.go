@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/opmetrics"
@@ -42,7 +43,7 @@ func start(t *testing.T, core []runtime.Object, snaps ...runtime.Object) *fixtur
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, reg: prometheus.NewRegistry()}
 	f.core, f.snap = snaptest.Clients(core, snaps...)
-	c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true,
+	c, err := New(ctx, Config{RoleConfig: RoleConfig{Client: f.core, Snap: f.snap, PreventVolumeModeConversion: true,
 		Metrics: opmetrics.New(f.reg)}})
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +120,11 @@ func TestDynamicSnapshot(t *testing.T) {
 	f.syncUntil("s", "created the content", func() bool { return f.vsc("snapcontent-uid-s") != nil })
 	c := f.vsc("snapcontent-uid-s")
 	switch {
-	case snapshotter.Str(f.vs("s").Spec.VolumeSnapshotClassName) != "gold":
+	case ptr.Deref(f.vs("s").Spec.VolumeSnapshotClassName, "") != "gold":
 		t.Errorf("default class not set")
 	case !snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound) || c.Spec.VolumeSnapshotRef.UID != "uid-s":
 		t.Errorf("content %+v", c.ObjectMeta)
-	case snapshotter.Str(c.Spec.Source.VolumeHandle) != "vol-src" || c.Spec.SourceVolumeMode == nil || c.Spec.DeletionPolicy != snapv1.VolumeSnapshotContentDelete:
+	case ptr.Deref(c.Spec.Source.VolumeHandle, "") != "vol-src" || c.Spec.SourceVolumeMode == nil || c.Spec.DeletionPolicy != snapv1.VolumeSnapshotContentDelete:
 		t.Errorf("content spec %+v", c.Spec)
 	}
 	pvc, _ := f.core.CoreV1().PersistentVolumeClaims(ns).Get(f.ctx, "src", metav1.GetOptions{})
@@ -135,10 +136,10 @@ func TestDynamicSnapshot(t *testing.T) {
 	if _, err := f.snap.SnapshotV1().VolumeSnapshotContents().UpdateStatus(f.ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return vs.Status != nil && snapshotter.IsTrue(vs.Status.ReadyToUse) })
+	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return vs.Status != nil && ptr.Deref(vs.Status.ReadyToUse, false) })
 	vs := f.vs("s")
 	switch {
-	case snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != c.Name || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size:
+	case ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "") != c.Name || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size:
 		t.Errorf("status %+v", vs.Status)
 	case !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) || !snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotAsSource):
 		t.Errorf("finalizers %v", vs.Finalizers)
@@ -156,7 +157,7 @@ func TestErrorStatus(t *testing.T) {
 	f := start(t, source(), dynamic("s"))
 	f.syncUntil("s", "reported the missing default class", func() bool {
 		vs := f.vs("s")
-		return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+		return vs.Status != nil && vs.Status.Error != nil && !ptr.Deref(vs.Status.ReadyToUse, false)
 	})
 	if f.vsc("snapcontent-uid-s") != nil {
 		t.Error("content created without a class")
@@ -180,7 +181,7 @@ func TestPreProvisioned(t *testing.T) {
 	f := start(t, nil, content(name, "s"), content(other, "someone-else"), vs, wrong)
 	f.syncUntil("s", "bound the content", func() bool {
 		c := f.vsc(name)
-		return c.Spec.VolumeSnapshotRef.UID == "uid-s" && snapshotter.Str(c.Spec.VolumeSnapshotClassName) == "gold" && snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound)
+		return c.Spec.VolumeSnapshotRef.UID == "uid-s" && ptr.Deref(c.Spec.VolumeSnapshotClassName, "") == "gold" && snapshotter.HasFinalizer(c, snapshotter.FinalizerContentBound)
 	})
 	if vs := f.vs("s"); snapshotter.HasFinalizer(vs, snapshotter.FinalizerSnapshotBound) {
 		t.Error("a snapshot of a Retain content got the bound finalizer")
@@ -297,10 +298,10 @@ func TestContentStatusCopied(t *testing.T) {
 	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{Error: &snapv1.VolumeSnapshotError{Message: &msg, Time: &when}})
 	f.syncUntil("s", "copied the content's error", func() bool {
 		vs := f.vs("s")
-		return vs.Status != nil && vs.Status.Error != nil && snapshotter.Str(vs.Status.Error.Message) == msg
+		return vs.Status != nil && vs.Status.Error != nil && ptr.Deref(vs.Status.Error.Message, "") == msg
 	})
 	vs := f.vs("s")
-	if snapshotter.IsTrue(vs.Status.ReadyToUse) || vs.Status.CreationTime != nil || snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != "snapcontent-uid-s" {
+	if ptr.Deref(vs.Status.ReadyToUse, false) || vs.Status.CreationTime != nil || ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "") != "snapcontent-uid-s" {
 		t.Errorf("status with the sidecar's error: %+v", vs.Status)
 	}
 	if !f.claimProtected() {
@@ -311,7 +312,7 @@ func TestContentStatusCopied(t *testing.T) {
 	notReady, ready, created, size, handle := false, true, int64(1e18), int64(4096), "h1"
 	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: &notReady, CreationTime: &created, RestoreSize: &size})
 	f.syncUntil("s", "copied the taken, not ready status", func() bool { vs := f.vs("s"); return vs.Status.CreationTime != nil && vs.Status.Error == nil })
-	if vs := f.vs("s"); snapshotter.IsTrue(vs.Status.ReadyToUse) || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size {
+	if vs := f.vs("s"); ptr.Deref(vs.Status.ReadyToUse, false) || vs.Status.RestoreSize == nil || vs.Status.RestoreSize.Value() != size {
 		t.Errorf("status of a taken snapshot not ready yet: %+v", vs.Status)
 	}
 	f.steps("s", 2)
@@ -321,9 +322,9 @@ func TestContentStatusCopied(t *testing.T) {
 	snaptest.CheckOperations(t, f.reg, map[string]int{"CreateSnapshot success dynamic " + driver: 1})
 
 	f.setContentStatus("snapcontent-uid-s", &snapv1.VolumeSnapshotContentStatus{SnapshotHandle: &handle, ReadyToUse: &ready, CreationTime: &created, RestoreSize: &size})
-	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return snapshotter.IsTrue(vs.Status.ReadyToUse) })
+	f.syncUntil("s", "turned ready", func() bool { vs := f.vs("s"); return ptr.Deref(vs.Status.ReadyToUse, false) })
 	if vs := f.vs("s"); vs.Status.Error != nil {
-		t.Errorf("a ready snapshot kept the error %q", snapshotter.Str(vs.Status.Error.Message))
+		t.Errorf("a ready snapshot kept the error %q", ptr.Deref(vs.Status.Error.Message, ""))
 	}
 	f.syncUntil("s", "released the claim", func() bool { return !f.claimProtected() })
 	snaptest.CheckOperations(t, f.reg, map[string]int{"CreateSnapshot success dynamic " + driver: 1, "CreateSnapshotAndReady success dynamic " + driver: 1})
@@ -362,7 +363,7 @@ func TestContentDeletedFirst(t *testing.T) {
 		t.Fatalf("content lost its bound finalizer: %+v", c)
 	case c.Annotations[snapshotter.AnnBeingDeleted] == "yes":
 		t.Error("content marked being-deleted while its snapshot lives")
-	case got.DeletionTimestamp != nil || !snapshotter.IsTrue(got.Status.ReadyToUse) || got.Status.Error != nil:
+	case got.DeletionTimestamp != nil || !ptr.Deref(got.Status.ReadyToUse, false) || got.Status.Error != nil:
 		t.Errorf("snapshot changed by its content's deletion: %+v %+v", got.ObjectMeta, got.Status)
 	case !snapshotter.HasFinalizer(got, snapshotter.FinalizerSnapshotBound):
 		t.Errorf("snapshot lost its bound finalizer: %v", got.Finalizers)
@@ -443,7 +444,7 @@ func TestInvalidSources(t *testing.T) {
 	for name, reason := range map[string]string{"pre": "SnapshotContentMismatch", "both": "SnapshotValidationError", "neither": "SnapshotValidationError"} {
 		f.syncUntil(name, "reported the invalid source of "+name, func() bool {
 			vs := f.vs(name)
-			return vs.Status != nil && vs.Status.Error != nil && !snapshotter.IsTrue(vs.Status.ReadyToUse)
+			return vs.Status != nil && vs.Status.Error != nil && !ptr.Deref(vs.Status.ReadyToUse, false)
 		})
 		if !snaptest.SawEvent(rec, "Warning "+reason) {
 			t.Errorf("%s: no %s event", name, reason)

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
@@ -81,7 +82,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	if !keepBound { // the controller's last finalizer is gone
 		st := vs.Status
 		c.cfg.Metrics.Deleted(c.deletedSubject(vs, content), vs.CreationTimestamp.Time, vs.DeletionTimestamp.Time,
-			st != nil && st.CreationTime != nil, st != nil && snapshotter.IsTrue(st.ReadyToUse))
+			st != nil && st.CreationTime != nil, st != nil && ptr.Deref(st.ReadyToUse, false))
 	}
 	klog.FromContext(ctx).V(2).Info("Released snapshot", "keptBoundFinalizer", keepBound)
 	return nil
@@ -93,7 +94,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 func (c *Controller) boundContent(ctx context.Context, vs *snapv1.VolumeSnapshot) (*snapv1.VolumeSnapshotContent, error) {
 	name := ""
 	if vs.Status != nil {
-		name = snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName)
+		name = ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "")
 	}
 	if name == "" && vs.Spec.Source.PersistentVolumeClaimName != nil {
 		name = snapshotter.ContentName(vs)

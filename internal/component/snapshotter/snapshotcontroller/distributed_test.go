@@ -47,7 +47,7 @@ func TestDistributedSnapshottingLabelsTheSourceNode(t *testing.T) {
 			t.Cleanup(cancel)
 			f := &fixture{t: t, ctx: ctx}
 			f.core, f.snap = snaptest.Clients([]runtime.Object{pvc, pv}, class("gold", snapv1.VolumeSnapshotContentDelete, true), dynamic("s"))
-			c, err := New(ctx, Config{ControllerConfig: snapshotter.ControllerConfig{Client: f.core, Snap: f.snap, Distributed: tc.distributed}})
+			c, err := New(ctx, Config{RoleConfig: RoleConfig{Client: f.core, Snap: f.snap, Distributed: tc.distributed}})
 			if err != nil {
 				t.Fatal(err)
 			}

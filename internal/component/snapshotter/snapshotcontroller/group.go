@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 )
@@ -19,7 +20,7 @@ import (
 func (c *Controller) memberDeletable(ctx context.Context, vs *snapv1.VolumeSnapshot) error {
 	group := ""
 	if vs.Status != nil {
-		group = snapshotter.Str(vs.Status.VolumeGroupSnapshotName)
+		group = ptr.Deref(vs.Status.VolumeGroupSnapshotName, "")
 	}
 	if group == "" {
 		group = snapshotter.GroupOwner(vs)

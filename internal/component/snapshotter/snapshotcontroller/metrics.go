@@ -5,8 +5,8 @@ import (
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 
-	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/opmetrics"
 )
 
@@ -25,7 +25,7 @@ func (c *Controller) deletedSubject(vs *snapv1.VolumeSnapshot, content *snapv1.V
 	driver := ""
 	if content != nil {
 		driver = content.Spec.Driver
-	} else if name := snapshotter.Str(vs.Spec.VolumeSnapshotClassName); name != "" {
+	} else if name := ptr.Deref(vs.Spec.VolumeSnapshotClassName, ""); name != "" {
 		if class, err := c.classes.Get(name); err == nil {
 			driver = class.Driver
 		}
@@ -42,7 +42,7 @@ func (c *Controller) updateInFlight(context.Context) {
 	}
 	n := 0
 	for _, vs := range all {
-		if vs.DeletionTimestamp != nil || vs.Status == nil || !snapshotter.IsTrue(vs.Status.ReadyToUse) {
+		if vs.DeletionTimestamp != nil || vs.Status == nil || !ptr.Deref(vs.Status.ReadyToUse, false) {
 			n++
 		}
 	}

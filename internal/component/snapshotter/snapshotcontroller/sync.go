@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
@@ -84,7 +85,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // then the binding.
 func (c *Controller) syncDynamic(ctx context.Context, vs *snapv1.VolumeSnapshot) error {
 	contentName := snapshotter.ContentName(vs)
-	if vs.Status != nil && snapshotter.Str(vs.Status.BoundVolumeSnapshotContentName) != "" {
+	if vs.Status != nil && ptr.Deref(vs.Status.BoundVolumeSnapshotContentName, "") != "" {
 		contentName = *vs.Status.BoundVolumeSnapshotContentName
 	}
 	if contentName == snapshotter.ContentName(vs) && snapshotter.GroupOwner(vs) != "" {
@@ -231,7 +232,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vs *snapv1.VolumeSnaps
 
 // class returns a VolumeSnapshotClass from the cache, else from the API.
 func (c *Controller) class(ctx context.Context, name string) (*snapv1.VolumeSnapshotClass, error) {
-	class, err := snapshotter.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), name)
+	class, err := controller.Get(ctx, c.classes, c.cfg.Snap.SnapshotV1().VolumeSnapshotClasses(), name)
 	if err != nil {
 		return nil, fmt.Errorf("failed to get VolumeSnapshotClass %s: %w", name, err)
 	}
@@ -241,7 +242,7 @@ func (c *Controller) class(ctx context.Context, name string) (*snapv1.VolumeSnap
 // content returns a content from the cache, else from the API (a content this controller
 // created a moment ago may not be cached yet), or nil when it does not exist.
 func (c *Controller) content(ctx context.Context, name string) (*snapv1.VolumeSnapshotContent, error) {
-	content, err := snapshotter.Get(ctx, c.contents, c.cfg.Snap.SnapshotV1().VolumeSnapshotContents(), name)
+	content, err := controller.Get(ctx, c.contents, c.cfg.Snap.SnapshotV1().VolumeSnapshotContents(), name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -307,7 +308,7 @@ func (c *Controller) bind(ctx context.Context, vs *snapv1.VolumeSnapshot, conten
 	if vs, err = c.copyStatus(ctx, vs, content); err != nil {
 		return err
 	}
-	if src := vs.Spec.Source.PersistentVolumeClaimName; src != nil && snapshotter.IsTrue(vs.Status.ReadyToUse) {
+	if src := vs.Spec.Source.PersistentVolumeClaimName; src != nil && ptr.Deref(vs.Status.ReadyToUse, false) {
 		return c.releaseClaim(ctx, vs.Namespace, *src)
 	}
 	return nil
@@ -337,7 +338,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 		}
 		st.Error = cs.Error
 	}
-	if snapshotter.IsTrue(st.ReadyToUse) {
+	if ptr.Deref(st.ReadyToUse, false) {
 		st.Error = nil
 	}
 	if statusEqual(old, st) && vs.Status != nil {
@@ -353,7 +354,7 @@ func (c *Controller) copyStatus(ctx context.Context, vs *snapv1.VolumeSnapshot, 
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonCreated, "Snapshot %s/%s was successfully created by the CSI driver.", vs.Namespace, vs.Name)
 		c.cfg.Metrics.Created(subject(out, driver), vs.CreationTimestamp.Time)
 	}
-	if !snapshotter.IsTrue(old.ReadyToUse) && snapshotter.IsTrue(st.ReadyToUse) {
+	if !ptr.Deref(old.ReadyToUse, false) && ptr.Deref(st.ReadyToUse, false) {
 		c.recorder.Eventf(out, corev1.EventTypeNormal, reasonReady, "Snapshot %s/%s is ready to use.", vs.Namespace, vs.Name)
 		c.cfg.Metrics.Ready(subject(out, driver), vs.CreationTimestamp.Time)
 		klog.FromContext(ctx).V(2).Info("Snapshot ready", "content", content.Name)
@@ -373,7 +374,7 @@ func (c *Controller) addFinalizers(ctx context.Context, vs *snapv1.VolumeSnapsho
 // when the message is unchanged), then a retry with backoff.
 func (c *Controller) fail(ctx context.Context, vs *snapv1.VolumeSnapshot, reason, msg string) error {
 	klog.FromContext(ctx).V(2).Info("Snapshot not synced", "reason", reason, "message", msg)
-	if vs.Status != nil && vs.Status.Error != nil && snapshotter.Str(vs.Status.Error.Message) == msg {
+	if vs.Status != nil && vs.Status.Error != nil && ptr.Deref(vs.Status.Error.Message, "") == msg {
 		return fmt.Errorf("%w: %s", errRetry, msg)
 	}
 	c.recorder.Event(vs, corev1.EventTypeWarning, reason, msg)
@@ -383,7 +384,7 @@ func (c *Controller) fail(ctx context.Context, vs *snapv1.VolumeSnapshot, reason
 	}
 	now := metav1.Now()
 	st.Error = &snapv1.VolumeSnapshotError{Time: &now, Message: &msg}
-	if st.BoundVolumeSnapshotContentName == nil || !snapshotter.IsTrue(st.ReadyToUse) {
+	if st.BoundVolumeSnapshotContentName == nil || !ptr.Deref(st.ReadyToUse, false) {
 		st.ReadyToUse = new(bool)
 	}
 	vs.Status = st
@@ -420,8 +421,8 @@ func (c *Controller) releaseClaim(ctx context.Context, ns, name string) error {
 		return err
 	}
 	for _, vs := range all {
-		if snapshotter.Str(vs.Spec.Source.PersistentVolumeClaimName) == name && vs.DeletionTimestamp == nil &&
-			(vs.Status == nil || !snapshotter.IsTrue(vs.Status.ReadyToUse)) {
+		if ptr.Deref(vs.Spec.Source.PersistentVolumeClaimName, "") == name && vs.DeletionTimestamp == nil &&
+			(vs.Status == nil || !ptr.Deref(vs.Status.ReadyToUse, false)) {
 			return nil // that snapshot's own sync releases the claim once it is ready
 		}
 	}
