@@ -41,6 +41,7 @@ func newSyncEnv(t *testing.T, drv *publishDriver, cfg Config, objs ...runtime.Ob
 	// the client on its own goroutine.
 	c.stopEvents()
 	c.recorder = f.Recorder
+	c.vas.Recorder, c.pvs.Recorder = f.Recorder, f.Recorder
 	return &syncEnv{Fixture: f, drv: drv, c: c}
 }
 

@@ -42,6 +42,7 @@ func newSyncEnv(t *testing.T, drv *modifyDriver, cfg Config, objs ...runtime.Obj
 	// the client on its own goroutine.
 	c.stopEvents()
 	c.recorder = f.Recorder
+	c.claimWriter.Recorder, c.pvWriter.Recorder = f.Recorder, f.Recorder
 	return &syncEnv{env: &env{t: t, ctx: f.Ctx, cs: f.Client, drv: drv.fakeDriver}, f: f, c: c, modDrv: drv}
 }
 
