@@ -30,3 +30,13 @@ func VolumeGroupSnapshots(cs snapclient.Interface, verb write.Verb) write.Writer
 		Resource: "volumegroupsnapshots", Verb: verb, StatusVerb: verb,
 	}
 }
+
+// VolumeSnapshotContents is a Writer of VolumeSnapshotContents with verb, on their status too.
+func VolumeSnapshotContents(cs snapclient.Interface, verb write.Verb) write.Writer[*snapv1.VolumeSnapshotContent] {
+	return write.Writer[*snapv1.VolumeSnapshotContent]{
+		Client: func(string) write.Client[*snapv1.VolumeSnapshotContent] {
+			return cs.SnapshotV1().VolumeSnapshotContents()
+		},
+		Resource: "volumesnapshotcontents", Verb: verb, StatusVerb: verb,
+	}
+}

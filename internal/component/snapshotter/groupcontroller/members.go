@@ -152,13 +152,13 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 		if err != nil {
 			return err
 		}
-		if _, err := snaps.VolumeSnapshotContents().Patch(ctx, vscName, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
+		if _, err := snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Patch).SendStatusPatch(ctx, gotVSC, types.MergePatchType, data); err != nil {
 			return err
 		}
 		klog.FromContext(ctx).V(2).Info("Created group member", "volumesnapshot", klog.KRef(vgs.Namespace, vsName), "content", vscName, "snapshotHandle", info.SnapshotHandle)
 	} else if ptr.Deref(info.ReadyToUse, false) && !ptr.Deref(gotVSC.Status.ReadyToUse, false) {
 		// The driver finished processing the group after the members were made.
-		if _, err := snaps.VolumeSnapshotContents().Patch(ctx, vscName, types.MergePatchType, []byte(`{"status":{"readyToUse":true}}`), metav1.PatchOptions{}, "status"); err != nil {
+		if _, err := snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Patch).SendStatusPatch(ctx, gotVSC, types.MergePatchType, []byte(`{"status":{"readyToUse":true}}`)); err != nil {
 			return err
 		}
 	}
