@@ -40,3 +40,14 @@ func VolumeSnapshotContents(cs snapclient.Interface, verb write.Verb) write.Writ
 		Resource: "volumesnapshotcontents", Verb: verb, StatusVerb: verb,
 	}
 }
+
+// VolumeGroupSnapshotContents is a Writer of VolumeGroupSnapshotContents with verb, on their
+// status too.
+func VolumeGroupSnapshotContents(cs snapclient.Interface, verb write.Verb) write.Writer[*groupv1.VolumeGroupSnapshotContent] {
+	return write.Writer[*groupv1.VolumeGroupSnapshotContent]{
+		Client: func(string) write.Client[*groupv1.VolumeGroupSnapshotContent] {
+			return cs.GroupsnapshotV1().VolumeGroupSnapshotContents()
+		},
+		Resource: "volumegroupsnapshotcontents", Verb: verb, StatusVerb: verb,
+	}
+}

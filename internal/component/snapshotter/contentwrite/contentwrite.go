@@ -1,7 +1,7 @@
 // Package contentwrite holds the writes the snapshot roles make to a VolumeSnapshotContent and to a
 // VolumeGroupSnapshotContent alike. Upstream's snapshot-controller and csi-snapshotter handle
-// the two kinds with parallel code; the objects share their metadata rules and the typed
-// clients share their method shapes, so one generic function serves both kinds.
+// the two kinds with parallel code; the objects share their metadata rules, so one generic
+// function serves both kinds, over the kind's write.Writer, which reports a refused write.
 package contentwrite
 
 import (
@@ -12,148 +12,90 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
 
-// Object is a pointer to a (group) snapshot content.
-type Object[T any] interface {
-	metav1.Object
-	DeepCopy() T
-}
-
-// Client is the part of a typed content client the roles use.
-type Client[T any] interface {
-	controller.Getter[T]
-	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-}
-
-// Reporting returns cl with every write the API server refuses (controller.Refused)
-// reported on the content on: one default-level line naming the write and a Warning event,
-// as often as the queue's backoff retries it. resource is the plural name the writes go
-// to, e.g. "volumesnapshotcontents".
-func Reporting[T any](cl Client[T], rec record.EventRecorder, on runtime.Object, resource string) Client[T] {
-	return reporting[T]{Client: cl, rec: rec, on: on, resource: resource}
-}
-
-type reporting[T any] struct {
-	Client[T]
-	rec      record.EventRecorder
-	on       runtime.Object
-	resource string
-}
-
-func (r reporting[T]) Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error) {
-	out, err := r.Client.Update(ctx, obj, opts)
-	return out, controller.WriteFailed(ctx, r.rec, r.on, "update", r.resource, err)
-}
-
-func (r reporting[T]) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error) {
-	out, err := r.Client.Patch(ctx, name, pt, data, opts, subresources...)
-	resource := r.resource
-	for _, sub := range subresources {
-		resource += "/" + sub
-	}
-	return out, controller.WriteFailed(ctx, r.rec, r.on, "patch", resource, err)
-}
-
-func (r reporting[T]) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	return controller.WriteFailed(ctx, r.rec, r.on, "delete", r.resource, r.Client.Delete(ctx, name, opts))
-}
-
 // Annotate sets the annotation key to "yes" (on) or removes it (the being-created and
-// being-deleted marks), and returns the stored content; on an error, the copy it sent.
-func Annotate[T Object[T]](ctx context.Context, cl Client[T], obj T, key string, on bool) (T, error) {
-	obj = obj.DeepCopy()
-	ann := obj.GetAnnotations()
-	if on {
-		if ann == nil {
-			ann = map[string]string{}
+// being-deleted marks) through w, and returns the stored content; on an error, the copy it
+// sent, whose mark the create protocol takes as possibly stored.
+func Annotate[T write.Object[T]](ctx context.Context, w write.Writer[T], obj T, key string, on bool, opts ...write.Option) (T, error) {
+	mark := func(c T) bool {
+		ann := c.GetAnnotations()
+		if _, has := ann[key]; (on && ann[key] == "yes") || (!on && !has) {
+			return false
 		}
-		ann[key] = "yes"
-	} else {
-		delete(ann, key)
+		if on {
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[key] = "yes"
+		} else {
+			delete(ann, key)
+		}
+		c.SetAnnotations(ann)
+		return true
 	}
-	obj.SetAnnotations(ann)
-	out, err := cl.Update(ctx, obj, metav1.UpdateOptions{})
+	out, err := w.Mutate(ctx, obj, mark, opts...)
 	if err != nil {
-		return obj, err
+		sent := obj.DeepCopy()
+		mark(sent)
+		return sent, err
 	}
 	return out, nil
 }
 
-// AddFinalizer adds f to a copy of obj and returns the stored content.
-func AddFinalizer[T Object[T]](ctx context.Context, cl Client[T], obj T, f string) (T, error) {
-	obj = obj.DeepCopy()
-	write.SetFinalizers(obj, true, f)
-	return cl.Update(ctx, obj, metav1.UpdateOptions{})
+// Deleter is the delete of a typed content client; package write has no delete.
+type Deleter interface {
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
-// RemoveFinalizer removes f from obj (in place) and stores it. A content gone meanwhile is
-// no error.
-func RemoveFinalizer[T Object[T]](ctx context.Context, cl Client[T], obj T, f string) error {
-	write.SetFinalizers(obj, false, f)
-	_, err := cl.Update(ctx, obj, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-// Delete deletes obj if the stored content is still the one of obj's UID. A content gone
-// already is no error.
-func Delete[T Object[T]](ctx context.Context, cl Client[T], obj T) error {
+// Delete deletes obj with cl if the stored content is still the one of obj's UID, and
+// reports a refusal on obj as w reports its writes. A content gone already is no error.
+func Delete[T write.Object[T]](ctx context.Context, w write.Writer[T], cl Deleter, obj T) error {
 	uid := obj.GetUID()
 	err := cl.Delete(ctx, obj.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return err
+	return controller.WriteFailed(ctx, w.Recorder, obj, "delete", w.Resource, err)
 }
 
-// PatchStatus merge-patches the content's status subresource with st and returns the stored
-// content; on an error, obj.
-func PatchStatus[T Object[T]](ctx context.Context, cl Client[T], obj T, st map[string]any) (T, error) {
-	return patchStatus(ctx, cl, obj, map[string]any{"status": st})
+// PatchStatus merge-patches the content's status subresource with st through w and returns
+// the stored content; on an error, obj.
+func PatchStatus[T write.Object[T]](ctx context.Context, w write.Writer[T], obj T, st map[string]any, opts ...write.Option) (T, error) {
+	return patchStatus(ctx, w, obj, map[string]any{"status": st}, opts)
 }
 
 // patchStatus merge-patches the status subresource with patch and returns the stored
 // content; on an error, obj.
-func patchStatus[T Object[T]](ctx context.Context, cl Client[T], obj T, patch map[string]any) (T, error) {
+func patchStatus[T write.Object[T]](ctx context.Context, w write.Writer[T], obj T, patch map[string]any, opts []write.Option) (T, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return obj, err
 	}
-	out, err := cl.Patch(ctx, obj.GetName(), types.MergePatchType, data, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return obj, err
-	}
-	return out, nil
+	return w.SendStatusPatch(ctx, obj, types.MergePatchType, data, opts...)
 }
 
 // SetError records msg in the content's status.error, with readyToUse false, unless current
 // (the message stored now) is msg already. The patch holds obj's resourceVersion, as
 // upstream's Update does: written from an outdated copy (an informer behind a write that
 // made the content ready), it fails with a conflict instead of turning a ready content back.
-func SetError[T Object[T]](ctx context.Context, cl Client[T], obj T, current *string, msg string) (T, error) {
+func SetError[T write.Object[T]](ctx context.Context, w write.Writer[T], obj T, current *string, msg string, opts ...write.Option) (T, error) {
 	if current != nil && *current == msg {
 		return obj, nil
 	}
-	return patchStatus(ctx, cl, obj, map[string]any{
+	return patchStatus(ctx, w, obj, map[string]any{
 		"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion()},
 		"status": map[string]any{
 			"readyToUse": false,
 			"error":      map[string]any{"time": metav1.Now(), "message": msg},
 		},
-	})
+	}, opts)
 }
 
 // Filter is what the csi-snapshotter's update filter needs to know of a content kind.

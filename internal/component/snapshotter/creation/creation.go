@@ -12,24 +12,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 )
 
-// Object is a pointer to a (group) snapshot content.
-type Object[T any] interface {
-	contentwrite.Object[T]
-	runtime.Object
-}
-
 // Create is the protocol for one content kind T whose CSI request is R.
-type Create[T Object[T], R any] struct {
-	Client   contentwrite.Client[T]
+type Create[T write.Object[T], R any] struct {
+	// Writer writes the content; it reports a refused write on the content Run is given.
+	Writer   write.Writer[T]
 	Recorder record.EventRecorder
 	// Op names the CSI call in the logs.
 	Op string
@@ -60,6 +55,7 @@ type Create[T Object[T], R any] struct {
 // Run creates the backend snapshot of content and records the answer. It returns the
 // content as last written.
 func (p Create[T, R]) Run(ctx context.Context, content T) (T, error) {
+	on := write.On(content)
 	if !snapshotter.HasFinalizer(content, p.BoundFinalizer) {
 		// The snapshot-controller adds it; until then the content could vanish unseen, and
 		// with it the only record of the backend snapshot. Its arrival requeues the content.
@@ -71,21 +67,21 @@ func (p Create[T, R]) Run(ctx context.Context, content T) (T, error) {
 		// annotation is left by a kill between the status write and its removal; a
 		// second call whose reply is lost would record an error over the ready status.
 		if content.GetAnnotations()[p.BeingCreated] == "yes" {
-			return p.setBeingCreated(ctx, content, false)
+			return p.setBeingCreated(ctx, content, false, on)
 		}
 		return content, nil
 	}
 	req, err := p.Request(ctx, content)
 	if err != nil {
 		p.Recorder.Event(content, corev1.EventTypeWarning, p.Reason, err.Error())
-		if out, perr := p.setError(ctx, content, err.Error()); perr != nil {
+		if out, perr := p.setError(ctx, content, err.Error(), on); perr != nil {
 			return out, perr
 		}
 		return content, err
 	}
 	hasHandle := p.Handle(content) != ""
 	if !hasHandle && content.GetAnnotations()[p.BeingCreated] != "yes" {
-		if content, err = p.setBeingCreated(ctx, content, true); err != nil {
+		if content, err = p.setBeingCreated(ctx, content, true, on); err != nil {
 			return content, err
 		}
 	}
@@ -100,23 +96,23 @@ func (p Create[T, R]) Run(ctx context.Context, content T) (T, error) {
 	if err != nil {
 		msg := p.Failure(req, err)
 		p.Recorder.Event(content, corev1.EventTypeWarning, p.Reason, msg)
-		out, perr := p.setError(ctx, content, msg)
+		out, perr := p.setError(ctx, content, msg, on)
 		if perr != nil {
 			return content, perr
 		}
 		if !MayBeInProgress(err) && !hasHandle {
 			// A final answer: nothing exists in the backend, the content may go.
-			if out, perr = p.setBeingCreated(ctx, out, false); perr != nil {
+			if out, perr = p.setBeingCreated(ctx, out, false, on); perr != nil {
 				return content, perr
 			}
 		}
 		return out, err
 	}
-	if content, err = contentwrite.PatchStatus(ctx, p.Client, content, st); err != nil {
+	if content, err = contentwrite.PatchStatus(ctx, p.Writer, content, st, on); err != nil {
 		return content, err
 	}
 	if content.GetAnnotations()[p.BeingCreated] == "yes" {
-		if content, err = p.setBeingCreated(ctx, content, false); err != nil {
+		if content, err = p.setBeingCreated(ctx, content, false, on); err != nil {
 			return content, err
 		}
 	}
@@ -126,12 +122,12 @@ func (p Create[T, R]) Run(ctx context.Context, content T) (T, error) {
 	return content, nil
 }
 
-func (p Create[T, R]) setBeingCreated(ctx context.Context, content T, on bool) (T, error) {
-	return contentwrite.Annotate(ctx, p.Client, content, p.BeingCreated, on)
+func (p Create[T, R]) setBeingCreated(ctx context.Context, content T, set bool, on write.Option) (T, error) {
+	return contentwrite.Annotate(ctx, p.Writer, content, p.BeingCreated, set, on)
 }
 
-func (p Create[T, R]) setError(ctx context.Context, content T, msg string) (T, error) {
-	return contentwrite.SetError(ctx, p.Client, content, p.ErrorMessage(content), msg)
+func (p Create[T, R]) setError(ctx context.Context, content T, msg string, on write.Option) (T, error) {
+	return contentwrite.SetError(ctx, p.Writer, content, p.ErrorMessage(content), msg, on)
 }
 
 // MayBeInProgress is upstream's non-final classification for a create: the call may still

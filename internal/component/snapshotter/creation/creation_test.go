@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
 	"github.com/kubevol/kubevol/internal/component/snapshotter/snaptest"
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
 
 const reason = "SnapshotCreationFailed"
@@ -48,7 +49,7 @@ func newHarness(t *testing.T, content *snapv1.VolumeSnapshotContent) *harness {
 
 func (h *harness) protocol() Create[*snapv1.VolumeSnapshotContent, string] {
 	p := Create[*snapv1.VolumeSnapshotContent, string]{
-		Client: h.snap.SnapshotV1().VolumeSnapshotContents(), Recorder: h.rec, Op: "CreateSnapshot",
+		Writer: snapshotter.VolumeSnapshotContents(h.snap, write.Update), Recorder: h.rec, Op: "CreateSnapshot",
 		BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated, Reason: reason,
 		NotReady: errNotReady,
 		Handle: func(c *snapv1.VolumeSnapshotContent) string {

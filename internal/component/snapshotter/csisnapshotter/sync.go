@@ -118,7 +118,7 @@ func releasable(content *snapv1.VolumeSnapshotContent) bool {
 // content as last written.
 func (c *Controller) create(ctx context.Context, content *snapv1.VolumeSnapshotContent) (*snapv1.VolumeSnapshotContent, error) {
 	return creation.Create[*snapv1.VolumeSnapshotContent, *csi.CreateSnapshotRequest]{
-		Client: c.client(content), Recorder: c.recorder, Op: "CreateSnapshot",
+		Writer: c.writer(), Recorder: c.recorder, Op: "CreateSnapshot",
 		BoundFinalizer: snapshotter.FinalizerContentBound, BeingCreated: snapshotter.AnnBeingCreated, Reason: reasonCreateFailed,
 		NotReady: errNotReady,
 		Handle: func(content *snapv1.VolumeSnapshotContent) string {
@@ -289,17 +289,21 @@ func (c *Controller) release(ctx context.Context, content *snapv1.VolumeSnapshot
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend snapshot", "snapshotHandle", handle)
 	}
-	return contentwrite.RemoveFinalizer(ctx, c.client(content), content, snapshotter.FinalizerContentBound)
+	_, err := c.writer().SetFinalizer(ctx, content, snapshotter.FinalizerContentBound, false)
+	return write.IgnoreNotFound(err)
 }
 
-// client is the content client of the writes to content, each refusal reported on it.
-func (c *Controller) client(content *snapv1.VolumeSnapshotContent) contentwrite.Client[*snapv1.VolumeSnapshotContent] {
-	return contentwrite.Reporting(contentwrite.Client[*snapv1.VolumeSnapshotContent](c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()), c.recorder, content, "volumesnapshotcontents")
+// writer writes contents with the verbs upstream's role grants (update, and patch on the
+// status), each refusal reported on the content written.
+func (c *Controller) writer() write.Writer[*snapv1.VolumeSnapshotContent] {
+	w := snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Update)
+	w.Recorder = c.recorder
+	return w
 }
 
 // setError records msg in the content's status.error, with readyToUse false.
 func (c *Controller) setError(ctx context.Context, content *snapv1.VolumeSnapshotContent, msg string) (*snapv1.VolumeSnapshotContent, error) {
-	return contentwrite.SetError(ctx, c.client(content), content, errorMessage(content), msg)
+	return contentwrite.SetError(ctx, c.writer(), content, errorMessage(content), msg)
 }
 
 func errorMessage(content *snapv1.VolumeSnapshotContent) *string {
@@ -310,7 +314,7 @@ func errorMessage(content *snapv1.VolumeSnapshotContent) *string {
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *snapv1.VolumeSnapshotContent, st map[string]any) (*snapv1.VolumeSnapshotContent, error) {
-	return contentwrite.PatchStatus(ctx, c.client(content), content, st)
+	return contentwrite.PatchStatus(ctx, c.writer(), content, st)
 }
 
 // creationTime is the driver's time in nanoseconds, or now when it gave none.

@@ -44,7 +44,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 	deleteContent := content != nil && content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete
 	if content != nil {
 		if content.Annotations[snapshotter.AnnGroupBeingDeleted] != "yes" {
-			if content, err = contentwrite.Annotate(ctx, c.contentClient(), content, snapshotter.AnnGroupBeingDeleted, true); err != nil {
+			if content, err = contentwrite.Annotate(ctx, c.contentWriter(), content, snapshotter.AnnGroupBeingDeleted, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil
 				}
@@ -52,7 +52,7 @@ func (c *Controller) deleteGroup(ctx context.Context, vgs *groupv1.VolumeGroupSn
 			}
 		}
 		if deleteContent && content.DeletionTimestamp == nil {
-			if err := contentwrite.Delete(ctx, c.contentClient(), content); err != nil {
+			if err := contentwrite.Delete(ctx, c.contentWriter(), c.contentClient(), content); err != nil {
 				c.recorder.Eventf(vgs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete group snapshot content %s: %v", content.Name, err)
 				return err
 			}

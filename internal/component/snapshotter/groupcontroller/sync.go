@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	groupv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumegroupsnapshot/v1"
+	groupclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned/typed/volumegroupsnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
-	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
@@ -242,8 +242,14 @@ func (c *Controller) content(ctx context.Context, name string) (*groupv1.VolumeG
 	return content, err
 }
 
-func (c *Controller) contentClient() contentwrite.Client[*groupv1.VolumeGroupSnapshotContent] {
+func (c *Controller) contentClient() groupclient.VolumeGroupSnapshotContentInterface {
 	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
+}
+
+// contentWriter writes group contents with update, the verb upstream's role grants. A
+// refusal is logged, without an event.
+func (c *Controller) contentWriter() write.Writer[*groupv1.VolumeGroupSnapshotContent] {
+	return snapshotter.VolumeGroupSnapshotContents(c.cfg.Snap, write.Update)
 }
 
 // preProvisionedContent binds the group to the content an administrator made for it.
@@ -287,7 +293,7 @@ func (c *Controller) bind(ctx context.Context, vgs *groupv1.VolumeGroupSnapshot,
 	}
 	var err error
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerGroupContentBound) {
-		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(), content, snapshotter.FinalizerGroupContentBound); err != nil {
+		if content, err = c.contentWriter().SetFinalizer(ctx, content, snapshotter.FinalizerGroupContentBound, true); err != nil {
 			return err
 		}
 	}

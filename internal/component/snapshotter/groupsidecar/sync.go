@@ -94,7 +94,7 @@ func releasable(content *groupv1.VolumeGroupSnapshotContent) bool {
 // create calls CreateVolumeGroupSnapshot for a dynamic group content and records the answer.
 func (c *Controller) create(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent) (*groupv1.VolumeGroupSnapshotContent, error) {
 	return creation.Create[*groupv1.VolumeGroupSnapshotContent, *csi.CreateVolumeGroupSnapshotRequest]{
-		Client: c.client(), Recorder: c.recorder, Op: "CreateVolumeGroupSnapshot",
+		Writer: c.writer(), Recorder: c.recorder, Op: "CreateVolumeGroupSnapshot",
 		BoundFinalizer: snapshotter.FinalizerGroupContentBound, BeingCreated: snapshotter.AnnGroupBeingCreated, Reason: reasonCreateFailed,
 		NotReady: errNotReady,
 		Handle: func(content *groupv1.VolumeGroupSnapshotContent) string {
@@ -277,15 +277,18 @@ func (c *Controller) release(ctx context.Context, content *groupv1.VolumeGroupSn
 		}
 		klog.FromContext(ctx).V(2).Info("Deleted backend group snapshot", "groupSnapshotHandle", handle)
 	}
-	return contentwrite.RemoveFinalizer(ctx, c.client(), content, snapshotter.FinalizerGroupContentBound)
+	_, err := c.writer().SetFinalizer(ctx, content, snapshotter.FinalizerGroupContentBound, false)
+	return write.IgnoreNotFound(err)
 }
 
-func (c *Controller) client() contentwrite.Client[*groupv1.VolumeGroupSnapshotContent] {
-	return c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents()
+// writer writes group contents with the verbs upstream's role grants (update, and patch on
+// the status). A refusal is logged, without an event.
+func (c *Controller) writer() write.Writer[*groupv1.VolumeGroupSnapshotContent] {
+	return snapshotter.VolumeGroupSnapshotContents(c.cfg.Snap, write.Update)
 }
 
 func (c *Controller) setError(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, msg string) (*groupv1.VolumeGroupSnapshotContent, error) {
-	return contentwrite.SetError(ctx, c.client(), content, errorMessage(content), msg)
+	return contentwrite.SetError(ctx, c.writer(), content, errorMessage(content), msg)
 }
 
 func errorMessage(content *groupv1.VolumeGroupSnapshotContent) *string {
@@ -296,5 +299,5 @@ func errorMessage(content *groupv1.VolumeGroupSnapshotContent) *string {
 }
 
 func (c *Controller) patchStatus(ctx context.Context, content *groupv1.VolumeGroupSnapshotContent, st map[string]any) (*groupv1.VolumeGroupSnapshotContent, error) {
-	return contentwrite.PatchStatus(ctx, c.client(), content, st)
+	return contentwrite.PatchStatus(ctx, c.writer(), content, st)
 }

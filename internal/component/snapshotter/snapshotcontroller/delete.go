@@ -41,7 +41,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 	contentGone := content == nil
 	if content != nil {
 		if content.Annotations[snapshotter.AnnBeingDeleted] != "yes" {
-			if content, err = contentwrite.Annotate(ctx, c.contentClient(content), content, snapshotter.AnnBeingDeleted, true); err != nil {
+			if content, err = contentwrite.Annotate(ctx, c.contentWriter(), content, snapshotter.AnnBeingDeleted, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil // gone meanwhile: the next sync sees it
 				}
@@ -49,7 +49,7 @@ func (c *Controller) deleteSnapshot(ctx context.Context, vs *snapv1.VolumeSnapsh
 			}
 		}
 		if content.Spec.DeletionPolicy == snapv1.VolumeSnapshotContentDelete && content.DeletionTimestamp == nil {
-			if err := contentwrite.Delete(ctx, c.contentClient(content), content); err != nil {
+			if err := contentwrite.Delete(ctx, c.contentWriter(), c.cfg.Snap.SnapshotV1().VolumeSnapshotContents(), content); err != nil {
 				c.recorder.Eventf(vs, corev1.EventTypeWarning, reasonContentDelete, "Failed to delete VolumeSnapshotContent %s: %v", content.Name, err)
 				return err
 			}

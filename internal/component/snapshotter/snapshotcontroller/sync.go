@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubevol/kubevol/internal/component/snapshotter"
-	"github.com/kubevol/kubevol/internal/component/snapshotter/contentwrite"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
 	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
@@ -249,9 +248,12 @@ func (c *Controller) content(ctx context.Context, name string) (*snapv1.VolumeSn
 	return content, err
 }
 
-// contentClient is the client of the writes to content, each refusal reported on it.
-func (c *Controller) contentClient(content *snapv1.VolumeSnapshotContent) contentwrite.Client[*snapv1.VolumeSnapshotContent] {
-	return contentwrite.Reporting(contentwrite.Client[*snapv1.VolumeSnapshotContent](c.cfg.Snap.SnapshotV1().VolumeSnapshotContents()), c.recorder, content, "volumesnapshotcontents")
+// contentWriter writes contents with update, the verb upstream's role grants, each refusal
+// reported on the content written.
+func (c *Controller) contentWriter() write.Writer[*snapv1.VolumeSnapshotContent] {
+	w := snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Update)
+	w.Recorder = c.recorder
+	return w
 }
 
 // syncPreProvisioned binds a snapshot to the content an administrator made for it.
@@ -295,7 +297,7 @@ func (c *Controller) bind(ctx context.Context, vs *snapv1.VolumeSnapshot, conten
 	}
 	if content.DeletionTimestamp == nil && !snapshotter.HasFinalizer(content, snapshotter.FinalizerContentBound) {
 		var err error
-		if content, err = contentwrite.AddFinalizer(ctx, c.contentClient(content), content, snapshotter.FinalizerContentBound); err != nil {
+		if content, err = c.contentWriter().SetFinalizer(ctx, content, snapshotter.FinalizerContentBound, true); err != nil {
 			return err
 		}
 	}
