@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubevol/kubevol/internal/runtime/controller"
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/pkg/volumemanager"
 )
 
@@ -168,6 +169,7 @@ func (w *Writer) write(ctx context.Context, uid types.UID, p podWish) error {
 	if err != nil {
 		return err
 	}
-	_, err = pods.Patch(ctx, p.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, UID: uid}}
+	_, err = write.Pods(w.client).SendStatusPatch(ctx, pod, types.StrategicMergePatchType, patch)
 	return err
 }

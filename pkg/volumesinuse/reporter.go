@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 )
 
 // Source is the volume manager whose volumes are reported; *volumemanager.Manager is one.
@@ -130,7 +132,8 @@ func (r *Reporter) write(ctx context.Context, inUse []v1.UniqueVolumeName) ([]v1
 	if err != nil {
 		return nil, err
 	}
-	node, err := r.cfg.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.NodeName}}
+	node, err = write.Nodes(r.cfg.Client).SendStatusPatch(ctx, node, types.StrategicMergePatchType, patch)
 	if err != nil {
 		return nil, err
 	}

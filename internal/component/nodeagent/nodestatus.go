@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/version"
 )
 
@@ -99,7 +100,7 @@ func (a *Agent) registerNode(ctx context.Context) error {
 					"labels":      a.labels(),
 					"annotations": map[string]string{controllerManagedAttachAnnotation: "true"},
 				}})
-				_, err = nodes.Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+				_, err = write.Nodes(a.cfg.Client).SendPatch(ctx, node, types.StrategicMergePatchType, patch)
 			}
 			if err != nil {
 				klog.FromContext(ctx).Error(err, "Node registration failed, retrying")
@@ -157,7 +158,8 @@ func (a *Agent) updateNodeStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.cfg.Client.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName}}
+	_, err = write.Nodes(a.cfg.Client).SendStatusPatch(ctx, node, types.StrategicMergePatchType, patch)
 	return err
 }
 

@@ -50,3 +50,20 @@ func (w Writer[T]) Rereading() Writer[T] {
 func ClaimFinalizers(cs kubernetes.Interface) Writer[*corev1.PersistentVolumeClaim] {
 	return Claims(cs, Update, Update).Rereading()
 }
+
+// Nodes is a Writer of Nodes that patches, the verb the kubelet's role (system:node)
+// grants on nodes and nodes/status.
+func Nodes(cs kubernetes.Interface) Writer[*corev1.Node] {
+	return Writer[*corev1.Node]{
+		Client:   func(string) Client[*corev1.Node] { return cs.CoreV1().Nodes() },
+		Resource: "nodes", Verb: Patch, StatusVerb: Patch,
+	}
+}
+
+// Pods is a Writer of Pods that patches their status, as the kubelet's status manager does.
+func Pods(cs kubernetes.Interface) Writer[*corev1.Pod] {
+	return Writer[*corev1.Pod]{
+		Client:   func(ns string) Client[*corev1.Pod] { return cs.CoreV1().Pods(ns) },
+		Resource: "pods", Verb: Patch, StatusVerb: Patch,
+	}
+}
