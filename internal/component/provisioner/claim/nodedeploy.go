@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -135,7 +134,7 @@ func (c *Controller) becomeOwner(ctx context.Context, claim *corev1.PersistentVo
 		cur.Annotations = map[string]string{}
 	}
 	cur.Annotations[pvspec.AnnSelectedNode] = nd.NodeName
-	_, err = c.cfg.Client.CoreV1().PersistentVolumeClaims(cur.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	_, err = c.claimWriter().Write(ctx, claim, cur)
 	switch {
 	case apierrors.IsConflict(err):
 		// Lost the race or another write: look again after a longer delay.

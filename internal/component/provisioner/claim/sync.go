@@ -20,6 +20,7 @@ import (
 	"github.com/kubevol/kubevol/internal/component/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/component/provisioner/pvspec"
 	"github.com/kubevol/kubevol/internal/runtime/controller"
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/csiclient"
 	"github.com/kubevol/kubevol/internal/runtime/migration"
 )
@@ -319,13 +320,20 @@ func (c *Controller) reschedule(ctx context.Context, claim *corev1.PersistentVol
 	// from a fresh copy.
 	cur := claim.DeepCopy()
 	delete(cur.Annotations, pvspec.AnnSelectedNode)
-	_, err := c.cfg.Client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	_, err := c.claimWriter().Write(ctx, claim, cur)
 	if err != nil && !apierrors.IsNotFound(err) {
-		err = controller.WriteFailed(ctx, c.cfg.Recorder, claim, "update", "persistentvolumeclaims", err)
 		return fmt.Errorf("reschedule: remove %s: %w", pvspec.AnnSelectedNode, err)
 	}
 	klog.FromContext(ctx).Info("Asked the scheduler to pick another node", "node", claim.Annotations[pvspec.AnnSelectedNode], "cause", cause)
 	return nil
+}
+
+// claimWriter writes claims with update, the one claim write external-provisioner's role
+// grants; a refusal is reported on the claim.
+func (c *Controller) claimWriter() write.Writer[*corev1.PersistentVolumeClaim] {
+	w := write.Claims(c.cfg.Client, write.Update, write.Update)
+	w.Recorder = c.cfg.Recorder
+	return w
 }
 
 // cleanup deletes the backend volume of a record whose claim no longer wants it, unless a

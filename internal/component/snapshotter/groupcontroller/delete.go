@@ -113,7 +113,7 @@ func (c *Controller) deleteOrphanMemberContents(ctx context.Context, vgs *groupv
 		}
 		vsc = vsc.DeepCopy()
 		vsc.Annotations[snapshotter.AnnBeingDeleted] = "yes"
-		if _, err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, vsc, metav1.UpdateOptions{}); err != nil {
+		if _, err := snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Update).Write(ctx, vsc, vsc); err != nil {
 			return err
 		}
 		if err := c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Delete(ctx, vsc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -124,7 +124,7 @@ func (c *Controller) createMember(ctx context.Context, vgs *groupv1.VolumeGroupS
 	if gotVSC.Spec.VolumeSnapshotRef.UID != gotVS.UID {
 		gotVSC = gotVSC.DeepCopy()
 		gotVSC.Spec.VolumeSnapshotRef.UID = gotVS.UID
-		if gotVSC, err = snaps.VolumeSnapshotContents().Update(ctx, gotVSC, metav1.UpdateOptions{}); err != nil {
+		if gotVSC, err = snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Update).Write(ctx, gotVSC, gotVSC); err != nil {
 			return err
 		}
 	}

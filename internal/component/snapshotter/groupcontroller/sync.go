@@ -218,7 +218,7 @@ func (c *Controller) setDefaultClass(ctx context.Context, vgs *groupv1.VolumeGro
 		return c.fail(ctx, vgs, reasonDefaultClass, fmt.Sprintf("%d default group snapshot classes were found for driver %s (%v): keep the annotation on one", len(defaults), driver, defaults))
 	}
 	vgs.Spec.VolumeGroupSnapshotClassName = &defaults[0]
-	_, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshots(vgs.Namespace).Update(ctx, vgs, metav1.UpdateOptions{})
+	_, err = snapshotter.VolumeGroupSnapshots(c.cfg.Snap, write.Update).Write(ctx, vgs, vgs)
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Set the default group snapshot class", "class", defaults[0])
 	}
@@ -275,7 +275,7 @@ func (c *Controller) preProvisionedContent(ctx context.Context, vgs *groupv1.Vol
 		if vgs.Spec.VolumeGroupSnapshotClassName != nil && content.Spec.VolumeGroupSnapshotClassName == nil {
 			content.Spec.VolumeGroupSnapshotClassName = vgs.Spec.VolumeGroupSnapshotClassName
 		}
-		if content, err = c.cfg.Snap.GroupsnapshotV1().VolumeGroupSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
+		if content, err = c.contentWriter().Write(ctx, content, content, write.On(vgs)); err != nil {
 			return nil, write.WarnUnlessConflict(c.recorder, vgs, reasonBindFailed, err, "Failed to bind VolumeGroupSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned group content", "content", name)

@@ -222,11 +222,13 @@ func (c *Controller) setDefaultClass(ctx context.Context, vs *snapv1.VolumeSnaps
 		return c.fail(ctx, vs, reasonDefaultClass, fmt.Sprintf("%d default snapshot classes were found for driver %s (%v): keep %s: \"true\" on one of them, or name a class", len(defaults), driver, defaults, snapshotter.AnnDefaultClass))
 	}
 	vs.Spec.VolumeSnapshotClassName = &defaults[0]
-	_, err = c.cfg.Snap.SnapshotV1().VolumeSnapshots(vs.Namespace).Update(ctx, vs, metav1.UpdateOptions{})
+	w := snapshotter.VolumeSnapshots(c.cfg.Snap, write.Update)
+	w.Recorder = c.recorder
+	_, err = w.Write(ctx, vs, vs)
 	if err == nil {
 		klog.FromContext(ctx).V(2).Info("Set the default snapshot class", "class", defaults[0])
 	}
-	return controller.WriteFailed(ctx, c.recorder, vs, "update", "volumesnapshots", err)
+	return err
 }
 
 // class returns a VolumeSnapshotClass from the cache, else from the API.
@@ -279,8 +281,8 @@ func (c *Controller) syncPreProvisioned(ctx context.Context, vs *snapv1.VolumeSn
 		if vs.Spec.VolumeSnapshotClassName != nil {
 			content.Spec.VolumeSnapshotClassName = vs.Spec.VolumeSnapshotClassName
 		}
-		if content, err = c.cfg.Snap.SnapshotV1().VolumeSnapshotContents().Update(ctx, content, metav1.UpdateOptions{}); err != nil {
-			err = controller.WriteFailed(ctx, nil, vs, "update", "volumesnapshotcontents", err)
+		// The bind's own event is recorded here, on the snapshot, so the writer logs only.
+		if content, err = snapshotter.VolumeSnapshotContents(c.cfg.Snap, write.Update).Write(ctx, content, content, write.On(vs)); err != nil {
 			return write.WarnUnlessConflict(c.recorder, vs, reasonBindFailed, err, "Failed to bind VolumeSnapshotContent %s: %v", name)
 		}
 		klog.FromContext(ctx).V(2).Info("Bound pre-provisioned content", "content", name)
