@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -58,21 +57,16 @@ type fixture struct {
 // journalNamespace holds the fixture's journal.
 const journalNamespace = "kubevol"
 
-// newFixture runs a claim controller against a fake API server and an in-memory driver.
+// newFixture runs a claim controller against a fake API server and an in-memory driver,
+// for the tests that need its informers and workers running.
 func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
-	return newFixtureFor(t, driverName, driverName, nil, objs...)
+	return newFixturePrepared(t, nil, objs...)
 }
 
-// newFixtureFor is newFixture with a driver of that name, and the class "sc" of that
-// provisioner and parameters.
-func newFixtureFor(t *testing.T, driverName, provisioner string, params map[string]string, objs ...runtime.Object) *fixture {
-	return newFixturePrepared(t, nil, driverName, provisioner, params, objs...)
-}
-
-// newFixturePrepared is newFixtureFor with prepare run on the fake clientset before the
+// newFixturePrepared is newFixture with prepare run on the fake clientset before the
 // controller starts: reactors are added there, since the fake's reactor chain is not safe
 // to change while informers and workers call it.
-func newFixturePrepared(t *testing.T, prepare func(*fake.Clientset), driverName, provisioner string, params map[string]string, objs ...runtime.Object) *fixture {
+func newFixturePrepared(t *testing.T, prepare func(*fake.Clientset), objs ...runtime.Object) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, cs: fake.NewClientset(objs...), recorder: record.NewFakeRecorder(100), driver: driverName}
@@ -91,7 +85,7 @@ func newFixturePrepared(t *testing.T, prepare func(*fake.Clientset), driverName,
 		t.Fatal(err)
 	}
 	f.start()
-	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: provisioner, Parameters: params}, metav1.CreateOptions{})
+	_, err = f.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: driverName}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +135,11 @@ func (f *fixture) pvs() []corev1.PersistentVolume {
 }
 
 func (f *fixture) claim(name string) *corev1.PersistentVolumeClaim {
-	return f.sizedClaim(name, resource.MustParse("1Gi"))
+	out, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, newClaim(name, f.driver, resource.MustParse("1Gi")), metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
 }
 
 func (f *fixture) waitFor(what string, cond func() bool) {
@@ -235,16 +233,13 @@ func TestMovesLegacyRecordFromClaim(t *testing.T) {
 // deleting the volume) leads to no CreateVolume: repeating it would create the volume
 // again for nobody, and a crash before the DeleteVolume that follows would leak it.
 func TestCleanupOfRemovedRecordCreatesNothing(t *testing.T) {
-	class := "sc"
-	done := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "ns", UID: "uid-done",
-			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
-		Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeName: "elsewhere"},
-	}
-	f := newFixture(t, done)
+	f := newSyncFixture(t)
+	done := newClaim("done", driverName, resource.MustParse("1Gi"))
+	done.Spec.VolumeName = "elsewhere"
+	f.Add(done)
 	stale := intent.Record{ClaimUID: "uid-done", Namespace: "ns", Claim: "done",
 		PVName: "pvc-uid-done", Request: mustRequest(t, "pvc-uid-done")}
-	if err := f.ctl.cleanup(f.ctx, stale); err != nil {
+	if err := f.ctl.cleanup(f.Ctx, stale); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.drv.Calls("CreateVolume"); n != 0 || len(f.drv.Volumes()) != 0 {
@@ -286,39 +281,40 @@ func TestProvisionUsesUpstreamVerbs(t *testing.T) {
 }
 
 // Where the role grants no writes on Leases, the provisioner goes on as upstream does, says
-// so once with a Warning event on the claim, and still provisions.
+// so once with a Warning event on the claim, and still provisions: three syncs of one
+// claim, the first two failing in CreateVolume, give one ProvisioningUnrecorded event.
 func TestRefusedRecordDegrades(t *testing.T) {
-	f := newFixturePrepared(t, func(cs *fake.Clientset) {
+	f := newSyncFixtureWith(t, syncOptions{prepare: func(cs *fake.Clientset) {
 		for _, verb := range []string{"create", "update"} {
 			cs.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				return true, nil, apierrors.NewForbidden(corev1.Resource("leases"), "x", errors.New("RBAC: not allowed"))
 			})
 		}
-	}, driverName, driverName, nil)
+	}})
 	f.drv.Hook("CreateVolume", func(any) error {
 		if f.drv.Calls("CreateVolume") < 3 {
-			return status.Error(codes.Unavailable, "busy") // two retries of the same claim
+			return status.Error(codes.Unavailable, "busy")
 		}
 		return nil
 	})
 	pvc := f.claim("norecord")
-	f.waitFor("the PV", func() bool {
-		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
-		return err == nil
-	})
 	var unrecorded int
-	for done := false; !done; {
-		select {
-		case e := <-f.recorder.Events:
+	for try := 1; try <= 3; try++ {
+		err := f.sync(pvc)
+		if (err == nil) != (try == 3) {
+			t.Fatalf("sync %d: %v; want the first two to fail in CreateVolume and the third to succeed", try, err)
+		}
+		for _, e := range f.Events() {
 			if strings.HasPrefix(e, "Warning "+ReasonProvisioningUnrecorded) {
 				unrecorded++
 				if !strings.Contains(e, "create and update on leases") {
 					t.Errorf("event does not say what is missing: %s", e)
 				}
 			}
-		default:
-			done = true
 		}
+	}
+	if _, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{}); err != nil {
+		t.Fatalf("no PV without a record: %v", err)
 	}
 	if unrecorded != 1 {
 		t.Errorf("%d ProvisioningUnrecorded events, want exactly one for the claim", unrecorded)
@@ -358,74 +354,41 @@ func honourFinalizers(cs *fake.Clientset) {
 // A claim whose size CSI cannot carry gets a ProvisioningFailed event that names the limit,
 // and the driver is never asked; a fractional size is rounded up, as Quantity.Value does.
 func TestClaimSizeBeyondCSI(t *testing.T) {
-	f := newFixture(t)
+	f := newSyncFixture(t)
 	var asked []int64
-	var mu sync.Mutex
 	f.drv.Hook("CreateVolume", func(req any) error {
-		mu.Lock()
-		defer mu.Unlock()
 		asked = append(asked, req.(*csi.CreateVolumeRequest).GetCapacityRange().GetRequiredBytes())
 		return nil
 	})
-	hostile := []string{"8Ei", "1e30", "9223372036854775808", "123456789012345678901234567890", "1e10000000"}
-	for i, size := range hostile {
-		f.sizedClaim(fmt.Sprintf("huge%d", i), resource.MustParse(size))
-	}
-	seen := map[string]bool{}
-	for len(seen) < len(hostile) {
-		select {
-		case e := <-f.recorder.Events:
+	for i, size := range []string{"8Ei", "1e30", "9223372036854775808", "123456789012345678901234567890", "1e10000000"} {
+		pvc := f.sizedClaim(fmt.Sprintf("huge%d", i), resource.MustParse(size))
+		if err := f.sync(pvc); err == nil {
+			t.Errorf("%s: the sync of a claim beyond CSI's limit succeeded", size)
+		}
+		var failed bool
+		for _, e := range f.Events() {
 			if strings.HasPrefix(e, "Warning ProvisioningFailed") {
+				failed = true
 				if !strings.Contains(e, "the largest size a CSI volume can have (9223372036854775807 bytes)") {
-					t.Fatalf("event does not name the limit: %s", e)
+					t.Errorf("%s: event does not name the limit: %s", size, e)
 				}
-				seen[e] = true
 			}
-		case <-f.ctx.Done():
-			t.Fatalf("timed out; ProvisioningFailed events so far: %v", seen)
+		}
+		if !failed {
+			t.Errorf("%s: no ProvisioningFailed event", size)
 		}
 	}
-	go func() { // the refused claims keep retrying; a full recorder would block the workers
-		for {
-			select {
-			case <-f.recorder.Events:
-			case <-f.ctx.Done():
-				return
-			}
-		}
-	}()
-	f.sizedClaim("fraction", resource.MustParse("1.5"))
-	f.waitFor("the fractional claim's PV", func() bool {
-		_, err := f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-uid-fraction", metav1.GetOptions{})
-		return err == nil
-	})
-	mu.Lock()
-	defer mu.Unlock()
+	pvc := f.sizedClaim("fraction", resource.MustParse("1.5"))
+	if err := f.sync(pvc); err != nil {
+		t.Fatal(err)
+	}
 	if len(asked) != 1 || asked[0] != 2 {
 		t.Fatalf("CreateVolume asked for %v bytes; want only the fractional claim's, rounded up to 2", asked)
 	}
-	pvs, _ := f.cs.CoreV1().PersistentVolumes().List(f.ctx, metav1.ListOptions{})
-	if len(pvs.Items) != 1 {
+	pvs, _ := f.Client.CoreV1().PersistentVolumes().List(f.Ctx, metav1.ListOptions{})
+	if len(pvs.Items) != 1 || pvs.Items[0].Name != "pvc-uid-fraction" {
 		t.Fatalf("%d PVs, want only the fractional claim's", len(pvs.Items))
 	}
-}
-
-func (f *fixture) sizedClaim(name string, size resource.Quantity) *corev1.PersistentVolumeClaim {
-	class := "sc"
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
-			Annotations: map[string]string{pvspec.AnnStorageProvisioner: f.driver}},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &class,
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-		},
-	}
-	out, err := f.cs.CoreV1().PersistentVolumeClaims("ns").Create(f.ctx, pvc, metav1.CreateOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return out
 }
 
 // A PV create the API server refuses is one default-level line and a Warning event on the

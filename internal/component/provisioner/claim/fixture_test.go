@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kubevol/kubevol/internal/component/provisioner/intent"
 	"github.com/kubevol/kubevol/internal/component/provisioner/metrics"
@@ -29,12 +30,36 @@ type syncFixture struct {
 	drv     *csitest.Driver
 	journal *intent.Journal
 	ctl     *Controller
+	driver  string
+}
+
+// syncOptions change a syncFixture: the driver's name, the class "sc"'s provisioner and
+// parameters, and reactors added before the journal starts (the fake's reactor chain is
+// not safe to change while the journal's goroutine calls it).
+type syncOptions struct {
+	driver, provisioner string
+	params              map[string]string
+	prepare             func(*fake.Clientset)
 }
 
 func newSyncFixture(t *testing.T) *syncFixture {
+	return newSyncFixtureWith(t, syncOptions{})
+}
+
+func newSyncFixtureWith(t *testing.T, o syncOptions) *syncFixture {
 	t.Helper()
-	f := &syncFixture{Fixture: controllertest.New(t, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: driverName})}
-	f.drv = csitest.Start(t, &csitest.Driver{Name: driverName})
+	if o.driver == "" {
+		o.driver = driverName
+	}
+	if o.provisioner == "" {
+		o.provisioner = o.driver
+	}
+	f := &syncFixture{driver: o.driver, Fixture: controllertest.New(t,
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "sc"}, Provisioner: o.provisioner, Parameters: o.params})}
+	if o.prepare != nil {
+		o.prepare(f.Client)
+	}
+	f.drv = csitest.Start(t, &csitest.Driver{Name: o.driver})
 	conn, err := csiclient.Dial(csiclient.Config{Address: f.drv.Address, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +69,7 @@ func newSyncFixture(t *testing.T) *syncFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.journal = intent.New(f.Client, journalNamespace, driverName, "")
+	f.journal = intent.New(f.Client, journalNamespace, o.driver, "")
 	if _, err := f.journal.Load(f.Ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +79,7 @@ func newSyncFixture(t *testing.T) *syncFixture {
 	wg.Go(func() { f.journal.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	f.ctl, err = New(Config{
-		ControllerConfig: sidecar.ControllerConfig{Client: f.Client, CSI: conn, DriverName: driverName},
+		ControllerConfig: sidecar.ControllerConfig{Client: f.Client, CSI: conn, DriverName: o.driver},
 		Recorder:         f.Recorder, Caps: caps, Identity: "test",
 		Journal: f.journal, Metrics: metrics.New(nil, nil),
 		Claims: f.Informers.Core().V1().PersistentVolumeClaims(), Volumes: f.Informers.Core().V1().PersistentVolumes(),
@@ -68,18 +93,29 @@ func newSyncFixture(t *testing.T) *syncFixture {
 
 // claim adds a 1Gi claim of class "sc" addressed to the driver.
 func (f *syncFixture) claim(name string) *corev1.PersistentVolumeClaim {
+	return f.sizedClaim(name, resource.MustParse("1Gi"))
+}
+
+// sizedClaim adds a claim of class "sc" addressed to the driver that requests size.
+func (f *syncFixture) sizedClaim(name string, size resource.Quantity) *corev1.PersistentVolumeClaim {
+	pvc := newClaim(name, f.driver, size)
+	f.Add(pvc)
+	return pvc
+}
+
+// newClaim is a claim "ns/name" (UID "uid-name") of class "sc", addressed to driver, that
+// requests size.
+func newClaim(name, driver string, size resource.Quantity) *corev1.PersistentVolumeClaim {
 	class := "sc"
-	pvc := &corev1.PersistentVolumeClaim{
+	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: ktypes.UID("uid-" + name),
-			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driverName}},
+			Annotations: map[string]string{pvspec.AnnStorageProvisioner: driver}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			StorageClassName: &class,
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
-	f.Add(pvc)
-	return pvc
 }
 
 // sync runs one sync of the claim.

@@ -45,7 +45,7 @@ func TestKillAtEachPoint(t *testing.T) {
 				if r, ok := refused[point]; ok {
 					cs.PrependReactor(r[0], r[1], refuse)
 				}
-			}, driverName, driverName, nil)
+			})
 			release := make(chan struct{})
 			reached := func() bool { return false }
 			switch point {

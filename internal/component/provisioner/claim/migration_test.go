@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevol/kubevol/internal/component/provisioner/pvspec"
@@ -16,16 +15,18 @@ import (
 // the other parameters pass), and its PV is written in-tree, provisioned-by the in-tree
 // plugin, with the provisioner's finalizer, as external-provisioner writes it.
 func TestProvisionsMigratedClaim(t *testing.T) {
-	f := newFixtureFor(t, "ebs.csi.aws.com", "kubernetes.io/aws-ebs", map[string]string{"type": "gp3", "fsType": "xfs"})
+	f := newSyncFixtureWith(t, syncOptions{driver: "ebs.csi.aws.com", provisioner: "kubernetes.io/aws-ebs",
+		params: map[string]string{"type": "gp3", "fsType": "xfs"}})
 	var req *csi.CreateVolumeRequest
 	f.drv.Hook("CreateVolume", func(r any) error { req = r.(*csi.CreateVolumeRequest); return nil })
 	pvc := f.claim("old")
-	var pv *corev1.PersistentVolume
-	f.waitFor("the PV", func() bool {
-		var err error
-		pv, err = f.cs.CoreV1().PersistentVolumes().Get(f.ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
-		return err == nil
-	})
+	if err := f.sync(pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv, err := f.Client.CoreV1().PersistentVolumes().Get(f.Ctx, "pvc-"+string(pvc.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ebs := pv.Spec.AWSElasticBlockStore
 	switch {
 	case pv.Spec.CSI != nil || ebs == nil:
