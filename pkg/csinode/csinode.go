@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kubevol/kubevol/internal/runtime/controller/write"
 	"github.com/kubevol/kubevol/internal/runtime/migration"
 )
 
@@ -121,7 +122,7 @@ func (m *Manager) updateNode(ctx context.Context, change func(*corev1.Node) erro
 		if err != nil {
 			return err
 		}
-		out, err = m.Client.CoreV1().Nodes().Patch(ctx, m.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		out, err = write.Nodes(m.Client).SendPatch(ctx, before, types.MergePatchType, patch)
 		return err
 	})
 	if err != nil {
