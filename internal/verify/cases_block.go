@@ -2,14 +2,12 @@ package verify
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevol/kubevol/internal/kubecheck"
 )
@@ -18,22 +16,30 @@ import (
 // driver without it refuses the claim with InvalidArgument. The case is then not applicable
 // if a filesystem claim of the same class works, and fails otherwise (a bad parameter, say).
 func (k *caseEnv) blockPod(name, claim string) (*corev1.Pod, error) {
-	p, err := k.pod(name, nil, []corev1.Volume{kubecheck.ClaimVolume(claim, claim)}, nil)
+	return k.blockPodOf(name, kubecheck.ClaimVolume(claim, claim))
+}
+
+// blockPodOf is blockPod for the pod's one device vol: a claim, or a generic ephemeral
+// volume, whose claim the pod's name and the volume's name make.
+func (k *caseEnv) blockPodOf(name string, vol corev1.Volume) (*corev1.Pod, error) {
+	p, err := k.pod(name, nil, []corev1.Volume{vol}, nil)
 	if err != nil {
 		return nil, err
 	}
+	claim := p.Name + "-" + vol.Name
+	if vol.PersistentVolumeClaim != nil {
+		claim = vol.PersistentVolumeClaim.ClaimName
+	}
 	var refused string
-	err = kubecheck.Poll(k.ctx, waitTimeout, func(ctx context.Context) (bool, error) {
-		cur, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err == nil && kubecheck.VolumesUp(cur) {
-			p = cur
-			return true, nil
+	p, err = kubecheck.WaitPod(k.ctx, k.cs, k.ns, p.Name, waitTimeout, func(cur *corev1.Pod) bool {
+		if kubecheck.VolumesUp(cur) {
+			return true
 		}
-		refused = k.provisioningRefusal(ctx, claim)
-		return refused != "", nil
+		refused = k.provisioningRefusal(k.ctx, claim)
+		return refused != ""
 	})
 	if err != nil {
-		return nil, fmt.Errorf("volumes of pod %s not ready: %w", name, err)
+		return nil, err
 	}
 	if refused == "" {
 		return p, nil

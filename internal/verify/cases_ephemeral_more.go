@@ -79,11 +79,9 @@ func ephemeralClaim(name, class, size string, mode corev1.PersistentVolumeMode) 
 // genericBlock: a generic ephemeral volume of volumeMode Block is mapped as a device that
 // takes writes, and goes with its pod.
 func genericBlock(k *caseEnv) error {
-	p, err := k.pod("app", nil, []corev1.Volume{ephemeralClaim("dev", k.classes[classBlock], defaultSize, corev1.PersistentVolumeBlock)}, nil)
+	// A driver that refuses raw block makes the case not applicable, as block/raw.
+	p, err := k.blockPodOf("app", ephemeralClaim("dev", k.classes[classBlock], defaultSize, corev1.PersistentVolumeBlock))
 	if err != nil {
-		return err
-	}
-	if p, err = k.ready(p); err != nil {
 		return err
 	}
 	pv, err := k.boundPV(p.Name + "-dev")

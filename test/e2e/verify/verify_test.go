@@ -102,6 +102,14 @@ var profiles = []profile{
 		"snapshot/overwrite": "skipped: the driver does not advertise CREATE_DELETE_SNAPSHOT",
 		"limits/refresh":     "passed",
 	}, calls: map[string]bool{"ControllerExpandVolume": false, "NodeExpandVolume": true, "CreateSnapshot": false}},
+	// A filesystem-only driver (--without block refuses raw block with InvalidArgument): each
+	// case that maps a device is not applicable for that reason, once a filesystem claim of
+	// the same class has shown that the class works, and none fails.
+	{name: "noblock", args: []string{"--without", "block"},
+		verifyArgs: []string{"--only", "block/,ephemeral/generic-block,expand/online-block,multi/volumes"}, outcomes: map[string]string{
+			"block/raw": "skipped: the driver refuses raw block", "ephemeral/generic-block": "skipped: the driver refuses raw block",
+			"expand/online-block": "skipped: the driver refuses raw block", "multi/volumes": "skipped: the driver refuses raw block",
+		}, calls: map[string]bool{"NodePublishVolume": true}},
 	// Network volumes with one node instance per node, as docs/verify.md's several-node run:
 	// the cases that need a second node of the driver (only those: the others run above).
 	{name: "network", perNode: true, config: "  storageClass:\n    parameters: {placement: network}\n",
