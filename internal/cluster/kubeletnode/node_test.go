@@ -168,25 +168,35 @@ func (n *Node) mustLeftovers(t *testing.T) []string {
 	return left
 }
 
-// httpGet fetches url, retrying for a few seconds while the server starts.
+// httpGet fetches url, retrying for a few seconds while the server starts. Each try reads
+// the whole body within its own request's context: the poll cancels that context when it
+// returns, and a body read after that fails with "context canceled".
 func httpGet(ctx context.Context, url string) (string, error) {
-	var resp *http.Response
+	var body string
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if rerr != nil {
-			return false, rerr
-		}
-		resp, err = http.DefaultClient.Do(req)
+		body, err = getOnce(ctx, url)
 		return err == nil, nil
 	})
-	if err != nil || resp == nil {
+	return body, err
+}
+
+func getOnce(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
-	data, rerr := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return string(data), fmt.Errorf("status %s", resp.Status)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: read the body: %w", url, err)
 	}
-	return string(data), rerr
+	if resp.StatusCode != http.StatusOK {
+		return string(data), fmt.Errorf("GET %s: status %s", url, resp.Status)
+	}
+	return string(data), nil
 }
