@@ -213,6 +213,13 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	tty := isTerminal(stderr)
 	ticker := time.NewTicker(o.statusInterval)
 	defer ticker.Stop()
+	// The status probes each component's health endpoint, which takes seconds to time out
+	// while the API server is down: it runs beside the loop, so that an exit or a restart
+	// is printed when it happens, not after the probes of a status line.
+	statuses := make(chan string, 1)
+	probing := false
+	probeCtx, endProbes := context.WithCancel(ctx)
+	defer endProbes() // before the stack stops
 	last := ""
 	for {
 		select {
@@ -227,7 +234,12 @@ func (o *upOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, time.Now().Format(time.TimeOnly)+" "+ev)
 			last = ""
 		case <-ticker.C:
-			line := statusLine(stack.Status(ctx), time.Since(start))
+			if !probing {
+				probing = true
+				go func() { statuses <- statusLine(stack.Status(probeCtx), time.Since(start)) }()
+			}
+		case line := <-statuses:
+			probing = false
 			switch {
 			case tty:
 				fmt.Fprintf(stderr, "\r\033[K%s", line)
