@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
-// TwoWayPatch returns the strategic merge patch that turns old into cur, two objects of the
+// twoWayPatch returns the strategic merge patch that turns old into cur, two objects of the
 // same built-in kind, and whether there is anything to write. The upstream sidecars whose
 // roles grant only patch (the attacher and the resizer) write this way: a finalizer is
 // added or removed by a list directive, so a concurrent writer of another finalizer is not
 // undone, and no resourceVersion is needed.
-func TwoWayPatch(old, cur runtime.Object) ([]byte, bool, error) {
+func twoWayPatch(old, cur runtime.Object) ([]byte, bool, error) {
 	a, err := json.Marshal(old)
 	if err != nil {
 		return nil, false, err
@@ -30,11 +30,11 @@ func TwoWayPatch(old, cur runtime.Object) ([]byte, bool, error) {
 	return patch, string(patch) != "{}", nil
 }
 
-// VersionedPatch is TwoWayPatch with old's resourceVersion in the patch: the API server
+// versionedPatch is twoWayPatch with old's resourceVersion in the patch: the API server
 // refuses it with a conflict when the object changed since old was read, as an update
 // would be refused. external-resizer patches claims and PVs this way.
-func VersionedPatch(old, cur runtime.Object) ([]byte, bool, error) {
-	patch, changed, err := TwoWayPatch(old, cur)
+func versionedPatch(old, cur runtime.Object) ([]byte, bool, error) {
+	patch, changed, err := twoWayPatch(old, cur)
 	if err != nil || !changed {
 		return patch, changed, err
 	}

@@ -114,12 +114,42 @@ func SetFinalizers(obj metav1.Object, present bool, fs ...string) bool {
 // reports a change, and returns the stored object; obj itself when there was nothing to
 // write.
 func (w Writer[T]) Mutate(ctx context.Context, obj T, change func(T) bool, opts ...Option) (T, error) {
-	return w.mutate(ctx, obj, change, false, opts)
-}
-
-// MutateStatus is Mutate for the status subresource.
-func (w Writer[T]) MutateStatus(ctx context.Context, obj T, change func(T) bool, opts ...Option) (T, error) {
-	return w.mutate(ctx, obj, change, true, opts)
+	o := collect(opts)
+	return w.report(ctx, obj, false, o, func() (T, error) {
+		cur := obj.DeepCopy()
+		if !change(cur) {
+			return obj, nil
+		}
+		if w.Conflict != Reread {
+			return w.write(ctx, obj, cur, false, o)
+		}
+		read, stored := obj, obj
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			out, err := w.write(ctx, read, cur, false, o)
+			if err == nil {
+				stored = out
+				return nil
+			}
+			if !apierrors.IsConflict(err) {
+				return err
+			}
+			// Read afresh; the object must still be the one of obj's UID.
+			fresh, gerr := w.Client(obj.GetNamespace()).Get(ctx, obj.GetName(), metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if fresh.GetUID() != obj.GetUID() {
+				return apierrors.NewNotFound(schema.GroupResource{Resource: w.Resource}, obj.GetName())
+			}
+			read, cur = fresh, fresh.DeepCopy()
+			if !change(cur) {
+				stored = fresh
+				return nil
+			}
+			return err
+		})
+		return stored, err
+	})
 }
 
 // Write writes the difference between old, the object read, and cur (its metadata or
@@ -170,45 +200,6 @@ func collect(opts []Option) options {
 	return o
 }
 
-func (w Writer[T]) mutate(ctx context.Context, obj T, change func(T) bool, status bool, opts []Option) (T, error) {
-	o := collect(opts)
-	return w.report(ctx, obj, status, o, func() (T, error) {
-		cur := obj.DeepCopy()
-		if !change(cur) {
-			return obj, nil
-		}
-		if w.Conflict != Reread {
-			return w.write(ctx, obj, cur, status, o)
-		}
-		read, stored := obj, obj
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			out, err := w.write(ctx, read, cur, status, o)
-			if err == nil {
-				stored = out
-				return nil
-			}
-			if !apierrors.IsConflict(err) {
-				return err
-			}
-			// Read afresh; the object must still be the one of obj's UID.
-			fresh, gerr := w.Client(obj.GetNamespace()).Get(ctx, obj.GetName(), metav1.GetOptions{})
-			if gerr != nil {
-				return gerr
-			}
-			if fresh.GetUID() != obj.GetUID() {
-				return apierrors.NewNotFound(schema.GroupResource{Resource: w.Resource}, obj.GetName())
-			}
-			read, cur = fresh, fresh.DeepCopy()
-			if !change(cur) {
-				stored = fresh
-				return nil
-			}
-			return err
-		})
-		return stored, err
-	})
-}
-
 // write sends cur with the verb of the resource (or subresource): an update of cur, or a
 // patch of the difference from old.
 func (w Writer[T]) write(ctx context.Context, old, cur T, status bool, o options) (T, error) {
@@ -227,9 +218,9 @@ func (w Writer[T]) write(ctx context.Context, old, cur T, status bool, o options
 			out, err = cl.Update(ctx, cur, metav1.UpdateOptions{})
 		}
 	case Patch:
-		diff := TwoWayPatch
+		diff := twoWayPatch
 		if o.checked {
-			diff = VersionedPatch
+			diff = versionedPatch
 		}
 		data, changed, derr := diff(old, cur)
 		if derr != nil || !changed {
