@@ -115,6 +115,19 @@ func (n *node) update(change func(st *state.Node)) error {
 	return n.commitUnlock()
 }
 
+// putStage and putPublish record a copy of the record: the caller goes on filling in its own
+// (the device, the phase) while other calls copy the recorded one under n.mu and the state
+// file marshals it.
+func (n *node) putStage(s *state.Stage) error {
+	c := *s
+	return n.update(func(st *state.Node) { st.Stages[c.VolumeID] = &c })
+}
+
+func (n *node) putPublish(p *state.Publish) error {
+	c := *p
+	return n.update(func(st *state.Node) { st.Publishes[c.TargetPath] = &c })
+}
+
 // commitUnlock persists the changes made under n.mu, releases it, and returns once they
 // are durable (see controller.commitUnlock).
 func (n *node) commitUnlock() error {

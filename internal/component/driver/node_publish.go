@@ -118,7 +118,7 @@ func (n *node) publishWith(ctx context.Context, want *state.Publish, doMount, cr
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is already published at %s and its access mode allows one target", id, other.TargetPath)
 		}
 	}
-	if err := n.update(func(st *state.Node) { st.Publishes[want.TargetPath] = want }); err != nil {
+	if err := n.putPublish(want); err != nil {
 		return nil, err
 	}
 	err := func() error {
@@ -138,7 +138,7 @@ func (n *node) publishWith(ctx context.Context, want *state.Publish, doMount, cr
 		return nil, status.Errorf(errorCode(err), "publish volume %s: %v", id, status.Convert(err).Message())
 	}
 	want.Phase = state.PhaseDone
-	if err := n.update(func(st *state.Node) { st.Publishes[want.TargetPath] = want }); err != nil {
+	if err := n.putPublish(want); err != nil {
 		return nil, err
 	}
 	klogFrom(ctx, n.log).V(2).Info("Published volume", "volumeID", id, "target", want.TargetPath)
@@ -257,7 +257,7 @@ func (n *node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVo
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	}
 	p.Phase = state.PhaseRemoving
-	if err := n.update(func(st *state.Node) { st.Publishes[p.TargetPath] = p }); err != nil {
+	if err := n.putPublish(p); err != nil {
 		return nil, err
 	}
 	if err := n.teardownPublish(ctx, p); err != nil {

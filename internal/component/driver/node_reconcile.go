@@ -88,7 +88,7 @@ func (n *node) reconcile(ctx context.Context) error {
 			}
 		}
 		if cur.Device != p.Device {
-			if err := n.update(func(st *state.Node) { c := cur; st.Publishes[p.TargetPath] = &c }); err != nil {
+			if err := n.putPublish(&cur); err != nil {
 				return err
 			}
 		}

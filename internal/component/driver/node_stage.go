@@ -71,7 +71,7 @@ func (n *node) stageLocked(ctx context.Context, ref *volumeRef, path string, vc 
 			return status.Errorf(codes.Internal, "undo earlier stage of %s: %v", id, err)
 		}
 	}
-	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
+	if err := n.putStage(want); err != nil {
 		return err
 	}
 	if err := n.doStage(ctx, ref, want); err != nil {
@@ -87,7 +87,7 @@ func (n *node) stageLocked(ctx context.Context, ref *volumeRef, path string, vc 
 		return status.Errorf(code, "stage volume %s: %v", id, status.Convert(err).Message())
 	}
 	want.Phase = state.PhaseDone
-	if err := n.update(func(st *state.Node) { st.Stages[id] = want }); err != nil {
+	if err := n.putStage(want); err != nil {
 		return err
 	}
 	klogFrom(ctx, n.log).V(2).Info("Staged volume", "volumeID", id, "path", want.StagingPath, "device", want.Device)
@@ -147,8 +147,7 @@ func (n *node) repairStage(ctx context.Context, ref *volumeRef, s *state.Stage) 
 			return err
 		}
 		if s.Device != was {
-			c := *s
-			if err := n.update(func(st *state.Node) { st.Stages[s.VolumeID] = &c }); err != nil {
+			if err := n.putStage(s); err != nil {
 				return err
 			}
 		}
@@ -246,7 +245,7 @@ func (n *node) unstageLocked(ctx context.Context, id, path string) error {
 	// Mark the record first, so that a restart finishes an interrupted unstage instead of
 	// repairing the stage.
 	s.Phase = state.PhaseRemoving
-	if err := n.update(func(st *state.Node) { st.Stages[id] = s }); err != nil {
+	if err := n.putStage(s); err != nil {
 		return err
 	}
 	if err := n.teardownStage(ctx, ref, s); err != nil {
