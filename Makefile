@@ -107,17 +107,19 @@ cluster-binary:
 # internal/build/kubevolimages.GoBuildFlags): the test binaries, the kubevol binary the e2e tests run and
 # the images tests' build then share one build cache. Without it, a cold run compiles the 1036
 # packages of cmd/kubevol twice (cgo and paths change every package above net), beside the
-# 1451 of the tests.
+# 1451 of the tests. Test binaries link without DWARF (-w, as the shipped ones): a third less
+# link time for each of the ~100 test binaries a run links, and stack traces need none.
 test: export CGO_ENABLED := 0
-test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
+test: export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath -ldflags=-w)
 #
-# The tests wait on clusters far more than they compute, so staticcheck, the embedding test
-# and the race step run beside `go test ./...` (hack/test.sh), and up to four
-# packages test at once: the slowest packages (verify, lifecycle, up) then overlap instead of
-# running last, alone. The benchmarks run right after `go test ./...` (AFTER_TESTS), which
-# has compiled their test binaries by then.
+# The cluster packages test in `go test` (hack/test.sh), up to four at once, so that the slowest
+# (verify, up, lifecycle) overlap instead of running last, alone. They wait on their clusters
+# far more than they compute, so staticcheck, the embedding test, the kubelet adapter's tests
+# and the unit packages (test-race) run beside them. The benchmarks run right after the
+# cluster packages (AFTER_TESTS).
 test: deps vet cluster-binary
-	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) AFTER_TESTS="$(MAKE) --no-print-directory bench" ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh" \
+	GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) PACKAGES="$$($(GO) list ./... | grep $(CLUSTER_PACKAGES))" \
+		AFTER_TESTS="$(MAKE) --no-print-directory bench" ./hack/test.sh "$(MAKE) --no-print-directory staticcheck" "GO=$(GO) ./hack/test-embed.sh" \
 		"$(MAKE) --no-print-directory test-kubeletvm" "$(MAKE) --no-print-directory test-race"
 
 # The kubelet adapter's unit tests: a package of the control plane's module, which builds
@@ -127,31 +129,33 @@ test-kubeletvm:
 
 # Every Go benchmark once (-benchtime 1x), so that they keep building and running; one
 # iteration gives a rough figure only (docs/bench.md has measured ones). Only the packages
-# that have a benchmark. Not in `go test ./...` itself: -bench makes go test run the packages'
-# binaries one at a time. The benchmarks under test/e2e/ are left out: each needs its
+# that have a benchmark, built without the race detector so that the figures mean something.
+# Not part of a test run: -bench makes go test run the packages' binaries one at a time. The benchmarks under test/e2e/ are left out: each needs its
 # package's cluster, and BenchmarkFailoverThroughput runs for its -failover.duration (2 min
 # per case) whatever -benchtime says.
 BENCH_PACKAGES = $$(git ls-files '*_test.go' | grep -v '^test/e2e/' | xargs grep -l '^func Benchmark' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(BENCH_PACKAGES)
 
-# The unit tests once more, under the race detector. It needs cgo (gcc and libc6-dev, from
-# hack/install-deps.sh), so this step alone sets CGO_ENABLED=1 and compiles every unit package
-# a second time: more than 12 CPU-minutes with a cold cache (12.4 had compiled Kubernetes'
-# client libraries and their fakes, not yet kubevol's packages), and every run links
-# its ~90 race test binaries again (go caches no test binary). The test binaries themselves
-# run with CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
-# (internal/component/snapshotter/crds runs hack/crdgen) then reuses make test's build cache instead of
-# compiling its program with cgo too.
-# Packages left out, each for a reason of its own:
-#   test/e2e/...          a real control plane per package; the race detector would watch the
-#                         test process only, while their time goes to the cluster
+# The packages that start a real control plane or containers, each for a reason of its own:
+#   test/e2e/...                  a real control plane per package
 #   internal/cluster/localcluster starts a real control plane (TestStartStopRestart)
 #   internal/cluster/kubeletnode  starts containerd and a pod sandbox on the host's network
-RACE_SKIP = -e '/test/e2e/' -e '/internal/cluster/localcluster$$' -e '/internal/cluster/kubeletnode$$'
+# make test runs them without the race detector, which would watch the test process only,
+# while their time goes to the cluster. Every other package is a unit package.
+CLUSTER_PACKAGES = -e '/test/e2e/' -e '/internal/cluster/localcluster$$' -e '/internal/cluster/kubeletnode$$'
+
+# The unit packages under the race detector: make test runs them this way only, as Kubernetes
+# runs its own unit tests, so that a cold run compiles and links them once, not once with and
+# once without it. The race detector needs cgo (gcc and libc6-dev, from hack/install-deps.sh),
+# so this step alone sets CGO_ENABLED=1 and compiles its packages apart from the cluster
+# packages': more than 12 CPU-minutes with a cold cache. The test binaries themselves run with
+# CGO_ENABLED=0 (-exec env): a test that runs `go build` or `go run`
+# (internal/component/snapshotter/crds runs hack/crdgen) then reuses make test's build cache
+# instead of compiling its program with cgo too.
 test-race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m -exec 'env CGO_ENABLED=0' \
-		$$($(GO) list ./... | grep -v $(RACE_SKIP))
+		$$($(GO) list ./... | grep -v $(CLUSTER_PACKAGES))
 
 # Kubernetes' external storage e2e suite against kubevol's driver on `kubevol up --runtime
 # containerd`, with kubevol's sidecars and with upstream's provisioner and snapshotter, side by

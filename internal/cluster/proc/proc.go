@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -38,11 +39,17 @@ func StartEnv(name, path string, args, env []string, logPath string) (*Process, 
 	if err != nil {
 		return nil, err
 	}
+	// Temporary files go beside the log, into the directory the starter owns: a child killed
+	// while it holds one (mount-utils probes umount on a fresh directory in TMPDIR as it
+	// starts) leaves it there, not in the host's /tmp. env can still set another TMPDIR.
+	tmp := filepath.Join(filepath.Dir(logPath), "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		logFile.Close()
+		return nil, err
+	}
 	fmt.Fprintf(logFile, "\n==== %s starting %s at %s ====\n", name, path, time.Now().Format(time.RFC3339))
 	cmd := exec.Command(path, args...)
-	if len(env) > 0 {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+tmp), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
