@@ -130,9 +130,10 @@ test-kubeletvm:
 # Every Go benchmark once (-benchtime 1x), so that they keep building and running; one
 # iteration gives a rough figure only (docs/bench.md has measured ones). Only the packages
 # that have a benchmark, built without the race detector so that the figures mean something.
-# Not part of a test run: -bench makes go test run the packages' binaries one at a time. The benchmarks under test/e2e/ are left out: each needs its
-# package's cluster, and BenchmarkFailoverThroughput runs for its -failover.duration (2 min
-# per case) whatever -benchtime says.
+# Not part of a test run: -bench makes go test run the packages' binaries one at a time. The
+# benchmarks under test/e2e/ are left out: each needs its package's cluster, and
+# BenchmarkFailoverThroughput runs for its -failover.duration (2 min per case) whatever
+# -benchtime says.
 BENCH_PACKAGES = $$(git ls-files '*_test.go' | grep -v '^test/e2e/' | xargs grep -l '^func Benchmark' | xargs -n1 dirname | sort -u | sed 's|^|./|')
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(BENCH_PACKAGES)
