@@ -19,10 +19,19 @@ var (
 	buildErr  error
 )
 
-// KubevolBinary builds cmd/kubevol once per test binary and returns its path.
+// BinaryEnv names a kubevol binary built from this source tree beforehand, with the same
+// settings (hack/test.sh builds one for every package of a run, instead of a link per
+// package). Unset, each test binary builds its own.
+const BinaryEnv = "KUBEVOL_BINARY"
+
+// KubevolBinary returns $KUBEVOL_BINARY, or builds cmd/kubevol once per test binary and
+// returns its path.
 func KubevolBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if binPath = os.Getenv(BinaryEnv); binPath != "" {
+			return
+		}
 		dir, err := os.MkdirTemp("", "kubevol-bin-")
 		if err != nil {
 			buildErr = err
@@ -38,10 +47,14 @@ func KubevolBinary(t testing.TB) string {
 	return binPath
 }
 
-// BuildKubevol builds cmd/kubevol of this source tree into path, with the environment's
-// settings: under `make test` (CGO_ENABLED=0, GOFLAGS=-trimpath) static and path-free as the
-// shipped binary, from the build cache the test binaries filled.
+// BuildKubevol puts a kubevol binary of this source tree at path: a symbolic link to
+// $KUBEVOL_BINARY if set, else cmd/kubevol built with the environment's settings (under
+// `make test`, CGO_ENABLED=0 and GOFLAGS=-trimpath: static and path-free as the shipped
+// binary, from the build cache the test binaries filled).
 func BuildKubevol(path string) error {
+	if prebuilt := os.Getenv(BinaryEnv); prebuilt != "" {
+		return os.Symlink(prebuilt, path)
+	}
 	root, err := localcluster.FindModuleRoot()
 	if err != nil {
 		return err

@@ -22,9 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubevol/kubevol/internal/cluster/localcluster"
 	"github.com/kubevol/kubevol/internal/component/driver/drivertest"
 	"github.com/kubevol/kubevol/internal/verify"
+	"github.com/kubevol/kubevol/test/e2e/framework"
 )
 
 const node = "verify-e2e"
@@ -429,13 +429,9 @@ func readJUnit(t *testing.T, path string) map[string]result {
 
 func build(t *testing.T) string {
 	t.Helper()
-	root, err := localcluster.FindModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	bin := filepath.Join(t.TempDir(), "kubevol")
-	if out, err := exec.Command("go", "build", "-C", root, "-o", bin, "./cmd/kubevol").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if err := framework.BuildKubevol(bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
