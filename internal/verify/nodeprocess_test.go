@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,13 +21,22 @@ func TestNodeProcessFindsAKubeletByItsRootDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The shell stays (a last command may replace it by exec): it waits for its sleep.
-	cmd := exec.Command(kubelet, "-c", "sleep 30 & wait", "--root-dir="+root)
+	cmd := exec.Command(kubelet, "-c", "echo running; sleep 30 & wait", "--root-dir="+root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// The sleep goes with its shell: the whole process group.
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	// Start returns once the exec has begun, before the kernel has set up the new command
+	// line (/proc/PID/cmdline reads empty meanwhile): the shell's first line says it runs.
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
 	pid, isKubelet, err := nodeProcess(root)
 	if err != nil {
 		t.Fatal(err)
