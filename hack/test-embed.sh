@@ -37,9 +37,10 @@ fi
 echo "test-embed: $(wc -l < go.mod)-line go.mod, $("$GO" list -m all | wc -l) modules, none of them k8s.io/kubernetes"
 
 # hack/test.sh's kubevol binary when it runs this script, else one of its own.
-if [ -z "${KUBEVOL_BINARY:-}" ]; then
-  (cd "$root" && "$GO" build -o "$work/kubevol" ./cmd/kubevol)
-  export KUBEVOL_BINARY="$work/kubevol"
+bin=${KUBEVOL_TEST_BINARY:-}
+if [ -z "$bin" ]; then
+  bin="$work/kubevol"
+  (cd "$root" && "$GO" build -o "$bin" ./cmd/kubevol)
 fi
 cluster=$(cd "$root" && "$GO" run ./cmd/kubevol up --build-only)
-KUBEVOL_CLUSTER_BINARY="$cluster" "$GO" test -count=1 -timeout 15m ./...
+KUBEVOL_BINARY="$bin" KUBEVOL_CLUSTER_BINARY="$cluster" "$GO" test -count=1 -timeout 15m ./...

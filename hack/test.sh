@@ -14,12 +14,10 @@ trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 # Measurements the tests print (framework.Figure), shown at the end.
 export KUBEVOL_TEST_FIGURES="$work/figures.txt"
-# One kubevol binary for every package that runs it (framework.BinaryEnv), linked once here
-# with the run's settings instead of once per package.
-if [ -z "${KUBEVOL_BINARY:-}" ]; then
-  "$GO" build -o "$work/kubevol" ./cmd/kubevol || exit 1
-  export KUBEVOL_BINARY="$work/kubevol"
-fi
+# One kubevol binary of this tree for every package that runs it (framework.BinaryEnv), linked
+# once here with the run's settings instead of once per package.
+"$GO" build -o "$work/kubevol" ./cmd/kubevol || exit 1
+export KUBEVOL_TEST_BINARY="$work/kubevol"
 
 # cpu_of prints the CPU seconds, user and system, of the children in a file of `times`
 # output: what the shell that wrote it had waited for, their own children included. `times`

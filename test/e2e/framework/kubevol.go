@@ -19,12 +19,14 @@ var (
 	buildErr  error
 )
 
-// BinaryEnv names a kubevol binary built from this source tree beforehand, with the same
-// settings (hack/test.sh builds one for every package of a run, instead of a link per
-// package). Unset, each test binary builds its own.
-const BinaryEnv = "KUBEVOL_BINARY"
+// BinaryEnv names a kubevol binary that hack/test.sh has just built from this source tree
+// with the run's settings, for every package of the run instead of a link per package. Only
+// hack/test.sh sets it (unlike KUBEVOL_BINARY, which a contributor may have exported for the
+// embedding example, so that a stale binary is never tested). Unset, each test binary builds
+// its own.
+const BinaryEnv = "KUBEVOL_TEST_BINARY"
 
-// KubevolBinary returns $KUBEVOL_BINARY, or builds cmd/kubevol once per test binary and
+// KubevolBinary returns $KUBEVOL_TEST_BINARY, or builds cmd/kubevol once per test binary and
 // returns its path.
 func KubevolBinary(t testing.TB) string {
 	t.Helper()
@@ -48,7 +50,7 @@ func KubevolBinary(t testing.TB) string {
 }
 
 // BuildKubevol puts a kubevol binary of this source tree at path: a symbolic link to
-// $KUBEVOL_BINARY if set, else cmd/kubevol built with the environment's settings (under
+// $KUBEVOL_TEST_BINARY if set, else cmd/kubevol built with the environment's settings (under
 // `make test`, CGO_ENABLED=0 and GOFLAGS=-trimpath: static and path-free as the shipped
 // binary, from the build cache the test binaries filled).
 func BuildKubevol(path string) error {
