@@ -258,9 +258,13 @@ func TestVerifyProfiles(t *testing.T) {
 	}
 	// As docs/verify.md's CI script: verify starts right after up, and waits for the
 	// cluster, the driver's registration, its CSIDriver and up's node directory.
-	runUp(t, bin, upArgs, filepath.Join(tmp, "up.log"))
+	upExited := runUp(t, bin, upArgs, filepath.Join(tmp, "up.log"))
 
 	for _, p := range profiles {
+		// Without up every profile would wait out its timeouts: the test stops at once.
+		if err := upExited(); err != nil {
+			t.Fatalf("kubevol up exited before profile %s: %v", p.name, err)
+		}
 		t.Run(p.name, func(t *testing.T) {
 			args := []string{"--driver", driverName(p), "--dir", filepath.Join(tmp, "up")}
 			if p.name == "default" {
@@ -483,8 +487,9 @@ while :; do %[2]s %[3]s & echo $! > %[1]s; wait $!; done`, pidFile, bin, strings
 	start(t, "/bin/sh", []string{"-c", script}, logPath)
 }
 
-// runUp starts kubevol up, without waiting for it; SIGINT stops it at the end.
-func runUp(t *testing.T, bin string, args []string, logPath string) {
+// runUp starts kubevol up, without waiting for it; SIGINT stops it at the end. The function
+// it returns says whether up has exited (its error, or one saying so), nil while it runs.
+func runUp(t *testing.T, bin string, args []string, logPath string) func() error {
 	t.Helper()
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -500,8 +505,9 @@ func runUp(t *testing.T, bin string, args []string, logPath string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -522,6 +528,17 @@ func runUp(t *testing.T, bin string, args []string, logPath string) {
 		for sc.Scan() {
 		}
 	}()
+	return func() error {
+		select {
+		case <-done:
+			if exitErr == nil {
+				return errors.New("exit status 0")
+			}
+			return exitErr
+		default:
+			return nil
+		}
+	}
 }
 
 // cannotPass are the cases no profile of this machine can pass, each pinned to its
